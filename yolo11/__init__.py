@@ -1,0 +1,1 @@
+"""YOLO11 object detection trained with Hugging Face Accelerate."""
