@@ -1,0 +1,258 @@
+"""Training configuration: frozen, self-validating dataclasses parsed once from the command line.
+
+Every field of the sections below is a command-line flag (``--lr0``, ``--close-mosaic`` ...), generated from the
+dataclass so that the flag, its default, its type and its help string live in one place. ``--config file.yaml``
+supplies defaults (flat keys, the flag names with ``_`` or ``-``); unknown keys raise. Values derived at run time
+(world size, per-process batch, number of classes) are computed in ``train_accelerate.py`` and passed forward:
+nothing writes back into a config.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+_BOOL_STRINGS = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
+
+
+def _opt(default: Any, help: str, choices: tuple | None = None) -> Any:  # noqa: A002 - mirrors argparse
+    return field(default=default, metadata={"help": help, "choices": choices})
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    model: str = _opt("yolo11n", "YOLO11 scale: yolo11n|s|m|l|x", ("yolo11n", "yolo11s", "yolo11m", "yolo11l", "yolo11x"))
+    backbone: str | None = _opt(None, "a timm model name to use in place of the native YOLO11 backbone")
+    pretrained: bool = _opt(False, "load ImageNet weights for a timm backbone (needs the internet)")
+    weights: str | None = _opt(None, "initial weights: our .safetensors / folder, or an Ultralytics .pt")
+
+    def __post_init__(self) -> None:
+        if self.pretrained and self.backbone is None:
+            raise ValueError("--pretrained applies to a timm --backbone; use --weights for YOLO11 weights")
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    data: str = _opt("synthetic", "dataset: synthetic[:k=v,...], a Hub id, a save_to_disk folder, a COCO json "
+                                  "or an Ultralytics data YAML")
+    train_split: str = _opt("train", "split used for training")
+    val_split: str = _opt("val", "split used for validation")
+    imgsz: int = _opt(640, "training and validation image size in pixels (multiple of 32)")
+    workers: int = _opt(8, "data-loader worker processes per training process")
+    cache_dir: str | None = _opt(None, "where converted Arrow datasets are cached (default ~/.cache/yolo11)")
+    max_boxes: int | None = _opt(None, "pad targets to this many boxes per image (static shapes for --compile)")
+    mosaic: float = _opt(1.0, "mosaic probability")
+    mixup: float = _opt(0.0, "mixup probability")
+    degrees: float = _opt(0.0, "random rotation (+/- degrees)")
+    translate: float = _opt(0.1, "random translation (+/- fraction)")
+    scale: float = _opt(0.5, "random scale gain (+/- fraction)")
+    shear: float = _opt(0.0, "random shear (+/- degrees)")
+    perspective: float = _opt(0.0, "random perspective (+/- fraction)")
+    flipud: float = _opt(0.0, "vertical flip probability")
+    fliplr: float = _opt(0.5, "horizontal flip probability")
+    hsv_h: float = _opt(0.015, "HSV hue gain (fraction)")
+    hsv_s: float = _opt(0.7, "HSV saturation gain (fraction)")
+    hsv_v: float = _opt(0.4, "HSV value gain (fraction)")
+    close_mosaic: int = _opt(10, "train the last N epochs without mosaic and mixup")
+
+    def __post_init__(self) -> None:
+        if self.imgsz % 32:
+            raise ValueError(f"--imgsz must be a multiple of 32 (the largest stride), got {self.imgsz}")
+        if self.workers < 0:
+            raise ValueError(f"--workers must be >= 0, got {self.workers}")
+        if self.max_boxes is not None and self.max_boxes < 1:
+            raise ValueError(f"--max-boxes must be >= 1, got {self.max_boxes}")
+        for name in ("mosaic", "mixup", "flipud", "fliplr"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"--{name} is a probability in [0, 1], got {getattr(self, name)}")
+
+
+@dataclass(frozen=True)
+class OptimConfig:
+    optimizer: str = _opt("auto", "auto (Ultralytics' rule: SGD above 10k iterations, else AdamW), SGD or AdamW",
+                          ("auto", "SGD", "AdamW"))
+    lr0: float = _opt(0.01, "initial learning rate (ignored by --optimizer auto, which picks its own)")
+    lrf: float = _opt(0.01, "final learning rate as a fraction of lr0")
+    schedule: str = _opt("linear", "per-epoch learning-rate decay", ("linear", "cosine"))
+    momentum: float = _opt(0.937, "SGD momentum / Adam beta1")
+    weight_decay: float = _opt(5e-4, "weight decay at the nominal batch (scaled by batch * accumulation / nbs)")
+    warmup_epochs: float = _opt(3.0, "warmup length in epochs (at least 100 iterations)")
+    warmup_momentum: float = _opt(0.8, "momentum at the start of warmup")
+    warmup_bias_lr: float = _opt(0.1, "bias learning rate at the start of warmup")
+    nominal_batch: int = _opt(64, "nominal batch size (nbs): gradients are accumulated up to it")
+    grad_accum: int | None = _opt(None, "gradient-accumulation steps (default: round(nbs / batch), at least 1)")
+    lr_scaling: str = _opt("linear", "how the step grows with the effective batch: linear (Ultralytics: the loss is "
+                                     "a sum over images), sqrt, or none (same step as at the nominal batch)",
+                           ("linear", "sqrt", "none"))
+    clip_grad: float = _opt(10.0, "gradient clipping max-norm (0 disables)")
+    ema: bool = _opt(True, "keep an exponential moving average of the weights and evaluate it")
+    ema_decay: float = _opt(0.9999, "EMA decay")
+    ema_tau: float = _opt(2000.0, "EMA warmup (optimizer steps)")
+
+    def __post_init__(self) -> None:
+        if self.lr0 <= 0 or not 0 < self.lrf <= 1:
+            raise ValueError(f"need lr0 > 0 and 0 < lrf <= 1, got lr0={self.lr0} lrf={self.lrf}")
+        if self.nominal_batch < 1 or (self.grad_accum is not None and self.grad_accum < 1):
+            raise ValueError("--nominal-batch and --grad-accum must be >= 1")
+        if self.clip_grad < 0:
+            raise ValueError(f"--clip-grad must be >= 0, got {self.clip_grad}")
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    epochs: int = _opt(100, "number of epochs")
+    batch_size: int = _opt(16, "GLOBAL batch size per step, split evenly over all processes")
+    seed: int = _opt(0, "random seed (data order and augmentation are a function of seed, epoch and index)")
+    output_dir: str = _opt("runs/train", "parent folder of run folders")
+    name: str = _opt("exp", "run folder name under --output-dir")
+    exist_ok: bool = _opt(False, "reuse an existing run folder instead of making exp2, exp3 ...")
+    resume: str | None = _opt(None, "resume from a checkpoint folder, a run folder, or 'auto' (latest of this run)")
+    save_period: int = _opt(1, "save a resumable checkpoint every N epochs (the latest is always kept)")
+    keep_checkpoints: int = _opt(2, "how many resumable checkpoints to keep")
+    val_interval: int = _opt(1, "validate every N epochs (and always after the last)")
+    patience: int = _opt(100, "stop after N epochs without a better fitness (0 disables)")
+    max_steps: int | None = _opt(None, "stop after this many optimizer steps (smoke runs); state is saved")
+    report_to: str = _opt("none", "trackers: wandb, tensorboard, all or none (comma lists allowed)")
+    project: str = _opt("yolo11-accelerate", "tracker project name")
+    sync_bn: bool = _opt(False, "convert BatchNorm to SyncBatchNorm (multi-process CUDA runs only)")
+    compile: bool = _opt(False, "torch.compile the model and the loss")
+    channels_last: bool = _opt(True, "channels_last memory format on CUDA")
+    log_interval: int = _opt(20, "print progress every N optimizer steps")
+    val_conf: float = _opt(0.001, "confidence threshold for validation NMS")
+    val_iou: float = _opt(0.7, "IoU threshold for validation NMS")
+    max_det: int = _opt(300, "maximum detections per image in validation")
+    val_batch_size: int | None = _opt(None, "global validation batch size (default: 2 x --batch-size)")
+    val_images: int = _opt(16, "validation images drawn (and sent to trackers) each validation")
+    plots: bool = _opt(True, "write plots (results.png, PR curve, confusion matrix, batch previews)")
+
+    def __post_init__(self) -> None:
+        if self.epochs < 1 or self.batch_size < 1:
+            raise ValueError("--epochs and --batch-size must be >= 1")
+        if self.max_steps is not None and self.max_steps < 1:
+            raise ValueError(f"--max-steps must be >= 1, got {self.max_steps}")
+        if self.save_period < 1 or self.val_interval < 1 or self.keep_checkpoints < 1:
+            raise ValueError("--save-period, --val-interval and --keep-checkpoints must be >= 1")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    run: RunConfig = field(default_factory=RunConfig)
+
+    def to_dict(self) -> dict[str, dict[str, Any]]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict[str, dict[str, Any]]) -> TrainConfig:
+        """Rebuild from ``to_dict()`` output (a saved ``config.yaml``); unknown sections or keys raise."""
+        unknown = set(values) - set(_SECTIONS)
+        if unknown:
+            raise ValueError(f"unknown config sections: {sorted(unknown)}")
+        return cls(**{name: _SECTIONS[name](**values.get(name, {})) for name in _SECTIONS})
+
+
+_SECTIONS: dict[str, type] = {"model": ModelConfig, "data": DataConfig, "optim": OptimConfig, "run": RunConfig}
+
+
+def _parse_bool(text: str) -> bool:
+    try:
+        return _BOOL_STRINGS[text.lower()]
+    except KeyError:
+        raise argparse.ArgumentTypeError(f"expected a boolean (true/false), got {text!r}") from None
+
+
+def _field_type(annotation: Any) -> tuple[type, bool]:
+    """(scalar type, optional) of an annotation such as ``int``, ``str | None``."""
+    if isinstance(annotation, str):
+        annotation = eval(annotation, {"str": str, "int": int, "float": float, "bool": bool, "None": None})  # noqa: S307
+    if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union:
+        args = [a for a in typing.get_args(annotation) if a is not type(None)]
+        return args[0], True
+    return annotation, False
+
+
+def _converter(annotation: Any):
+    scalar, optional = _field_type(annotation)
+    base = _parse_bool if scalar is bool else scalar
+
+    def convert(text: str):
+        if optional and text.lower() in ("none", "null", ""):
+            return None
+        return base(text)
+
+    convert.__name__ = scalar.__name__  # argparse uses it in error messages
+    return convert
+
+
+def build_parser(description: str | None = None) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.add_argument("--config", type=Path, default=None, help="YAML file of defaults (flat keys = flag names)")
+    for section_name, section in _SECTIONS.items():
+        group = parser.add_argument_group(section_name)
+        for f in dataclasses.fields(section):
+            flag = "--" + f.name.replace("_", "-")
+            scalar, _ = _field_type(f.type)
+            kwargs: dict[str, Any] = {"dest": f.name, "default": f.default, "help": f.metadata["help"]}
+            if scalar is bool:
+                # --ema / --no-ema, and also --ema false for scripts.
+                kwargs.update(nargs="?", const=True, type=_converter(f.type))
+                group.add_argument(flag, **kwargs)
+                group.add_argument("--no-" + f.name.replace("_", "-"), dest=f.name, action="store_false",
+                                   help=argparse.SUPPRESS)
+            else:
+                kwargs.update(type=_converter(f.type), choices=f.metadata["choices"])
+                group.add_argument(flag, **kwargs)
+    return parser
+
+
+def _load_yaml_defaults(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        raise FileNotFoundError(f"--config: no such file: {path}")
+    with open(path) as fh:
+        values = yaml.safe_load(fh) or {}
+    if not isinstance(values, dict):
+        raise ValueError(f"--config {path}: expected a mapping of flag names to values, got {type(values).__name__}")
+    # A saved config.yaml is nested by section; a hand-written one is flat. Accept both.
+    if set(values) <= set(_SECTIONS) and all(isinstance(v, dict) for v in values.values()):
+        values = {k: v for section in values.values() for k, v in section.items()}
+    known = {f.name: f for s in _SECTIONS.values() for f in dataclasses.fields(s)}
+    normalised = {}
+    for key, value in values.items():
+        name = str(key).replace("-", "_")
+        if name not in known:
+            raise ValueError(f"--config {path}: unknown key {key!r}")
+        normalised[name] = value
+    return normalised
+
+
+def parse_config(argv: list[str] | None = None) -> TrainConfig:
+    """Parse the command line (and an optional ``--config`` YAML of defaults) into a validated ``TrainConfig``."""
+    parser = build_parser()
+    pre, _ = parser.parse_known_args(argv)
+    if pre.config is not None:
+        try:
+            parser.set_defaults(**_load_yaml_defaults(pre.config))
+        except (OSError, ValueError) as err:
+            parser.error(str(err))
+    args = vars(parser.parse_args(argv))
+    try:
+        return TrainConfig(**{name: section(**{f.name: args[f.name] for f in dataclasses.fields(section)})
+                              for name, section in _SECTIONS.items()})
+    except (TypeError, ValueError) as err:
+        parser.error(str(err))
+
+
+def save_config(config: TrainConfig, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))
+    tmp.replace(path)

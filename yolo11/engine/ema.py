@@ -1,0 +1,53 @@
+"""Exponential moving average of model weights (Ultralytics' ``ModelEMA``)."""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import torch
+from torch import nn
+
+
+class ModelEMA:
+    """Keeps ``ema = d * ema + (1 - d) * model`` for every floating-point tensor of the state dict.
+
+    ``d = decay * (1 - exp(-updates / tau))`` ramps the decay up over the first ``tau`` updates so that early,
+    poor weights are forgotten quickly. Call ``update`` once per optimizer step. Integer buffers (BatchNorm's
+    ``num_batches_tracked``) are copied. Registered with ``accelerator.register_for_checkpointing`` through
+    ``state_dict``/``load_state_dict``.
+    """
+
+    def __init__(self, model: nn.Module, decay: float = 0.9999, tau: float = 2000.0, updates: int = 0):
+        self.module = copy.deepcopy(model).eval()
+        for param in self.module.parameters():
+            param.requires_grad_(False)
+        self.decay = decay
+        self.tau = tau
+        self.updates = updates
+        self._float_keys = [k for k, v in self.module.state_dict().items() if v.dtype.is_floating_point]
+        self._other_keys = [k for k, v in self.module.state_dict().items() if not v.dtype.is_floating_point]
+
+    def current_decay(self) -> float:
+        return self.decay * (1 - math.exp(-self.updates / self.tau))
+
+    @torch.no_grad()
+    def update(self, model: nn.Module) -> None:
+        self.updates += 1
+        weight = 1.0 - self.current_decay()
+        source, target = model.state_dict(), self.module.state_dict()
+        ema_tensors = [target[k] for k in self._float_keys]
+        model_tensors = [source[k].detach().to(target[k].dtype) for k in self._float_keys]
+        # One fused launch for all tensors: ema += (model - ema) * (1 - d).
+        torch._foreach_lerp_(ema_tensors, model_tensors, weight)
+        for key in self._other_keys:
+            target[key].copy_(source[key])
+
+    def state_dict(self) -> dict:
+        return {"module": self.module.state_dict(), "updates": self.updates, "decay": self.decay, "tau": self.tau}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.module.load_state_dict(state["module"])
+        self.updates = int(state["updates"])
+        self.decay = float(state["decay"])
+        self.tau = float(state["tau"])

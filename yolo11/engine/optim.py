@@ -1,0 +1,133 @@
+"""Optimizer, parameter groups and learning-rate schedule, following Ultralytics' recipe.
+
+Parameter groups, in Ultralytics' order so that ``lr/pg0..2`` mean the same thing in both tools:
+``pg0`` biases (no decay), ``pg1`` conv/linear weights (decay), ``pg2`` normalisation weights (no decay).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+from yolo11.engine.config import OptimConfig
+
+_NORM_TYPES = (nn.modules.batchnorm._NormBase, nn.LayerNorm, nn.GroupNorm, nn.LocalResponseNorm)
+
+
+def parameter_groups(model: nn.Module) -> tuple[list, list, list]:
+    """Split trainable parameters into (biases, decayed weights, norm weights)."""
+    biases, weights, norms = [], [], []
+    for module in model.modules():
+        for name, param in module.named_parameters(recurse=False):
+            if not param.requires_grad:
+                continue
+            if name == "bias":
+                biases.append(param)
+            elif isinstance(module, _NORM_TYPES) or param.ndim <= 1:
+                norms.append(param)  # norm scales, layer-scale vectors, logit scales: no decay
+            else:
+                weights.append(param)
+    return biases, weights, norms
+
+
+@dataclass(frozen=True)
+class OptimizerChoice:
+    name: str
+    lr: float
+    momentum: float
+
+
+def resolve_optimizer(config: OptimConfig, num_classes: int, total_iterations: int) -> OptimizerChoice:
+    """Ultralytics' ``optimizer='auto'``: SGD for long schedules, AdamW with a class-count-dependent lr otherwise.
+
+    ``total_iterations`` counts optimizer steps at the nominal batch, as Ultralytics does:
+    ``ceil(num_images / max(batch, nbs)) * epochs``.
+    """
+    if config.optimizer != "auto":
+        return OptimizerChoice(config.optimizer, config.lr0, config.momentum)
+    if total_iterations > 10_000:
+        return OptimizerChoice("SGD", 0.01, 0.9)
+    return OptimizerChoice("AdamW", round(0.002 * 5 / (4 + num_classes), 6), 0.9)
+
+
+def build_optimizer(model: nn.Module, choice: OptimizerChoice, weight_decay: float) -> torch.optim.Optimizer:
+    biases, weights, norms = parameter_groups(model)
+    groups = [
+        {"params": biases, "weight_decay": 0.0},
+        {"params": weights, "weight_decay": weight_decay},
+        {"params": norms, "weight_decay": 0.0},
+    ]
+    # foreach kernels: one launch per op for all tensors of a group instead of one per tensor.
+    if choice.name == "SGD":
+        optimizer = torch.optim.SGD(groups, lr=choice.lr, momentum=choice.momentum, nesterov=True, foreach=True)
+    elif choice.name == "AdamW":
+        optimizer = torch.optim.AdamW(groups, lr=choice.lr, betas=(choice.momentum, 0.999), foreach=True)
+    else:
+        raise ValueError(f"unknown optimizer {choice.name!r}; expected auto, SGD or AdamW")
+    for group in optimizer.param_groups:
+        group["initial_lr"] = choice.lr
+    return optimizer
+
+
+def lr_lambda(schedule: str, epochs: int, lrf: float) -> Callable[[float], float]:
+    """Per-epoch multiplier of the initial lr: 1 at epoch 0 down to ``lrf`` at ``epochs``."""
+    if schedule == "linear":
+        return lambda epoch: max(1 - epoch / epochs, 0) * (1.0 - lrf) + lrf
+    if schedule == "cosine":
+        return lambda epoch: ((1 - math.cos(epoch * math.pi / epochs)) / 2) * (lrf - 1) + 1
+    raise ValueError(f"unknown schedule {schedule!r}; expected linear or cosine")
+
+
+def lr_scale_for_batch(rule: str, effective_batch: int, nominal_batch: int) -> float:
+    """Multiplier of lr0 for an effective batch (global batch x accumulation) other than the nominal one.
+
+    The loss is a sum over the images of a step (as in Ultralytics), so the step already grows linearly with the
+    effective batch: ``linear`` keeps lr0; ``sqrt`` makes the growth a square root; ``none`` cancels it.
+    """
+    ratio = nominal_batch / effective_batch
+    return {"linear": 1.0, "sqrt": math.sqrt(ratio), "none": ratio}[rule]
+
+
+class WarmupSchedule:
+    """Sets lr and momentum of every group for a given (epoch, iteration).
+
+    During the first ``warmup_iters`` iterations lr rises linearly from 0 (biases: from ``warmup_bias_lr``) to the
+    scheduled value and SGD momentum from ``warmup_momentum`` to ``momentum``; afterwards the per-epoch lambda
+    applies (``base_lr * lr_fn(epoch)``, Ultralytics' LambdaLR stepped once per epoch).
+    The state is a pure function of (epoch, iteration), so resuming needs nothing but those two numbers.
+    """
+
+    def __init__(self, optimizer: torch.optim.Optimizer, lr_fn: Callable[[float], float], warmup_iters: int,
+                 warmup_bias_lr: float, warmup_momentum: float, momentum: float, base_lr: float):
+        self.optimizer = optimizer
+        self.lr_fn = lr_fn
+        self.warmup_iters = warmup_iters
+        self.warmup_bias_lr = warmup_bias_lr
+        self.warmup_momentum = warmup_momentum
+        self.momentum = momentum
+        self.base_lr = base_lr
+        # As in Ultralytics, only SGD's momentum is warmed up; Adam's betas stay as built.
+        self._has_momentum = "momentum" in optimizer.param_groups[0]
+
+    def step(self, epoch: int, iteration: int) -> None:
+        """``iteration`` counts batches since the start of training (Ultralytics' ``ni``)."""
+        target = self.base_lr * self.lr_fn(epoch)
+        warm = iteration <= self.warmup_iters
+        for index, group in enumerate(self.optimizer.param_groups):
+            if warm:
+                start = self.warmup_bias_lr if index == 0 else 0.0
+                group["lr"] = float(np.interp(iteration, [0, self.warmup_iters], [start, target]))
+                momentum = float(np.interp(iteration, [0, self.warmup_iters], [self.warmup_momentum, self.momentum]))
+            else:
+                group["lr"] = target
+                momentum = self.momentum
+            if self._has_momentum:
+                group["momentum"] = momentum
+
+    def lrs(self) -> list[float]:
+        return [group["lr"] for group in self.optimizer.param_groups]

@@ -1,0 +1,72 @@
+"""Progress lines and tracker logging during training (main process only), and the end-of-run summary."""
+
+from __future__ import annotations
+
+import time
+
+import torch
+from accelerate import Accelerator
+
+from yolo11.engine.checkpoint import TrainState
+
+LOSS_NAMES = ("box_loss", "cls_loss", "dfl_loss")
+
+
+def peak_memory_gb(device: torch.device) -> float:
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**30
+    return 0.0
+
+
+def format_duration(seconds: float) -> str:
+    seconds = int(max(seconds, 0))
+    return f"{seconds // 3600:d}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
+
+
+class Progress:
+    """Prints a line every ``interval`` optimizer steps and logs the same values to the trackers.
+
+    Reading the running losses is the only host sync it causes, once per interval.
+    """
+
+    def __init__(self, accelerator: Accelerator, interval: int, epochs: int, steps_per_epoch: int):
+        self.accelerator = accelerator
+        self.interval = interval
+        self.epochs = epochs
+        self.steps_per_epoch = steps_per_epoch
+        self.start = time.perf_counter()
+        self.steps_at_start: int | None = None
+
+    def step(self, state: TrainState, epoch: int, mean_losses: torch.Tensor, lrs: list[float], images: int,
+             epoch_seconds: float) -> None:
+        if self.steps_at_start is None:
+            self.steps_at_start = state.optimizer_steps - 1
+        if state.optimizer_steps % self.interval:
+            return
+        losses = mean_losses.tolist()
+        throughput = images / max(epoch_seconds, 1e-9)
+        memory = peak_memory_gb(self.accelerator.device)
+        done = state.optimizer_steps - self.steps_at_start
+        remaining = self.epochs * self.steps_per_epoch - state.optimizer_steps
+        eta = (time.perf_counter() - self.start) / max(done, 1) * remaining
+        values = {f"train/{name}": value for name, value in zip(LOSS_NAMES, losses, strict=True)}
+        values.update({f"lr/pg{i}": lr for i, lr in enumerate(lrs)})
+        values.update({"throughput/img_s": throughput, "memory/peak_gb": memory, "epoch": epoch})
+        self.accelerator.log(values, step=state.optimizer_steps)
+        if self.accelerator.is_main_process:
+            loss_text = " ".join(f"{name.split('_')[0]} {value:.4f}" for name, value in zip(LOSS_NAMES, losses))
+            print(f"epoch {epoch + 1}/{self.epochs} step {state.optimizer_steps} | {loss_text} | lr {lrs[1]:.6f} | "
+                  f"{throughput:.1f} img/s | mem {memory:.2f} GiB | ETA {format_duration(eta)}", flush=True)
+
+
+def print_summary(accelerator: Accelerator, seconds: float, images: int, best: dict | None) -> None:
+    """Final summary; peak memory is gathered from every device."""
+    memory = torch.tensor([peak_memory_gb(accelerator.device)], device=accelerator.device)
+    memories = accelerator.gather(memory).tolist()
+    if not accelerator.is_main_process:
+        return
+    print(f"finished in {format_duration(seconds)} | {images / max(seconds, 1e-9):.1f} img/s over the run")
+    if accelerator.device.type == "cuda":
+        print("peak memory per device: " + ", ".join(f"rank {i}: {m:.2f} GiB" for i, m in enumerate(memories)))
+    if best:
+        print("best: " + ", ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in best.items()))
