@@ -74,7 +74,7 @@ def resolve_resume(resume: str, run_dir: Path) -> Path:
     latest = checkpoint_root(candidate) / "latest"
     if latest.is_file():
         candidate = checkpoint_root(candidate) / latest.read_text().strip()
-    if not (candidate / "custom_checkpoint_1.pkl").is_file():
+    if not (candidate / "custom_checkpoint_0.pkl").is_file():
         raise FileNotFoundError(
             f"--resume {resume}: no complete checkpoint at {candidate} (expected a checkpoint-* folder or a run "
             "folder whose checkpoints/latest names one)")

@@ -1,0 +1,63 @@
+"""The training config: flags, YAML defaults, validation, round trip."""
+
+import pytest
+import yaml
+
+from yolo11.engine.config import TrainConfig, parse_config, save_config
+
+
+def test_defaults_are_ultralytics_recipe():
+    config = parse_config([])
+    assert (config.optim.lr0, config.optim.lrf, config.optim.momentum) == (0.01, 0.01, 0.937)
+    assert (config.optim.weight_decay, config.optim.nominal_batch, config.optim.warmup_epochs) == (5e-4, 64, 3.0)
+    assert (config.data.mosaic, config.data.fliplr, config.data.close_mosaic) == (1.0, 0.5, 10)
+    assert (config.optim.ema_decay, config.optim.ema_tau, config.optim.clip_grad) == (0.9999, 2000.0, 10.0)
+
+
+def test_flags_types_and_booleans():
+    config = parse_config(["--lr0", "0.02", "--max-boxes", "50", "--no-ema", "--compile", "--grad-accum", "none"])
+    assert config.optim.lr0 == 0.02 and config.data.max_boxes == 50
+    assert config.optim.ema is False and config.run.compile is True and config.optim.grad_accum is None
+    assert parse_config(["--ema", "false"]).optim.ema is False
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--imgsz", "100"], "multiple of 32"),
+    (["--mosaic", "1.5"], "probability"),
+    (["--optimizer", "Lion"], "invalid choice"),
+    (["--epochs", "0"], ">= 1"),
+    (["--pretrained"], "timm --backbone"),
+])
+def test_invalid_flags_exit_with_message(argv, message, capsys):
+    with pytest.raises(SystemExit) as exc:
+        parse_config(argv)
+    assert exc.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_yaml_defaults_and_unknown_key(tmp_path, capsys):
+    good = tmp_path / "good.yaml"
+    good.write_text("lr0: 0.005\nclose-mosaic: 3\n")
+    config = parse_config(["--config", str(good), "--lrf", "0.1"])
+    assert (config.optim.lr0, config.data.close_mosaic, config.optim.lrf) == (0.005, 3, 0.1)
+    # Flags win over the YAML.
+    assert parse_config(["--config", str(good), "--lr0", "0.1"]).optim.lr0 == 0.1
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("lr_zero: 0.1\n")
+    with pytest.raises(SystemExit):
+        parse_config(["--config", str(bad)])
+    assert "unknown key 'lr_zero'" in capsys.readouterr().err
+
+
+def test_saved_config_round_trips_and_reloads_as_defaults(tmp_path):
+    config = parse_config(["--epochs", "7", "--backbone", "resnet18", "--mixup", "0.2"])
+    path = tmp_path / "config.yaml"
+    save_config(config, path)
+    assert TrainConfig.from_dict(yaml.safe_load(path.read_text())) == config
+    assert parse_config(["--config", str(path)]) == config
+
+
+def test_config_is_frozen():
+    config = parse_config([])
+    with pytest.raises(AttributeError):
+        config.run.epochs = 3

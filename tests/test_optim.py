@@ -1,0 +1,111 @@
+"""Optimizer groups, Ultralytics' 'auto' rule, warmup and schedule, the run plan, EMA."""
+
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from yolo11.engine.config import parse_config
+from yolo11.engine.ema import ModelEMA
+from yolo11.engine.optim import (
+    OptimizerChoice,
+    WarmupSchedule,
+    build_optimizer,
+    lr_lambda,
+    lr_scale_for_batch,
+    parameter_groups,
+)
+from yolo11.engine.setup import plan_run
+
+
+def tiny_net():
+    return nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.Conv2d(4, 2, 1, bias=True), nn.LayerNorm(2))
+
+
+def test_parameter_groups_split_biases_weights_norms():
+    net = tiny_net()
+    biases, weights, norms = parameter_groups(net)
+    assert {id(p) for p in weights} == {id(net[0].weight), id(net[2].weight)}
+    assert {id(p) for p in norms} == {id(net[1].weight), id(net[3].weight)}
+    assert len(biases) == 4  # conv, bn, conv, layernorm
+    optimizer = build_optimizer(net, OptimizerChoice("SGD", 0.01, 0.9), weight_decay=5e-4)
+    assert [g["weight_decay"] for g in optimizer.param_groups] == [0.0, 5e-4, 0.0]
+    assert optimizer.param_groups[0]["nesterov"] is True
+
+
+@pytest.mark.parametrize("num_images, epochs, expected", [
+    (128, 100, ("AdamW", round(0.002 * 5 / 84, 6))),  # 2 iterations/epoch at nbs 64 -> 200 < 10k
+    (118_287, 100, ("SGD", 0.01)),
+])
+def test_auto_optimizer_follows_ultralytics(num_images, epochs, expected):
+    config = parse_config(["--epochs", str(epochs), "--batch-size", "16"])
+    plan = plan_run(config, num_processes=1, num_train_images=num_images, num_classes=80)
+    assert (plan.optimizer.name, plan.optimizer.lr) == expected
+
+
+def test_plan_accumulation_weight_decay_and_split():
+    config = parse_config(["--batch-size", "16", "--optimizer", "SGD"])
+    plan = plan_run(config, num_processes=4, num_train_images=1000, num_classes=80)
+    assert (plan.per_process_batch, plan.accumulation_steps, plan.effective_batch) == (4, 4, 64)
+    assert plan.weight_decay == pytest.approx(5e-4)
+    assert plan.batches_per_epoch == 63 and plan.steps_per_epoch == 16
+    assert plan.warmup_iters == max(round(3 * 63), 100)
+    big = plan_run(parse_config(["--batch-size", "128"]), 1, 1000, 80)
+    assert big.accumulation_steps == 1 and big.weight_decay == pytest.approx(5e-4 * 2)
+    with pytest.raises(ValueError, match="divisible"):
+        plan_run(parse_config(["--batch-size", "10"]), 4, 1000, 80)
+    assert plan_run(parse_config(["--warmup-epochs", "0"]), 1, 1000, 80).warmup_iters == -1
+
+
+def test_lr_scaling_rules():
+    assert lr_scale_for_batch("linear", 256, 64) == 1.0
+    assert lr_scale_for_batch("sqrt", 256, 64) == pytest.approx(0.5)
+    assert lr_scale_for_batch("none", 256, 64) == pytest.approx(0.25)
+
+
+def test_schedules_start_at_one_and_end_at_lrf():
+    for name in ("linear", "cosine"):
+        fn = lr_lambda(name, epochs=10, lrf=0.01)
+        assert fn(0) == pytest.approx(1.0) and fn(10) == pytest.approx(0.01)
+        assert fn(3) > fn(6)
+    assert lr_lambda("linear", 10, 0.01)(5) == pytest.approx(0.5 * 0.99 + 0.01)
+
+
+def test_warmup_interpolates_lr_bias_lr_and_momentum():
+    net = tiny_net()
+    optimizer = build_optimizer(net, OptimizerChoice("SGD", 0.01, 0.9), 5e-4)
+    schedule = WarmupSchedule(optimizer, lr_lambda("linear", 10, 0.01), warmup_iters=100, warmup_bias_lr=0.1,
+                              warmup_momentum=0.8, momentum=0.937, base_lr=0.01)
+    schedule.step(epoch=0, iteration=0)
+    assert schedule.lrs() == pytest.approx([0.1, 0.0, 0.0])
+    assert optimizer.param_groups[1]["momentum"] == pytest.approx(0.8)
+    schedule.step(epoch=0, iteration=50)
+    assert schedule.lrs() == pytest.approx([0.055, 0.005, 0.005])
+    assert optimizer.param_groups[1]["momentum"] == pytest.approx(0.8685)
+    schedule.step(epoch=2, iteration=500)
+    assert schedule.lrs() == pytest.approx([0.01 * (0.8 * 0.99 + 0.01)] * 3)
+    assert optimizer.param_groups[0]["momentum"] == pytest.approx(0.937)
+
+
+def test_ema_matches_closed_form():
+    net = tiny_net()
+    ema = ModelEMA(net, decay=0.9, tau=2.0)
+    start = {k: v.clone() for k, v in ema.module.state_dict().items()}
+    with torch.no_grad():
+        for p in net.parameters():
+            p.add_(1.0)
+        net[1].num_batches_tracked += 5
+    ema.update(net)
+    d = 0.9 * (1 - math.exp(-1 / 2.0))
+    for key, value in ema.module.state_dict().items():
+        source = net.state_dict()[key]
+        if value.dtype.is_floating_point:
+            torch.testing.assert_close(value, d * start[key] + (1 - d) * source)
+        else:
+            assert torch.equal(value, source)
+    assert not any(p.requires_grad for p in ema.module.parameters())
+    restored = ModelEMA(tiny_net())
+    restored.load_state_dict(ema.state_dict())
+    assert restored.updates == 1
+    torch.testing.assert_close(restored.module.state_dict(), ema.module.state_dict())

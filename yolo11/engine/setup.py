@@ -1,0 +1,131 @@
+"""``build_*`` functions: the only place where the training config is read and turned into objects.
+
+``plan_run`` computes, once, every value derived from the config and the launch (world size, per-process batch,
+accumulation, scaled weight decay, the optimizer 'auto' choice, warmup length); the rest of the engine receives
+those values as explicit arguments.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from accelerate import Accelerator, DataLoaderConfiguration, PartialState
+from accelerate.utils import (
+    DistributedDataParallelKwargs,
+    DistributedType,
+    InitProcessGroupKwargs,
+    ProjectConfiguration,
+    broadcast_object_list,
+)
+from datetime import timedelta
+from torch import nn
+
+from yolo11.engine.config import TrainConfig
+from yolo11.engine.optim import OptimizerChoice, lr_scale_for_batch, resolve_optimizer
+
+
+class LaunchError(RuntimeError):
+    """The processes were started in a way that would not train correctly."""
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    num_processes: int
+    per_process_batch: int
+    accumulation_steps: int
+    weight_decay: float
+    optimizer: OptimizerChoice
+    steps_per_epoch: int  # optimizer steps
+    batches_per_epoch: int  # per process
+    warmup_iters: int  # batches; -1 disables warmup
+
+    @property
+    def effective_batch(self) -> int:
+        return self.per_process_batch * self.num_processes * self.accumulation_steps
+
+
+def check_launch(state: PartialState) -> None:
+    """Refuse N processes that each think they are alone (FIELD-NOTES: a MULTI_GPU config on a CPU-only host)."""
+    launched = int(os.environ.get("WORLD_SIZE", "1"))
+    if launched != state.num_processes:
+        raise LaunchError(
+            f"{launched} processes were launched (WORLD_SIZE={launched}) but this one sees a world of "
+            f"{state.num_processes} ({state.distributed_type}): they would train independently and overwrite one "
+            "another's outputs. On a machine without GPUs set ACCELERATE_USE_CPU=1 for multi-process CPU training, "
+            "or use accelerate_configs/cpu.yaml.")
+
+
+def plan_run(config: TrainConfig, num_processes: int, num_train_images: int, num_classes: int) -> RunPlan:
+    run, optim = config.run, config.optim
+    if run.batch_size % num_processes:
+        raise ValueError(f"--batch-size {run.batch_size} is the global batch and must be divisible by the "
+                         f"{num_processes} processes")
+    per_process = run.batch_size // num_processes
+    accumulation = optim.grad_accum or max(round(optim.nominal_batch / run.batch_size), 1)
+    weight_decay = optim.weight_decay * run.batch_size * accumulation / optim.nominal_batch
+    batches_per_epoch = math.ceil(num_train_images / run.batch_size)
+    # Ultralytics counts iterations for optimizer='auto' at the nominal batch.
+    auto_iterations = math.ceil(num_train_images / max(run.batch_size, optim.nominal_batch)) * run.epochs
+    choice = resolve_optimizer(optim, num_classes, auto_iterations)
+    scale = lr_scale_for_batch(optim.lr_scaling, run.batch_size * accumulation, optim.nominal_batch)
+    choice = OptimizerChoice(choice.name, choice.lr * scale, choice.momentum)
+    warmup = max(round(optim.warmup_epochs * batches_per_epoch), 100) if optim.warmup_epochs > 0 else -1
+    return RunPlan(
+        num_processes=num_processes,
+        per_process_batch=per_process,
+        accumulation_steps=accumulation,
+        weight_decay=weight_decay,
+        optimizer=choice,
+        steps_per_epoch=math.ceil(batches_per_epoch / accumulation),
+        batches_per_epoch=batches_per_epoch,
+        warmup_iters=warmup,
+    )
+
+
+def resolve_run_dir(config: TrainConfig, state: PartialState) -> Path:
+    """``output_dir/name``, or ``name2``, ``name3`` ... when it exists; decided on the main process for all ranks."""
+    run = config.run
+    base = Path(run.output_dir) / run.name
+    choice = [None]
+    if state.is_main_process:
+        path = base
+        if not (run.exist_ok or run.resume):
+            index = 2
+            while path.exists():
+                path, index = base.with_name(f"{base.name}{index}"), index + 1
+        path.mkdir(parents=True, exist_ok=True)
+        choice = [str(path)]
+    if state.num_processes > 1:
+        broadcast_object_list(choice, from_process=0)
+    return Path(choice[0])
+
+
+def build_accelerator(config: TrainConfig, plan: RunPlan, run_dir: Path, log_with: list[str]) -> Accelerator:
+    return Accelerator(
+        gradient_accumulation_steps=plan.accumulation_steps,
+        log_with=log_with or None,
+        project_config=ProjectConfiguration(project_dir=str(run_dir), logging_dir=str(run_dir)),
+        dataloader_config=DataLoaderConfiguration(non_blocking=torch.cuda.is_available()),
+        kwargs_handlers=[
+            # The DFL conv is frozen; every other parameter gets a gradient every step.
+            DistributedDataParallelKwargs(find_unused_parameters=False),
+            # A rank that dies is caught by the launcher; a slow one (rank-0 evaluation) must not time out others.
+            InitProcessGroupKwargs(timeout=timedelta(minutes=30)),
+        ],
+    )
+
+
+def maybe_sync_batchnorm(model: nn.Module, requested: bool, accelerator: Accelerator) -> nn.Module:
+    """SyncBatchNorm only for multi-process CUDA runs (it raises on CPU/gloo); call before ``prepare``."""
+    if not requested:
+        return model
+    if accelerator.distributed_type == DistributedType.MULTI_GPU and accelerator.num_processes > 1:
+        return nn.SyncBatchNorm.convert_sync_batchnorm(model)
+    warnings.warn(f"--sync-bn ignored: it needs several CUDA processes (this run: {accelerator.num_processes} "
+                  f"process(es), {accelerator.distributed_type})", stacklevel=2)
+    return model
