@@ -1,0 +1,112 @@
+"""Post-processing: decode and NMS against Ultralytics' outputs; NMS rules; letterbox inversion."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from yolo11.postprocess import Postprocessor, decode, letterbox_params, non_max_suppression, scale_boxes
+
+REFERENCE = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "reference" / "yolo11n_coco128_outputs.npz"
+VAL = dict(conf=0.001, iou=0.7, max_det=300, multi_label=True)
+PREDICT = dict(conf=0.25, iou=0.7, max_det=300, multi_label=False)
+
+
+@pytest.fixture(scope="module")
+def reference():
+    if not REFERENCE.exists():
+        pytest.skip(f"reference outputs not found at {REFERENCE}")
+    data = np.load(REFERENCE)
+    return [torch.from_numpy(data[f"raw_p{level}"]) for level in (3, 4, 5)], data
+
+
+def test_decode_matches_ultralytics(reference):
+    feats, data = reference
+    decoded = decode(feats)
+    expected = torch.from_numpy(data["decoded"])
+    assert decoded.shape == expected.shape == (2, 84, 8400)
+    # boxes: float32 rounding of the grid-cell values times the stride (a few ulp at ~500 px)
+    torch.testing.assert_close(decoded[:, :4], expected[:, :4], rtol=0, atol=5e-4)
+    torch.testing.assert_close(decoded[:, 4:], expected[:, 4:], rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("setting", ["val", "pred"])
+@pytest.mark.parametrize("source", ["reference_decoded", "our_decode"])
+def test_nms_matches_ultralytics(reference, setting, source):
+    feats, data = reference
+    decoded = torch.from_numpy(data["decoded"]) if source == "reference_decoded" else decode(feats)
+    detections = non_max_suppression(decoded, **(VAL if setting == "val" else PREDICT))
+    atol = 1e-5 if source == "reference_decoded" else 5e-4  # see test_decode_matches_ultralytics
+    for image, det in enumerate(detections):
+        expected = torch.from_numpy(data[f"det_{setting}_{image}"])
+        assert det.shape == expected.shape
+        # same order too: both sort by decreasing score and the scores here have no ties
+        torch.testing.assert_close(det[:, :4], expected[:, :4], rtol=0, atol=atol)
+        torch.testing.assert_close(det[:, 4], expected[:, 4], rtol=0, atol=1e-6)
+        assert torch.equal(det[:, 5], expected[:, 5])
+    if setting == "val":
+        assert len(detections[0]) == 300  # the max_det cap is reached
+
+
+def decoded_from(boxes_xyxy: list[list[float]], scores: list[list[float]]) -> torch.Tensor:
+    """A one-image ``(1, 4 + C, A)`` decoded tensor from xyxy boxes and per-class scores."""
+    boxes = torch.tensor(boxes_xyxy)
+    xywh = torch.cat(((boxes[:, :2] + boxes[:, 2:]) / 2, boxes[:, 2:] - boxes[:, :2]), 1)
+    return torch.cat((xywh, torch.tensor(scores)), 1).T[None]
+
+
+def test_nms_suppresses_within_a_class_only():
+    boxes = [[0, 0, 10, 10], [1, 0, 11, 10], [0, 0, 10, 10], [50, 50, 60, 60]]
+    scores = [[0.9, 0.0], [0.8, 0.0], [0.0, 0.7], [0.6, 0.0]]  # box 1 overlaps box 0 (IoU 0.82), box 2 another class
+    det = non_max_suppression(decoded_from(boxes, scores), conf=0.5, iou=0.7)[0]
+    assert det[:, 4].tolist() == pytest.approx([0.9, 0.7, 0.6])
+    assert det[:, 5].tolist() == [0, 1, 0]
+    agnostic = non_max_suppression(decoded_from(boxes, scores), conf=0.5, iou=0.7, agnostic=True)[0]
+    assert agnostic[:, 4].tolist() == pytest.approx([0.9, 0.6])
+
+
+def test_multi_label_conf_and_caps():
+    boxes = [[0, 0, 10, 10], [20, 20, 30, 30], [40, 40, 50, 50]]
+    scores = [[0.9, 0.6], [0.5, 0.2], [0.3, 0.1]]
+    decoded = decoded_from(boxes, scores)
+    multi = non_max_suppression(decoded, conf=0.3, multi_label=True)[0]
+    assert multi[:, 4].tolist() == pytest.approx([0.9, 0.6, 0.5])  # 0.3 is not strictly above conf
+    assert multi[:, 5].tolist() == [0, 1, 0]
+    single = non_max_suppression(decoded, conf=0.3, multi_label=False)[0]
+    assert single[:, 4].tolist() == pytest.approx([0.9, 0.5])
+    assert len(non_max_suppression(decoded, conf=0.0, max_det=2)[0]) == 2
+    assert non_max_suppression(decoded, conf=0.0, max_nms=1)[0][:, 4].tolist() == pytest.approx([0.9])
+    assert non_max_suppression(decoded, conf=0.95)[0].shape == (0, 6)
+
+
+def test_letterbox_params():
+    assert letterbox_params((480, 640), (640, 640)) == (1.0, 1.0, 80, 0)
+    gain_h, gain_w, top, left = letterbox_params((427, 640), (640, 640))  # odd padding: round(106.5 - 0.1) = 106
+    assert (gain_h, gain_w, top, left) == (1.0, 1.0, 106, 0)
+    gain, _, top, left = letterbox_params((1000, 500), (640, 640))
+    assert gain == pytest.approx(0.64) and (top, left) == (0, 160)
+
+
+def test_scale_boxes_inverts_letterbox_and_clips():
+    orig_size = (1000, 500)
+    gain_h, gain_w, top, left = letterbox_params(orig_size, (640, 640))
+    original = torch.tensor([[10.0, 20.0, 300.0, 900.0], [0.0, 0.0, 500.0, 1000.0]])
+    letterboxed = original * torch.tensor([gain_w, gain_h, gain_w, gain_h]) + torch.tensor([left, top, left, top])
+    ratio_pad = torch.tensor([gain_h, gain_w, top, left])
+    torch.testing.assert_close(scale_boxes(letterboxed, ratio_pad, torch.tensor(orig_size)), original)
+    outside = torch.tensor([[100.0, -20.0, 700.0, 660.0]])  # beyond the image on three sides
+    assert scale_boxes(outside, ratio_pad, torch.tensor(orig_size)).tolist() == [[0.0, 0.0, 500.0, 1000.0]]
+
+
+def test_postprocessor_maps_to_original_pixels(reference):
+    feats, _ = reference
+    ratio_pad = torch.tensor([[0.5, 0.5, 80.0, 0.0], [1.0, 1.0, 0.0, 0.0]])
+    orig_sizes = torch.tensor([[960, 1280], [640, 640]])
+    post = Postprocessor(**VAL)
+    in_input = post(feats)
+    in_original = post(feats, ratio_pad, orig_sizes)
+    for det, det_orig, pad, size in zip(in_input, in_original, ratio_pad, orig_sizes, strict=True):
+        torch.testing.assert_close(det_orig[:, :4], scale_boxes(det[:, :4], pad, size))
+        assert torch.equal(det_orig[:, 4:], det[:, 4:])
+    assert in_original[0][:, 2].max() > 640  # really rescaled (gain 0.5)
