@@ -116,7 +116,7 @@ class RunConfig:
     resume: str | None = _opt(None, "resume from a checkpoint folder, a run folder, or 'auto' (latest of this run)")
     save_period: int = _opt(1, "save a resumable checkpoint every N epochs (the latest is always kept)")
     keep_checkpoints: int = _opt(2, "how many resumable checkpoints to keep")
-    val_interval: int = _opt(1, "validate every N epochs (and always after the last)")
+    val_interval: int = _opt(1, "validate every N epochs and after the last (0: never, for benchmarks)")
     patience: int = _opt(100, "stop after N epochs without a better fitness (0 disables)")
     max_steps: int | None = _opt(None, "stop after this many optimizer steps (smoke runs); state is saved")
     report_to: str = _opt("none", "trackers: wandb, tensorboard, all or none (comma lists allowed)")
@@ -137,8 +137,8 @@ class RunConfig:
             raise ValueError("--epochs and --batch-size must be >= 1")
         if self.max_steps is not None and self.max_steps < 1:
             raise ValueError(f"--max-steps must be >= 1, got {self.max_steps}")
-        if self.save_period < 1 or self.val_interval < 1 or self.keep_checkpoints < 1:
-            raise ValueError("--save-period, --val-interval and --keep-checkpoints must be >= 1")
+        if self.save_period < 1 or self.val_interval < 0 or self.keep_checkpoints < 1:
+            raise ValueError("--save-period and --keep-checkpoints must be >= 1, --val-interval >= 0")
 
 
 @dataclass(frozen=True)

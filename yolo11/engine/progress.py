@@ -36,6 +36,7 @@ class Progress:
         self.steps_per_epoch = steps_per_epoch
         self.start = time.perf_counter()
         self.steps_at_start: int | None = None
+        self._window: tuple[int, float] | None = None  # (images, time) at the previous line
 
     def step(self, state: TrainState, epoch: int, mean_losses: torch.Tensor, lrs: list[float], images: int,
              epoch_seconds: float) -> None:
@@ -43,12 +44,17 @@ class Progress:
             self.steps_at_start = state.optimizer_steps - 1
         if state.optimizer_steps % self.interval:
             return
-        losses = mean_losses.tolist()
-        throughput = images / max(epoch_seconds, 1e-9)
+        losses = mean_losses.tolist()  # the host sync: everything queued so far has run
+        now = time.perf_counter()
+        if self._window is None or images < self._window[0]:  # first line of the run or of an epoch
+            throughput = images / max(epoch_seconds, 1e-9)
+        else:  # images/s since the previous line, measured after the sync
+            throughput = (images - self._window[0]) / max(now - self._window[1], 1e-9)
+        self._window = (images, now)
         memory = peak_memory_gb(self.accelerator.device)
         done = state.optimizer_steps - self.steps_at_start
         remaining = self.epochs * self.steps_per_epoch - state.optimizer_steps
-        eta = (time.perf_counter() - self.start) / max(done, 1) * remaining
+        eta = (now - self.start) / max(done, 1) * remaining
         values = {f"train/{name}": value for name, value in zip(LOSS_NAMES, losses, strict=True)}
         values.update({f"lr/pg{i}": lr for i, lr in enumerate(lrs)})
         values.update({"throughput/img_s": throughput, "memory/peak_gb": memory, "epoch": epoch})

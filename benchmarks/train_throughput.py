@@ -1,0 +1,229 @@
+"""Training throughput of yolo11-accelerate and, when importable, of Ultralytics, on the same GPU and data.
+
+    python benchmarks/train_throughput.py --mode step --model yolo11n --batch 128            # model step only
+    python benchmarks/train_throughput.py --mode e2e --model yolo11n --batch 128 --workers 16 # whole trainer
+
+``step``: a synthetic uint8 batch already on the GPU, ~8 boxes per image; forward, loss (assigner included),
+backward, optimizer step; median over timed steps after warm-up; peak memory. ``e2e``: coco128 replicated to
+``--images`` images (symlinks), mosaic on, 640 px: our ``train_accelerate.py`` through ``accelerate launch`` and
+Ultralytics' trainer, each for ``--steps`` batches, img/s over the steady-state window. Prints both and the ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / "shared" / "data"
+sys.path.insert(0, str(ROOT))
+
+
+def synthetic_targets(batch: int, imgsz: int, boxes_per_image: int, generator: torch.Generator):
+    centres = torch.rand(batch, boxes_per_image, 2, generator=generator) * imgsz
+    sizes = (torch.rand(batch, boxes_per_image, 2, generator=generator) * 0.3 + 0.05) * imgsz
+    xyxy = torch.cat([centres - sizes / 2, centres + sizes / 2], -1).clamp(0, imgsz)
+    labels = torch.randint(0, 80, (batch, boxes_per_image), generator=generator)
+    return xyxy, labels
+
+
+def time_steps(step, warmup: int, steps: int) -> list[float]:
+    for _ in range(warmup):
+        step()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(steps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        step()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / 1000)
+    return times
+
+
+def ours_step(args) -> dict:
+    import yolo11
+    from yolo11.engine.optim import OptimizerChoice, build_optimizer
+    from yolo11.loss import DetectionLoss
+
+    device = torch.device("cuda")
+    model = yolo11.create_model(args.model, num_classes=80).to(device).train()
+    if args.channels_last:
+        model = model.to(memory_format=torch.channels_last)
+    criterion = DetectionLoss(80)
+    optimizer = build_optimizer(model, OptimizerChoice("SGD", 0.01, 0.937), 5e-4)
+    if args.compile:
+        model, criterion = torch.compile(model), torch.compile(criterion)
+    g = torch.Generator().manual_seed(0)
+    images = torch.randint(0, 256, (args.batch, 3, args.imgsz, args.imgsz), dtype=torch.uint8, generator=g)
+    images = images.to(device)
+    boxes, labels = (t.to(device) for t in synthetic_targets(args.batch, args.imgsz, 8, g))
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[args.precision]
+
+    def step():
+        x = images.float().div_(255)
+        if args.channels_last:
+            x = x.contiguous(memory_format=torch.channels_last)
+        with torch.autocast("cuda", dtype=dtype):
+            feats = model(x)
+        loss, _ = criterion([f.float() for f in feats], boxes, labels)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 10.0, foreach=True)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    torch.cuda.reset_peak_memory_stats()
+    times = time_steps(step, args.warmup, args.steps)
+    return {"img_s": args.batch / statistics.median(times), "peak_gb": torch.cuda.max_memory_allocated() / 2**30}
+
+
+def ultralytics_step(args) -> dict:
+    from ultralytics.cfg import get_cfg
+    from ultralytics.nn.tasks import DetectionModel
+
+    device = torch.device("cuda")
+    model = DetectionModel(f"{args.model}.yaml", nc=80, verbose=False).to(device).train()
+    model.args = get_cfg()
+    if args.channels_last:
+        model = model.to(memory_format=torch.channels_last)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.937, nesterov=True)
+    g = torch.Generator().manual_seed(0)
+    images = torch.randint(0, 256, (args.batch, 3, args.imgsz, args.imgsz), dtype=torch.uint8, generator=g).to(device)
+    xyxy, labels = synthetic_targets(args.batch, args.imgsz, 8, g)
+    xywh = torch.cat([(xyxy[..., :2] + xyxy[..., 2:]) / 2, xyxy[..., 2:] - xyxy[..., :2]], -1) / args.imgsz
+    batch = {"batch_idx": torch.arange(args.batch).repeat_interleave(8).float().to(device),
+             "cls": labels.reshape(-1, 1).float().to(device), "bboxes": xywh.reshape(-1, 4).to(device)}
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[args.precision]
+    scaler = torch.amp.GradScaler("cuda", enabled=dtype == torch.float16)
+
+    def step():
+        x = images.float() / 255
+        if args.channels_last:
+            x = x.contiguous(memory_format=torch.channels_last)
+        with torch.autocast("cuda", dtype=dtype):
+            loss, _ = model.loss({**batch, "img": x})
+        scaler.scale(loss.sum()).backward()
+        scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 10.0)
+        scaler.step(optimizer)
+        scaler.update()
+        optimizer.zero_grad()
+
+    torch.cuda.reset_peak_memory_stats()
+    times = time_steps(step, args.warmup, args.steps)
+    return {"img_s": args.batch / statistics.median(times), "peak_gb": torch.cuda.max_memory_allocated() / 2**30}
+
+
+def replicated_coco128(images: int, root: Path) -> Path:
+    """A data YAML over coco128 repeated (symlinks) to at least ``images`` images."""
+    source = SHARED / "coco128"
+    files = sorted((source / "images" / "train2017").glob("*.jpg"))
+    for sub in ("images", "labels"):
+        (root / sub / "train").mkdir(parents=True, exist_ok=True)
+    for i in range(images):
+        image = files[i % len(files)]
+        name = f"{i:06d}_{image.stem}"
+        (root / "images" / "train" / f"{name}.jpg").symlink_to(image)
+        label = source / "labels" / "train2017" / f"{image.stem}.txt"
+        if label.exists():
+            (root / "labels" / "train" / f"{name}.txt").symlink_to(label)
+    names = (SHARED / "coco128.yaml").read_text().split("names:", 1)[1]
+    yaml_path = root / "data.yaml"
+    yaml_path.write_text(f"path: {root}\ntrain: images/train\nval: images/train\nnames:{names}")
+    return yaml_path
+
+
+def ours_e2e(args, data: Path, out: Path) -> dict:
+    command = ["accelerate", "launch", "--config_file", str(ROOT / "accelerate_configs" / "1gpu.yaml"),
+               str(ROOT / "train_accelerate.py"), "--model", args.model, "--data", str(data), "--imgsz",
+               str(args.imgsz), "--batch-size", str(args.batch), "--workers", str(args.workers), "--epochs", "1",
+               "--max-steps", str(args.steps), "--val-interval", "0", "--log-interval", "5", "--plots", "false",
+               "--output-dir", str(out), "--name", "ours", "--optimizer", "SGD", "--cache-dir", str(out / "cache"),
+               "--grad-accum", "1", *args.ours_args]
+    started = time.perf_counter()
+    result = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    (out / "ours.log").write_text(result.stdout + result.stderr)
+    if result.returncode:
+        raise RuntimeError(f"our trainer failed (see {out / 'ours.log'}):\n{result.stderr[-3000:]}")
+    rates = [float(m) for m in re.findall(r"\| ([\d.]+) img/s", result.stdout)]
+    steady = rates[len(rates) // 2:] or rates  # skip compile/warm-up lines
+    return {"img_s": statistics.median(steady), "wall_s": time.perf_counter() - started, "windows": rates}
+
+
+def ultralytics_e2e(args, data: Path, out: Path) -> dict:
+    from ultralytics import YOLO
+
+    model = YOLO(f"{args.model}.yaml")
+    stamps: list[float] = []
+
+    def on_batch_end(trainer):
+        stamps.append(time.perf_counter())
+        if len(stamps) >= args.steps:
+            raise KeyboardInterrupt  # stop after the same number of batches as ours
+
+    model.add_callback("on_train_batch_end", on_batch_end)
+    try:
+        model.train(data=str(data), epochs=1, batch=args.batch, imgsz=args.imgsz, workers=args.workers, val=False,
+                    plots=False, amp=True, project=str(out), name="ultralytics", exist_ok=True, verbose=False,
+                    optimizer="SGD", seed=0, deterministic=False)
+    except KeyboardInterrupt:
+        pass
+    gaps = [b - a for a, b in zip(stamps[len(stamps) // 2:], stamps[len(stamps) // 2 + 1:])]
+    return {"img_s": args.batch / statistics.median(gaps) if gaps else float("nan")}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--mode", choices=("step", "e2e"), default="step")
+    parser.add_argument("--model", default="yolo11n")
+    parser.add_argument("--batch", type=int, default=128)
+    parser.add_argument("--imgsz", type=int, default=640)
+    parser.add_argument("--precision", choices=("bf16", "fp16"), default="bf16")
+    parser.add_argument("--channels-last", action=argparse.BooleanOptionalAction, default=True)
+    parser.add_argument("--compile", action="store_true", help="torch.compile our model and loss (step mode)")
+    parser.add_argument("--warmup", type=int, default=10)
+    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--workers", type=int, default=16)
+    parser.add_argument("--images", type=int, default=1024)
+    parser.add_argument("--skip-ultralytics", action="store_true")
+    parser.add_argument("--ours-args", nargs=argparse.REMAINDER, default=[], help="extra flags for our trainer")
+    args = parser.parse_args(argv)
+    if not torch.cuda.is_available():
+        raise SystemExit("this benchmark needs a CUDA GPU")
+    try:
+        import ultralytics  # noqa: F401
+
+        have_ultralytics = not args.skip_ultralytics
+    except ImportError:
+        have_ultralytics = False
+    report = {"mode": args.mode, "model": args.model, "batch": args.batch, "imgsz": args.imgsz,
+              "gpu": torch.cuda.get_device_name(), "torch": torch.__version__}
+    if args.mode == "step":
+        report.update(precision=args.precision, channels_last=args.channels_last, compile=args.compile)
+        report["ours"] = ours_step(args)
+        if have_ultralytics:
+            report["ultralytics"] = ultralytics_step(args)
+    else:
+        with tempfile.TemporaryDirectory() as tmp:
+            data = replicated_coco128(args.images, Path(tmp) / "data")
+            report["ours"] = ours_e2e(args, data, Path(tmp))
+            if have_ultralytics:
+                report["ultralytics"] = ultralytics_e2e(args, data, Path(tmp))
+    if "ultralytics" in report:
+        report["ratio"] = report["ours"]["img_s"] / report["ultralytics"]["img_s"]
+    print(json.dumps(report, indent=1))
+
+
+if __name__ == "__main__":
+    main()

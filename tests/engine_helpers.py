@@ -1,0 +1,40 @@
+"""Running the trainer in subprocesses for the end-to-end tests."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from safetensors.torch import load_file
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIGS = ROOT / "accelerate_configs"
+ACCELERATE = str(Path(sys.executable).with_name("accelerate"))
+
+# Small, fast synthetic data: 24 train images of 64 px.
+TINY_DATA = "synthetic:num_images=24,imgsz=64"
+TINY_FLAGS = ["--data", TINY_DATA, "--imgsz", "64", "--workers", "0", "--plots", "false", "--optimizer", "SGD",
+              "--warmup-epochs", "0", "--log-interval", "1"]
+
+
+def launch(args: list[str], *, config: str = "cpu.yaml", script: Path = ROOT / "train_accelerate.py",
+           env: dict | None = None, timeout: float = 600, cpu_ddp: bool = False) -> subprocess.CompletedProcess:
+    """``accelerate launch --config_file accelerate_configs/<config> <script> <args>``."""
+    environment = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1", **(env or {})}
+    environment.pop("ACCELERATE_USE_CPU", None)
+    if cpu_ddp:
+        environment["ACCELERATE_USE_CPU"] = "1"
+    command = [ACCELERATE, "launch", "--config_file", str(CONFIGS / config if "/" not in config else config),
+               str(script), *args]
+    return subprocess.run(command, capture_output=True, text=True, env=environment, timeout=timeout, cwd=ROOT)
+
+
+def checkpoint_model(run_dir: Path) -> dict:
+    latest = (run_dir / "checkpoints" / "latest").read_text().strip()
+    return load_file(run_dir / "checkpoints" / latest / "model.safetensors")
+
+
+def describe(result: subprocess.CompletedProcess) -> str:
+    return f"exit {result.returncode}\n--- stdout ---\n{result.stdout[-4000:]}\n--- stderr ---\n{result.stderr[-4000:]}"

@@ -1,0 +1,125 @@
+"""The trainer end to end through ``accelerate launch`` on CPU: DDP, resume, failures, launch checks."""
+
+from __future__ import annotations
+
+import csv
+import subprocess
+
+import pytest
+import torch
+from engine_helpers import ACCELERATE, ROOT, TINY_FLAGS, checkpoint_model, describe, launch
+from safetensors.torch import load_file
+
+pytestmark = pytest.mark.slow
+
+
+def read_results(run_dir):
+    with open(run_dir / "results.csv") as fh:
+        return list(csv.DictReader(fh))
+
+
+def test_two_process_ddp_step_equals_single_process(tmp_path):
+    """One optimizer step on 2 CPU processes (gloo) x 4 images == 1 process accumulating 2 x 4 images.
+
+    BatchNorm statistics are per micro-batch in both, and each micro-batch loss is normalised by its own target
+    scores in both, so the parameters must agree to float rounding.
+    """
+    common = [*TINY_FLAGS, "--max-steps", "1", "--nominal-batch", "8", "--epochs", "2", "--no-ema",
+              "--output-dir", str(tmp_path)]
+    ddp = launch([*common, "--batch-size", "8", "--name", "ddp"], config="2gpu.yaml", cpu_ddp=True)
+    assert ddp.returncode == 0, describe(ddp)
+    assert "2 process(es) x batch 4 x accumulation 1" in ddp.stdout
+    single = launch([*common, "--batch-size", "4", "--name", "single"])
+    assert single.returncode == 0, describe(single)
+    assert "1 process(es) x batch 4 x accumulation 2" in single.stdout
+    initial = launch([*common, "--batch-size", "4", "--name", "init", "--lr0", "1e-12", "--momentum", "0"])
+    assert initial.returncode == 0, describe(initial)
+    a, b, start = (checkpoint_model(tmp_path / n) for n in ("ddp", "single", "init"))
+    assert a.keys() == b.keys()
+    moved = 0.0
+    for key in a:
+        if key.endswith(("running_mean", "running_var", "num_batches_tracked")):
+            continue  # DDP keeps rank 0's running statistics, the single process both micro-batches'
+        torch.testing.assert_close(a[key], b[key], rtol=0, atol=1e-6, msg=key)
+        moved = max(moved, (a[key] - start[key]).abs().max().item())
+    assert moved > 1e-5, "the step did not change the weights: the comparison would prove nothing"
+
+
+def test_resume_mid_epoch_is_bitwise_identical(tmp_path):
+    """4 epochs straight == stop mid-epoch 2 (--max-steps) + --resume auto, weights and metrics bitwise."""
+    common = [*TINY_FLAGS, "--epochs", "4", "--batch-size", "8", "--nominal-batch", "8", "--output-dir",
+              str(tmp_path), "--close-mosaic", "1"]
+    straight = launch([*common, "--name", "straight"])
+    assert straight.returncode == 0, describe(straight)
+    first = launch([*common, "--name", "resumed", "--max-steps", "5"])  # 3 steps per epoch: stops inside epoch 2
+    assert first.returncode == 0, describe(first)
+    assert len(read_results(tmp_path / "resumed")) == 1
+    second = launch([*common, "--name", "resumed", "--resume", "auto"])
+    assert second.returncode == 0, describe(second)
+    assert "resumed from" in second.stdout and "batch 2" in second.stdout
+    a = load_file(tmp_path / "straight" / "weights" / "last.safetensors")
+    b = load_file(tmp_path / "resumed" / "weights" / "last.safetensors")
+    assert a.keys() == b.keys()
+    for key in a:
+        assert torch.equal(a[key], b[key]), key
+    rows_a, rows_b = read_results(tmp_path / "straight"), read_results(tmp_path / "resumed")
+    assert len(rows_a) == len(rows_b) == 4
+    for row_a, row_b in zip(rows_a, rows_b, strict=True):
+        for column in row_a:
+            if column.startswith(("train/", "val/", "metrics/", "lr/")):
+                assert row_a[column] == row_b[column], (row_a["epoch"], column)
+
+
+def test_gpu_config_on_cpu_host_is_refused(tmp_path):
+    """FIELD-NOTES trap: a MULTI_GPU config without ACCELERATE_USE_CPU starts independent processes."""
+    if torch.cuda.is_available():
+        pytest.skip("the trap exists only on hosts without CUDA")
+    result = launch([*TINY_FLAGS, "--output-dir", str(tmp_path), "--max-steps", "1", "--batch-size", "8"],
+                    config="2gpu.yaml")
+    assert result.returncode != 0
+    assert "would train independently" in result.stderr + result.stdout
+
+
+def test_accelerate_config_default_then_launch(tmp_path):
+    config = tmp_path / "default_config.yaml"
+    made = subprocess.run([ACCELERATE, "config", "default", "--config_file", str(config)], capture_output=True,
+                          text=True)
+    assert made.returncode == 0 and config.is_file(), made.stderr
+    result = launch([*TINY_FLAGS, "--output-dir", str(tmp_path), "--max-steps", "1", "--batch-size", "8"],
+                    config=str(config))
+    assert result.returncode == 0, describe(result)
+    assert (tmp_path / "exp" / "checkpoints" / "latest").is_file()
+
+
+def test_wrong_flag_and_wrong_config_file_get_clear_errors(tmp_path):
+    bad_flag = launch([*TINY_FLAGS, "--optimizer", "Lion"])
+    assert bad_flag.returncode != 0 and "--optimizer" in bad_flag.stderr and "Lion" in bad_flag.stderr
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("lr_zero: 0.1\n")
+    bad_yaml = launch([*TINY_FLAGS, "--config", str(bad)])
+    assert bad_yaml.returncode != 0 and "unknown key 'lr_zero'" in bad_yaml.stderr
+    missing = launch([*TINY_FLAGS], config=str(tmp_path / "missing.yaml"))
+    assert missing.returncode != 0 and "missing.yaml" in missing.stderr
+
+
+def test_failing_rank_ends_every_rank(tmp_path):
+    """Rank 1 raises in its third step; both processes must end (no hang) with a non-zero exit."""
+    script = ROOT / "tests" / "faulty_train.py"
+    result = launch([*TINY_FLAGS, "--output-dir", str(tmp_path), "--batch-size", "8", "--epochs", "3"],
+                    script=script, config="2gpu.yaml", cpu_ddp=True, env={"FAULT_RANK": "1", "FAULT_STEP": "3"},
+                    timeout=300)
+    assert result.returncode != 0, describe(result)
+    assert "injected failure on rank 1" in result.stderr
+
+
+def test_crash_while_saving_leaves_previous_checkpoint_loadable(tmp_path):
+    """The second checkpoint write dies half-way; --resume auto still finds the first, complete one."""
+    script = ROOT / "tests" / "faulty_train.py"
+    common = [*TINY_FLAGS, "--output-dir", str(tmp_path), "--name", "run", "--batch-size", "8", "--epochs", "3"]
+    crashed = launch(common, script=script, env={"FAULT_IN_SAVE": "2"})
+    assert crashed.returncode != 0 and "injected failure while saving" in crashed.stderr, describe(crashed)
+    checkpoints = tmp_path / "run" / "checkpoints"
+    assert (checkpoints / "latest").read_text().strip() == "checkpoint-00000003"
+    resumed = launch([*common, "--resume", "auto"])
+    assert resumed.returncode == 0, describe(resumed)
+    assert "at epoch 2, batch 0" in resumed.stdout

@@ -1,0 +1,107 @@
+"""``train_one_epoch`` in process: accumulation scaling, NaN stop, state counters."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from accelerate import Accelerator
+from accelerate.state import AcceleratorState, GradientState
+
+import yolo11
+from yolo11.engine.checkpoint import TrainState
+from yolo11.engine.optim import OptimizerChoice, WarmupSchedule, build_optimizer, lr_lambda
+from yolo11.engine.progress import Progress
+from yolo11.engine.train import LossScale, NonFiniteLossError, train_one_epoch
+from yolo11.loss import DetectionLoss
+
+
+def reset_accelerate_state():
+    AcceleratorState._reset_state(reset_partial_state=True)
+    GradientState._reset_state()
+
+
+@pytest.fixture(autouse=True)
+def fresh_accelerate_state():
+    yield
+    reset_accelerate_state()
+
+
+def make_batch(images: torch.Tensor, seed: int) -> dict:
+    g = torch.Generator().manual_seed(seed)
+    n = images.shape[0]
+    xy = torch.rand(n, 2, 2, generator=g) * 40
+    boxes = torch.cat([xy, xy + 16 + torch.rand(n, 2, 2, generator=g) * 8], -1)
+    return {"images": images, "boxes": boxes, "labels": torch.randint(0, 3, (n, 2), generator=g)}
+
+
+def run(batches: list[dict], accumulation: int, model: torch.nn.Module, criterion=None, max_steps=None):
+    reset_accelerate_state()  # each run is a fresh process as far as Accelerate is concerned
+    accelerator = Accelerator(cpu=True, gradient_accumulation_steps=accumulation)
+    optimizer = build_optimizer(model, OptimizerChoice("SGD", 0.05, 0.9), 5e-4)
+    schedule = WarmupSchedule(optimizer, lr_lambda("linear", 10, 0.01), -1, 0.0, 0.8, 0.9, 0.05)
+    model, optimizer = accelerator.prepare(model, optimizer)
+    state = TrainState()
+    result = train_one_epoch(
+        accelerator=accelerator, model=model, criterion=criterion or DetectionLoss(3), optimizer=optimizer,
+        schedule=schedule, ema=None, loader=batches, state=state, epoch=0,
+        loss_scale=LossScale(1, accumulation), clip_grad=10.0, channels_last=False, max_steps=max_steps,
+        progress=Progress(accelerator, interval=1, epochs=1, steps_per_epoch=len(batches)))
+    return model, state, result
+
+
+def test_accumulated_micro_batches_equal_one_large_batch():
+    """Two identical micro-batches of 4 accumulated == one batch of those 8 images.
+
+    With duplicated halves the large batch has the same BatchNorm statistics and twice the target-score sum as
+    each half, so Ultralytics' per-batch normalisation times batch size gives the same gradient exactly when
+    the accumulation scaling (x accumulation steps, undoing Accelerate's division) is right.
+    """
+    torch.manual_seed(0)
+    model = yolo11.create_model("yolo11n", num_classes=3)
+    images = torch.randint(0, 256, (4, 3, 64, 64), dtype=torch.uint8)
+    half = make_batch(images, seed=1)
+    full = {k: torch.cat([v, v]) for k, v in half.items()}
+    big, big_state, _ = run([full], 1, copy.deepcopy(model))
+    small, small_state, _ = run([half, copy.deepcopy(half)], 2, copy.deepcopy(model))
+    assert big_state.optimizer_steps == small_state.optimizer_steps == 1
+    assert small_state.iteration == 2 and small_state.batches_in_epoch == 2
+    changed = 0.0
+    for (name, p_big), p_small, p0 in zip(big.named_parameters(), small.parameters(), model.parameters()):
+        torch.testing.assert_close(p_small, p_big, rtol=0, atol=1e-6, msg=name)
+        changed = max(changed, (p_big - p0).abs().max().item())
+    assert changed > 1e-4
+
+
+class NaNOnCall:
+    def __init__(self, nth: int):
+        self.loss, self.calls, self.nth = DetectionLoss(3), 0, nth
+
+    def __call__(self, feats, boxes, labels):
+        self.calls += 1
+        loss, parts = self.loss(feats, boxes, labels)
+        return (loss * float("nan"), parts) if self.calls == self.nth else (loss, parts)
+
+
+def test_nan_loss_stops_before_the_update():
+    torch.manual_seed(0)
+    model = yolo11.create_model("yolo11n", num_classes=3)
+    images = torch.randint(0, 256, (2, 3, 64, 64), dtype=torch.uint8)
+    batches = [make_batch(images, seed=i) for i in range(3)]
+    after_one, _, _ = run(batches[:1], 1, copy.deepcopy(model))
+    victim = copy.deepcopy(model)
+    with pytest.raises(NonFiniteLossError, match="non-finite loss"):
+        run(batches, 1, victim, criterion=NaNOnCall(2))
+    for p_victim, p_ref in zip(victim.parameters(), after_one.parameters()):
+        assert torch.isfinite(p_victim).all()
+        torch.testing.assert_close(p_victim, p_ref, rtol=0, atol=0)  # step 2 was never applied
+
+
+def test_max_steps_stops_and_counts():
+    torch.manual_seed(0)
+    model = yolo11.create_model("yolo11n", num_classes=3)
+    images = torch.randint(0, 256, (2, 3, 64, 64), dtype=torch.uint8)
+    batches = [make_batch(images, seed=i) for i in range(5)]
+    _, state, result = run(batches, 2, model, max_steps=2)
+    assert result.reached_max_steps and state.optimizer_steps == 2 and state.batches_in_epoch == 4

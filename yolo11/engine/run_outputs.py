@@ -1,0 +1,114 @@
+"""What a run leaves behind: results.csv, plots, last/best weights, tracker logs, early stopping.
+
+Everything here writes on the main process only; weights are written to a temporary file and renamed.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from accelerate import Accelerator
+from torch import nn
+
+from yolo11.engine import tracking
+from yolo11.engine.checkpoint import TrainState
+from yolo11.engine.config import TrainConfig
+from yolo11.engine.evaluate import ValidationOutput
+from yolo11.engine.progress import LOSS_NAMES, peak_memory_gb
+from yolo11.engine.train import EpochResult
+from yolo11.evaluation import plots
+from yolo11.evaluation.results import ResultsCSV
+from yolo11.weights import save_weights
+
+
+def fitness(metrics: dict) -> float:
+    """Ultralytics' model-selection score: 0.1 * mAP50 + 0.9 * mAP50-95."""
+    return 0.1 * metrics["map50"] + 0.9 * metrics["map50_95"]
+
+
+class RunOutputs:
+    def __init__(self, accelerator: Accelerator, run_dir: Path, class_names: list[str], config: TrainConfig,
+                 state: TrainState):
+        self.accelerator = accelerator
+        self.run_dir = run_dir
+        self.class_names = class_names
+        self.state = state
+        self.patience = config.run.patience
+        self.make_plots = config.run.plots
+        self.weights_dir = run_dir / "weights"
+        self.epoch_start = time.perf_counter()
+        self.last_metrics: dict | None = None
+        self.csv = ResultsCSV(run_dir / "results.csv", keep_epochs=state.epoch) if accelerator.is_main_process \
+            else None
+        report_to = tracking.resolve_report_to(config.run.report_to)
+        if report_to:
+            init_kwargs = tracking.tracker_init_kwargs(report_to, run_dir, config.run.name, state.tracker_run_id)
+            accelerator.init_trackers(config.run.project, config=_flatten(config.to_dict()), init_kwargs=init_kwargs)
+            state.tracker_run_id = tracking.current_run_id(accelerator) or state.tracker_run_id
+        self.report_to = report_to
+
+    def end_epoch(self, epoch: int, result: EpochResult, lrs: list[float], validation: ValidationOutput | None,
+                  model: nn.Module) -> bool:
+        """Record the epoch; save last/best weights; returns True when patience says stop."""
+        accelerator, state = self.accelerator, self.state
+        row = {"epoch": epoch + 1, "time": round(time.perf_counter() - self.epoch_start, 3)}
+        row.update({f"train/{n}": v for n, v in zip(LOSS_NAMES, result.mean_losses.tolist(), strict=True)})
+        if validation is not None:
+            m = validation.metrics
+            row.update({"metrics/precision(B)": m["precision"], "metrics/recall(B)": m["recall"],
+                        "metrics/mAP50(B)": m["map50"], "metrics/mAP50-95(B)": m["map50_95"]})
+            row.update({f"val/{n}": v for n, v in zip(LOSS_NAMES, validation.losses.tolist(), strict=True)})
+            score = fitness(m)
+            if score > state.best_fitness:
+                state.best_fitness, state.best_epoch = score, epoch
+                self._save(model, "best")
+            self.last_metrics = m
+        row.update({f"lr/pg{i}": lr for i, lr in enumerate(lrs)})
+        row.update({"throughput/img_s": result.images / max(result.seconds, 1e-9),
+                    "memory/peak_gb": peak_memory_gb(accelerator.device)})
+        self._save(model, "last")
+        accelerator.log({k: v for k, v in row.items() if k != "epoch"} | {"epoch": epoch + 1},
+                        step=state.optimizer_steps)
+        if accelerator.is_main_process:
+            self.csv.append(row)
+            if validation is not None:
+                print(f"epoch {epoch + 1}: mAP50-95 {row['metrics/mAP50-95(B)']:.4f} mAP50 "
+                      f"{row['metrics/mAP50(B)']:.4f} P {row['metrics/precision(B)']:.4f} "
+                      f"R {row['metrics/recall(B)']:.4f}", flush=True)
+                if self.make_plots:
+                    plots.save_validation_plots(self.run_dir, validation.metrics, validation.samples,
+                                                self.class_names)
+                tracking.log_validation_images(accelerator, validation.samples, self.class_names,
+                                               step=state.optimizer_steps)
+        self.epoch_start = time.perf_counter()
+        return self.patience > 0 and state.best_epoch >= 0 and epoch - state.best_epoch >= self.patience
+
+    def best_summary(self) -> dict | None:
+        if self.state.best_epoch < 0:
+            return None
+        summary = {"epoch": self.state.best_epoch + 1, "fitness": self.state.best_fitness}
+        if self.last_metrics is not None:
+            summary.update(map50_95=self.last_metrics["map50_95"], map50=self.last_metrics["map50"])
+        return summary
+
+    def finish(self) -> None:
+        if not self.accelerator.is_main_process:
+            return
+        if self.make_plots and (self.run_dir / "results.csv").is_file():
+            plots.plot_results(self.run_dir / "results.csv", self.run_dir / "results.png")
+        best = self.weights_dir / "best.safetensors"
+        if best.is_file():
+            tracking.log_best_weights_artifact(self.accelerator, best)
+            print(f"best weights: {best}")
+        message = tracking.final_message(self.report_to, self.run_dir)
+        if message:
+            print(message)
+
+    def _save(self, model: nn.Module, name: str) -> None:
+        if self.accelerator.is_main_process:
+            save_weights(self.accelerator.unwrap_model(model), self.weights_dir / f"{name}.safetensors")
+
+
+def _flatten(nested: dict) -> dict:
+    return {f"{section}.{key}": value for section, values in nested.items() for key, value in values.items()}
