@@ -103,11 +103,11 @@ def scale_boxes(boxes: Tensor, ratio_pad: Tensor, orig_size: Tensor) -> Tensor:
     Returns:
         a new ``(n, 4)`` tensor in original-image pixels.
     """
-    ratio_pad = torch.as_tensor(ratio_pad, dtype=boxes.dtype, device=boxes.device)
-    gain_h, gain_w, pad_top, pad_left = ratio_pad.unbind()
-    height, width = (float(v) for v in orig_size)
-    x = ((boxes[:, 0::2] - pad_left) / gain_w).clamp(0, width)
-    y = ((boxes[:, 1::2] - pad_top) / gain_h).clamp(0, height)
+    gain_h, gain_w, pad_top, pad_left = torch.as_tensor(ratio_pad, dtype=boxes.dtype, device=boxes.device).unbind()
+    height, width = torch.as_tensor(orig_size, dtype=boxes.dtype, device=boxes.device).unbind()
+    # tensor bounds rather than Python floats: no device-to-host copy per image on CUDA
+    x = torch.minimum(((boxes[:, 0::2] - pad_left) / gain_w).clamp(min=0), width)
+    y = torch.minimum(((boxes[:, 1::2] - pad_top) / gain_h).clamp(min=0), height)
     return torch.stack((x[:, 0], y[:, 0], x[:, 1], y[:, 1]), dim=1)
 
 
