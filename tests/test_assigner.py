@@ -164,3 +164,10 @@ def test_padding_rows_and_empty_images_assign_nothing():
     assert not result.foreground[1].any()
     assert result.scores[1].abs().sum() == 0
     assert (result.scores[0, :, [0, 1]] == 0).all() and result.scores[0, :, 2].max() > 0
+
+
+def test_anchor_on_the_box_edge_is_not_a_candidate():
+    anchors = anchors_px(64)  # stride-8 centres at 4, 12, 20, ...
+    boxes = torch.tensor([[[4.0, 4.0, 20.0, 20.0]]])  # edges exactly on anchor centres
+    inside = TaskAlignedAssigner(num_classes=1).candidates_inside(anchors, boxes, torch.tensor([[True]]))
+    assert inside[0, 0, :64].nonzero().flatten().tolist() == [9]  # only (12, 12): row 1, column 1 of the 8x8 grid
