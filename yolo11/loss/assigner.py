@@ -32,7 +32,7 @@ class Assignment:
     """Per-anchor training targets; ``A`` anchors, ``C`` classes.
 
     Attributes:
-        labels: ``int64 (B, A)`` class of the assigned GT (0 where background: read with ``foreground``).
+        labels: ``int64 (B, A)`` class of the assigned GT (GT row 0's class where background: read with ``foreground``).
         boxes: ``(B, A, 4)`` xyxy pixels of the assigned GT (GT row 0's box where background).
         scores: ``(B, A, C)`` soft one-hot targets: the normalised alignment metric at the GT class, else 0.
         foreground: ``bool (B, A)`` anchors with a GT.
