@@ -1,0 +1,208 @@
+"""COCO metrics with pycocotools (or faster-coco-eval) from a dataset in the Hub detection schema.
+
+Ground truth conventions (they matter to pycocotools):
+
+- annotation ids start at 1: pycocotools treats a ground-truth ``id`` of 0 as "unmatched", so a perfect
+  prediction of the annotation with id 0 would count as a false positive;
+- category id = class index + 1 (the COCO convention of ids from 1; the same as
+  ``shared/data/reference/coco128_instances.json``);
+- ``iscrowd`` 0 and ``area`` = w * h of the xywh box, so the small/medium/large split uses box areas.
+
+Predictions are ``(n, 6)`` rows ``[x1, y1, x2, y2, score, class]`` in original image pixels.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+from typing import Literal
+
+import numpy as np
+import torch
+from accelerate import Accelerator
+from accelerate.utils import broadcast_object_list
+from torchvision.ops import box_iou
+
+from yolo11.evaluation import matching
+
+STAT_NAMES = ("map50_95", "map50", "map75", "map_small", "map_medium", "map_large",
+              "ar1", "ar10", "ar100", "ar_small", "ar_medium", "ar_large")
+Backend = Literal["pycocotools", "faster_coco_eval"]
+
+
+def coco_ground_truth(dataset, class_names: list[str]) -> dict:
+    """COCO ``instances`` dict of a ``datasets.Dataset`` in the Hub schema (images are not decoded)."""
+    columns = dataset.select_columns(["image_id", "width", "height", "objects"])
+    images, annotations = [], []
+    for row in columns:
+        image_id = int(row["image_id"])
+        images.append({"id": image_id, "width": int(row["width"]), "height": int(row["height"])})
+        for bbox, category in zip(row["objects"]["bbox"], row["objects"]["category"], strict=True):
+            x, y, w, h = (float(v) for v in bbox)
+            annotations.append({"id": len(annotations) + 1, "image_id": image_id, "category_id": int(category) + 1,
+                                "bbox": [x, y, w, h], "area": w * h, "iscrowd": 0})
+    categories = [{"id": i + 1, "name": name} for i, name in enumerate(class_names)]
+    return {"images": images, "annotations": annotations, "categories": categories}
+
+
+def _coco_api(backend: Backend):
+    if backend == "pycocotools":
+        from pycocotools.coco import COCO
+        from pycocotools.cocoeval import COCOeval
+        return COCO, COCOeval
+    if backend == "faster_coco_eval":
+        from faster_coco_eval import COCO, COCOeval_faster
+        return COCO, COCOeval_faster
+    raise ValueError(f"unknown COCO backend {backend!r}: expected 'pycocotools' or 'faster_coco_eval'")
+
+
+def coco_results(predictions: dict[int, torch.Tensor]) -> list[dict]:
+    """COCO result dicts (xywh boxes, category = class + 1) of per-image ``(n, 6)`` predictions."""
+    results = []
+    for image_id, det in predictions.items():
+        det = det.detach().double().cpu().numpy()
+        xywh = np.concatenate((det[:, :2], det[:, 2:4] - det[:, :2]), axis=1)
+        for box, score, cls in zip(xywh.tolist(), det[:, 4].tolist(), det[:, 5].tolist(), strict=True):
+            results.append({"image_id": image_id, "category_id": int(cls) + 1, "bbox": box, "score": score})
+    return results
+
+
+def run_cocoeval(ground_truth: dict, results: list[dict], backend: Backend = "pycocotools") -> tuple[np.ndarray,
+                                                                                                      np.ndarray]:
+    """COCOeval on bbox: the 12 ``stats`` and the ``precision`` array (T=10 IoUs, R=101 recalls, K, A=4, M=3).
+
+    ``results`` may be empty: ``COCO.loadRes([])`` raises, so zeros come back instead.
+    """
+    num_classes = len(ground_truth["categories"])
+    if not results:
+        return np.zeros(12), -np.ones((10, 101, num_classes, 4, 3))
+    coco_cls, eval_cls = _coco_api(backend)
+    with contextlib.redirect_stdout(io.StringIO()):  # both libraries print progress lines
+        gt = coco_cls()
+        gt.dataset = {k: list(v) for k, v in ground_truth.items()}
+        gt.createIndex()
+        dt = gt.loadRes([dict(r) for r in results])  # loadRes mutates its dicts: give it copies
+        evaluator = eval_cls(gt, dt, iouType="bbox")
+        evaluator.evaluate()
+        evaluator.accumulate()
+        evaluator.summarize()
+    return np.asarray(evaluator.stats[:12], dtype=float), np.asarray(evaluator.eval["precision"])
+
+
+def _per_class_ap(precision: np.ndarray) -> tuple[list[float | None], list[float | None]]:
+    """AP50-95 and AP50 per class (area all, 100 detections); None for classes without ground truth."""
+    ap50_95, ap50 = [], []
+    for k in range(precision.shape[2]):
+        all_iou, at_50 = precision[:, :, k, 0, -1], precision[0, :, k, 0, -1]
+        ap50_95.append(float(all_iou[all_iou > -1].mean()) if (all_iou > -1).any() else None)
+        ap50.append(float(at_50[at_50 > -1].mean()) if (at_50 > -1).any() else None)
+    return ap50_95, ap50
+
+
+class CocoEvaluator:
+    """Accumulates predictions per image and computes COCO metrics plus Ultralytics' P/R, PR curve and confusion
+    matrix.
+
+    ``compute`` returns (JSON-serialisable):
+      - the 12 COCO stats under ``STAT_NAMES`` (``map50_95``, ``map50``, ...);
+      - ``per_class_ap50_95``, ``per_class_ap50``: lists of length nc (None where a class has no ground truth);
+      - ``precision``, ``recall``, ``f1_confidence``: Ultralytics' ``metrics/precision(B)``/``recall(B)``
+        (see ``yolo11.evaluation.matching``);
+      - ``pr_curve``: ``{"recall": (1000,), "precision": (K, 1000), "classes": (K,)}`` at IoU 0.5 for the K classes
+        present; ``confusion_matrix``: ``(nc + 1, nc + 1)`` counts, rows predicted, columns true, last = background.
+    """
+
+    def __init__(self, dataset, class_names: list[str], backend: Backend = "pycocotools"):
+        _coco_api(backend)  # fail now on an unknown backend
+        self.class_names = list(class_names)
+        self.backend = backend
+        self.ground_truth = coco_ground_truth(dataset, self.class_names)
+        self._gt_by_image = _ground_truth_arrays(self.ground_truth)
+        self._predictions: dict[int, torch.Tensor] = {}
+
+    def reset(self) -> None:
+        self._predictions = {}
+
+    def update(self, predictions: list[torch.Tensor], image_ids: list[int]) -> None:
+        """Add ``(n, 6)`` predictions in original pixels of the images ``image_ids`` (a later update replaces)."""
+        for det, image_id in zip(predictions, image_ids, strict=True):
+            self._predictions[int(image_id)] = det.detach().float().cpu()
+
+    def compute(self, predictions: list[tuple[int, torch.Tensor]] | None = None,
+                accelerator: Accelerator | None = None) -> dict:
+        """Metrics of the updated predictions plus ``predictions`` ((image_id, (n, 6)) pairs, e.g. from
+        ``gather_predictions``). With an ``accelerator``, only the main process computes and every rank gets
+        the same dict back; the other ranks' own predictions are ignored, so gather them first.
+        """
+        if predictions is not None:
+            self.update([det for _, det in predictions], [image_id for image_id, _ in predictions])
+        if accelerator is None or accelerator.num_processes == 1:
+            return self._compute()
+        payload = [self._compute() if accelerator.is_main_process else None]
+        broadcast_object_list(payload, from_process=0)
+        return payload[0]
+
+    def _compute(self) -> dict:
+        known = set(self._gt_by_image)
+        unknown = set(self._predictions) - known
+        if unknown:  # pycocotools asserts on these; say which
+            raise ValueError(f"predictions for image ids not in the ground truth: {sorted(unknown)[:10]}")
+        stats, precision = run_cocoeval(self.ground_truth, coco_results(self._predictions), self.backend)
+        metrics: dict = {name: float(v) for name, v in zip(STAT_NAMES, stats, strict=True)}
+        metrics["per_class_ap50_95"], metrics["per_class_ap50"] = _per_class_ap(precision)
+        metrics.update(self._matching_metrics())
+        return metrics
+
+    def _matching_metrics(self) -> dict:
+        num_classes = len(self.class_names)
+        confusion = np.zeros((num_classes + 1, num_classes + 1), dtype=np.int64)
+        correct, scores, pred_classes, gt_classes = [], [], [], []
+        empty = np.zeros((0, 6))
+        for image_id, (gt_boxes, gt_cls) in self._gt_by_image.items():
+            det = self._predictions.get(image_id)
+            det = empty if det is None else det.double().numpy()
+            iou = box_iou(torch.from_numpy(gt_boxes), torch.from_numpy(det[:, :4])).numpy()
+            correct.append(matching.match_predictions(det[:, 5].astype(int), gt_cls, iou))
+            scores.append(det[:, 4])
+            pred_classes.append(det[:, 5].astype(int))
+            gt_classes.append(gt_cls)
+            matching.confusion_counts(confusion, det, gt_boxes, gt_cls)
+        curves = matching.class_curves(np.concatenate(correct), np.concatenate(scores), np.concatenate(pred_classes),
+                                       np.concatenate(gt_classes))
+        precision, recall, confidence = matching.best_f1_precision_recall(curves)
+        return {
+            "precision": precision, "recall": recall, "f1_confidence": confidence,
+            "pr_curve": {"recall": matching.CONFIDENCE_GRID.tolist(), "precision": curves.pr_precision.tolist(),
+                         "classes": curves.classes.tolist()},
+            "confusion_matrix": confusion.tolist(),
+        }
+
+
+def _ground_truth_arrays(ground_truth: dict) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+    """Per image: boxes (G, 4) xyxy float64 and classes (G,) int of the COCO ground truth."""
+    boxes: dict[int, list] = {image["id"]: [] for image in ground_truth["images"]}
+    classes: dict[int, list] = {image["id"]: [] for image in ground_truth["images"]}
+    for ann in ground_truth["annotations"]:
+        x, y, w, h = ann["bbox"]
+        boxes[ann["image_id"]].append([x, y, x + w, y + h])
+        classes[ann["image_id"]].append(ann["category_id"] - 1)
+    return {i: (np.asarray(boxes[i], dtype=np.float64).reshape(-1, 4), np.asarray(classes[i], dtype=np.int64))
+            for i in boxes}
+
+
+def gather_predictions(accelerator: Accelerator,
+                       per_image: list[tuple[int, torch.Tensor]]) -> list[tuple[int, torch.Tensor]]:
+    """All ranks' ``(image_id, (n, 6))`` pairs on every rank, each image once, tensors on the CPU.
+
+    ``gather_for_metrics(..., use_gather_object=True)`` trims the samples that ``even_batches`` duplicated only when
+    called on the last batch inside the loop; called once after the loop (one collective per evaluation instead of
+    one per batch) it returns everything, and the duplicates, which repeat the first images of the dataset, are
+    dropped here by image id. Image ids must therefore be unique in the dataset (they are in the Hub schema).
+    """
+    local = [(int(image_id), det.detach().cpu()) for image_id, det in per_image]
+    gathered = accelerator.gather_for_metrics(local, use_gather_object=True) if accelerator.num_processes > 1 \
+        else local
+    unique: dict[int, torch.Tensor] = {}
+    for image_id, det in gathered:
+        unique.setdefault(image_id, det)
+    return list(unique.items())
