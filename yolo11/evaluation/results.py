@@ -1,0 +1,55 @@
+"""results.csv in Ultralytics' column layout, one row per epoch, appended as training goes."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+COLUMNS = (
+    "epoch", "time", "train/box_loss", "train/cls_loss", "train/dfl_loss",
+    "metrics/precision(B)", "metrics/recall(B)", "metrics/mAP50(B)", "metrics/mAP50-95(B)",
+    "val/box_loss", "val/cls_loss", "val/dfl_loss", "lr/pg0", "lr/pg1", "lr/pg2",
+    "throughput/img_s", "memory/peak_gb",
+)
+
+
+class ResultsCSV:
+    """Appends rows to ``path``; the header is written once.
+
+    On resume, ``keep_epochs`` = the number of finished epochs: rows with ``epoch`` (1-based) above it, written by
+    the interrupted run after its last checkpoint, are dropped so the resumed run rewrites them. ``None`` starts
+    a fresh file.
+    """
+
+    def __init__(self, path: Path, keep_epochs: int | None = None):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        kept = [row for row in read_results(self.path) if int(float(row["epoch"])) <= keep_epochs] \
+            if keep_epochs is not None and self.path.is_file() else []
+        with self.path.open("w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=COLUMNS)
+            writer.writeheader()
+            writer.writerows({k: row.get(k, "") for k in COLUMNS} for row in kept)
+
+    def append(self, row: dict) -> None:
+        """Write one epoch; missing columns stay empty (e.g. epochs without validation); unknown keys raise."""
+        unknown = set(row) - set(COLUMNS)
+        if unknown:
+            raise KeyError(f"results.csv has no column(s) {sorted(unknown)}")
+        values = {k: _format(row.get(k)) for k in COLUMNS}
+        with self.path.open("a", newline="") as f:
+            csv.DictWriter(f, fieldnames=COLUMNS).writerow(values)
+
+
+def _format(value) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return str(value)
+
+
+def read_results(path: Path) -> list[dict[str, str]]:
+    """Rows of a results.csv as dicts of strings (empty string = no value)."""
+    with Path(path).open(newline="") as f:
+        return list(csv.DictReader(f))
