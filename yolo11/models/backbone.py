@@ -1,0 +1,101 @@
+"""The native YOLO11 backbone (Ultralytics layers 0-10), registered in timm as ``yolo11{n,s,m,l,x}_backbone``.
+
+Layer ``i`` here is Ultralytics' ``model.i``: ``layers.i.cv1.conv.weight`` <-> ``model.i.cv1.conv.weight``.
+``timm.create_model("yolo11n_backbone", features_only=True)`` returns the P3/P4/P5 maps (reductions 8/16/32),
+taken after layers 4, 6 and 10 exactly where the Ultralytics neck reads them.
+"""
+
+from __future__ import annotations
+
+import torch
+from timm.models import build_model_with_cfg, generate_default_cfgs, register_model
+from torch import nn
+
+from yolo11.models.blocks import C2PSA, SPPF, C3k2, Conv
+from yolo11.models.scales import Scale, get_scale
+
+# Indices of the layers whose outputs feed the neck, with their reductions.
+FEATURE_LAYERS = {4: 8, 6: 16, 10: 32}
+
+
+class YOLO11Backbone(nn.Module):
+    """Conv, Conv, C3k2, Conv, C3k2, Conv, C3k2, Conv, C3k2, SPPF, C2PSA, widths and repeats from ``scale``.
+
+    ``forward(images (B, 3, H, W)) -> [P3 (B, C3, H/8, W/8), P4 (B, C4, H/16, W/16), P5 (B, C5, H/32, W/32)]``.
+    """
+
+    def __init__(self, scale: Scale, in_chans: int = 3) -> None:
+        super().__init__()
+        ch, rep = scale.channels, scale.repeats
+        self.layers = nn.Sequential(
+            Conv(in_chans, ch(64), 3, 2),  # 0: P1/2
+            Conv(ch(64), ch(128), 3, 2),  # 1: P2/4
+            C3k2(ch(128), ch(256), rep(2), c3k=scale.c3k, expansion=0.25),  # 2
+            Conv(ch(256), ch(256), 3, 2),  # 3: P3/8
+            C3k2(ch(256), ch(512), rep(2), c3k=scale.c3k, expansion=0.25),  # 4
+            Conv(ch(512), ch(512), 3, 2),  # 5: P4/16
+            C3k2(ch(512), ch(512), rep(2), c3k=True),  # 6
+            Conv(ch(512), ch(1024), 3, 2),  # 7: P5/32
+            C3k2(ch(1024), ch(1024), rep(2), c3k=True),  # 8
+            SPPF(ch(1024), ch(1024), 5),  # 9
+            C2PSA(ch(1024), ch(1024), rep(2)),  # 10
+        )
+        out_channels = {4: ch(512), 6: ch(512), 10: ch(1024)}
+        self.feature_info = [
+            dict(num_chs=out_channels[i], reduction=reduction, module=f"layers.{i}")
+            for i, reduction in FEATURE_LAYERS.items()
+        ]
+
+    def forward(self, x: torch.Tensor) -> list[torch.Tensor]:
+        features = []
+        for i, layer in enumerate(self.layers):
+            x = layer(x)
+            if i in FEATURE_LAYERS:
+                features.append(x)
+        return features
+
+
+def _cfg(**kwargs) -> dict:
+    # No hosted weights: YOLO11 weights come from an Ultralytics checkpoint (yolo11.weights), not the HF Hub.
+    return dict(url="", num_classes=0, input_size=(3, 640, 640), mean=(0.0, 0.0, 0.0), std=(1.0, 1.0, 1.0), **kwargs)
+
+
+# timm requires the default configs to exist before the @register_model functions.
+default_cfgs = generate_default_cfgs({f"yolo11{key}_backbone": _cfg() for key in "nsmlx"})
+
+
+def _create(variant: str, pretrained: bool, **kwargs) -> YOLO11Backbone:
+    scale = get_scale(variant.removesuffix("_backbone"))
+    return build_model_with_cfg(
+        YOLO11Backbone,
+        variant,
+        pretrained,
+        feature_cfg=dict(flatten_sequential=True, out_indices=(0, 1, 2)),
+        scale=scale,
+        **kwargs,
+    )
+
+
+@register_model
+def yolo11n_backbone(pretrained: bool = False, **kwargs) -> YOLO11Backbone:
+    return _create("yolo11n_backbone", pretrained, **kwargs)
+
+
+@register_model
+def yolo11s_backbone(pretrained: bool = False, **kwargs) -> YOLO11Backbone:
+    return _create("yolo11s_backbone", pretrained, **kwargs)
+
+
+@register_model
+def yolo11m_backbone(pretrained: bool = False, **kwargs) -> YOLO11Backbone:
+    return _create("yolo11m_backbone", pretrained, **kwargs)
+
+
+@register_model
+def yolo11l_backbone(pretrained: bool = False, **kwargs) -> YOLO11Backbone:
+    return _create("yolo11l_backbone", pretrained, **kwargs)
+
+
+@register_model
+def yolo11x_backbone(pretrained: bool = False, **kwargs) -> YOLO11Backbone:
+    return _create("yolo11x_backbone", pretrained, **kwargs)

@@ -1,0 +1,79 @@
+"""The assembled YOLO11 detector: backbone (native or timm) -> PAN-FPN neck -> Detect head.
+
+``create_model("yolo11n")`` builds Ultralytics' YOLO11n layer for layer (2,624,080 parameters with 80 classes).
+Ultralytics index of each part: backbone ``model.0-10``, neck ``model.11-22``, head ``model.23``.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from yolo11.models.backbone import YOLO11Backbone
+from yolo11.models.blocks import Conv
+from yolo11.models.head import Detect
+from yolo11.models.neck import YOLO11Neck
+from yolo11.models.scales import SCALES, Scale, get_scale
+from yolo11.models.timm_backbone import TimmBackbone
+
+__all__ = ["SCALES", "YOLO11Detector", "create_model"]
+
+
+class YOLO11Detector(nn.Module):
+    """``forward(images (B, 3, H, W) in [0, 1], H and W multiples of 32)`` -> three raw maps
+    ``(B, 4 * reg_max + num_classes, H / s, W / s)`` for strides 8, 16, 32, box-distribution channels first,
+    in every mode (decoding and NMS are in ``yolo11.postprocess``).
+    """
+
+    def __init__(
+        self,
+        scale: Scale,
+        num_classes: int,
+        backbone: nn.Module,
+        backbone_channels: tuple[int, int, int],
+        config: dict,
+        reg_max: int = 16,
+    ) -> None:
+        super().__init__()
+        self.num_classes = num_classes
+        self.reg_max = reg_max
+        self.strides = (8, 16, 32)
+        self.config = dict(config)
+        neck_channels = (scale.channels(256), scale.channels(512), scale.channels(1024))
+        self.backbone = backbone
+        self.neck = YOLO11Neck(backbone_channels, neck_channels, scale.repeats(2), c3k=scale.c3k)
+        self.head = Detect(num_classes, neck_channels, reg_max, self.strides)
+
+    def forward(self, images: torch.Tensor) -> list[torch.Tensor]:
+        return self.head(self.neck(self.backbone(images)))
+
+    def fuse(self) -> YOLO11Detector:
+        """Fold every Conv's BatchNorm into its conv (inference only: uses running statistics); returns self."""
+        self.eval()
+        for module in self.modules():
+            if isinstance(module, Conv) and isinstance(module.bn, nn.BatchNorm2d):
+                module.fuse()
+        return self
+
+
+def create_model(
+    name: str = "yolo11n", num_classes: int = 80, backbone: str | None = None, pretrained: bool = False
+) -> YOLO11Detector:
+    """Build ``yolo11{n,s,m,l,x}``; ``backbone`` names a timm model to use instead of the native one.
+
+    ``pretrained`` loads ImageNet weights for a timm backbone (needs the Hugging Face Hub or its cache); for the
+    native backbone use ``yolo11.weights.load_ultralytics`` or ``load_pretrained`` instead.
+    """
+    scale = get_scale(name)
+    if num_classes < 1:
+        raise ValueError(f"num_classes must be >= 1, got {num_classes}")
+    if backbone is None:
+        if pretrained:
+            raise ValueError("pretrained=True applies to a timm backbone; load YOLO11 weights with yolo11.weights")
+        body: nn.Module = YOLO11Backbone(scale)
+        channels = tuple(info["num_chs"] for info in body.feature_info)
+    else:
+        body = TimmBackbone(backbone, pretrained=pretrained)
+        channels = body.out_channels
+    config = {"name": name, "num_classes": num_classes, "backbone": backbone}
+    return YOLO11Detector(scale, num_classes, body, channels, config)

@@ -1,0 +1,61 @@
+"""Any timm model as the YOLO11 backbone, through ``timm.create_model(..., features_only=True)``.
+
+The levels with reductions 8, 16 and 32 are taken from ``feature_info`` (the deepest one of each, when a model
+reports several). The detector then sizes the YOLO11 neck from their widths (``feature_info.channels()``) and
+keeps the neck and head widths of the requested scale; the native SPPF and C2PSA are not added, since they are
+part of the native backbone, not of the neck.
+"""
+
+from __future__ import annotations
+
+import os
+
+import timm
+import torch
+from torch import nn
+
+REDUCTIONS = (8, 16, 32)
+
+
+def select_levels(reductions: list[int], wanted: tuple[int, ...] = REDUCTIONS) -> tuple[int, ...]:
+    """Indices into ``feature_info`` of the deepest level at each wanted reduction; ValueError when one is missing."""
+    indices = []
+    for reduction in wanted:
+        matches = [i for i, r in enumerate(reductions) if r == reduction]
+        if not matches:
+            raise ValueError(
+                f"backbone offers feature reductions {reductions}; YOLO11 needs levels at {list(wanted)}"
+            )
+        indices.append(matches[-1])
+    return tuple(indices)
+
+
+def _create_features(name: str, pretrained: bool, out_indices: tuple[int, ...] | None = None) -> nn.Module:
+    kwargs = {} if out_indices is None else {"out_indices": out_indices}
+    try:
+        return timm.create_model(name, pretrained=pretrained, features_only=True, **kwargs)
+    except OSError as error:  # huggingface_hub's offline, not-cached and HTTP errors are all OSErrors
+        offline = os.environ.get("HF_HUB_OFFLINE", "0") not in ("", "0")
+        raise RuntimeError(
+            f"could not download pretrained weights for timm backbone {name!r}"
+            f"{' (HF_HUB_OFFLINE is set)' if offline else ''}: {error}. Run once with network access to fill the "
+            "Hugging Face cache, or pass pretrained=False (random init) / load our weights with yolo11.weights."
+        ) from None
+
+
+class TimmBackbone(nn.Module):
+    """A timm feature extractor returning ``[P3, P4, P5]`` at strides 8/16/32 for ``(B, 3, H, W)`` input."""
+
+    def __init__(self, name: str, pretrained: bool = False) -> None:
+        super().__init__()
+        # Probe the level layout without weights, then build once with only the levels we use.
+        probe = timm.create_model(name, pretrained=False, features_only=True)
+        all_indices = tuple(probe.feature_info.out_indices)
+        chosen = select_levels(probe.feature_info.reduction())
+        del probe
+        self.body = _create_features(name, pretrained, tuple(all_indices[i] for i in chosen))
+        self.out_channels: tuple[int, ...] = tuple(self.body.feature_info.channels())
+        self.reductions: tuple[int, ...] = tuple(self.body.feature_info.reduction())
+
+    def forward(self, x: torch.Tensor) -> list[torch.Tensor]:
+        return list(self.body(x))
