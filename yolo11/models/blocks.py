@@ -44,7 +44,10 @@ class Conv(nn.Module):
     @torch.no_grad()
     def fuse(self) -> None:
         """Fold the BatchNorm (running statistics) into the conv's weight and a new bias; inference only."""
-        self.conv = fuse_conv_bn_eval(self.conv.eval(), self.bn.eval())
+        # Fold in float64 so the fused weights carry no extra rounding beyond the final float32 cast.
+        dtype = self.conv.weight.dtype
+        fused = fuse_conv_bn_eval(self.conv.eval().double(), self.bn.eval().double())
+        self.conv = fused.to(dtype)
         self.bn = nn.Identity()
 
 

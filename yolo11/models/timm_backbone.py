@@ -36,10 +36,11 @@ def _create_features(name: str, pretrained: bool, out_indices: tuple[int, ...] |
         return timm.create_model(name, pretrained=pretrained, features_only=True, **kwargs)
     except OSError as error:  # huggingface_hub's offline, not-cached and HTTP errors are all OSErrors
         offline = os.environ.get("HF_HUB_OFFLINE", "0") not in ("", "0")
+        reason = str(error).rstrip(".") + (" (HF_HUB_OFFLINE is set)" if offline else "")
         raise RuntimeError(
-            f"could not download pretrained weights for timm backbone {name!r}"
-            f"{' (HF_HUB_OFFLINE is set)' if offline else ''}: {error}. Run once with network access to fill the "
-            "Hugging Face cache, or pass pretrained=False (random init) / load our weights with yolo11.weights."
+            f"could not download pretrained weights for timm backbone {name!r}: {reason}. Run once with network "
+            "access to fill the Hugging Face cache, or pass pretrained=False (random init) / load our weights with "
+            "yolo11.weights."
         ) from None
 
 

@@ -1,0 +1,38 @@
+"""Convert an Ultralytics YOLO11 ``.pt`` checkpoint into our safetensors folder.
+
+    yolo11-convert yolo11n.pt weights/yolo11n        # -> weights/yolo11n/{model.safetensors, config.json}
+
+The checkpoint is read through a restricted unpickler (``yolo11.weights.safe_pickle``): ultralytics is not
+imported and no pickled code runs; a checkpoint naming any other global is refused.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+
+from yolo11.weights import UnsafeCheckpointError, load_ultralytics, save_pretrained
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("checkpoint", help="Ultralytics .pt file, e.g. yolo11n.pt or runs/detect/train/weights/best.pt")
+    parser.add_argument("output", help="folder to write model.safetensors and config.json into")
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        model = load_ultralytics(args.checkpoint)
+    except UnsafeCheckpointError as error:
+        raise SystemExit(f"error: {error}") from None
+    directory = save_pretrained(model, args.output)
+    params = sum(p.numel() for p in model.parameters())
+    name, classes = model.config["name"], model.num_classes
+    print(f"{args.checkpoint} -> {directory}: {name}, {classes} classes, {params:,} parameters")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

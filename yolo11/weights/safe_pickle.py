@@ -1,0 +1,89 @@
+"""A restricted pickle module for reading Ultralytics checkpoints without running their code.
+
+Pass this module as ``torch.load(..., weights_only=False, pickle_module=safe_pickle)``: torch's loader subclasses
+our ``Unpickler`` (zip checkpoints) or calls our ``load`` (legacy ones), so every global the pickle names goes
+through ``Unpickler.find_class``. That allows only
+
+- the tensor-rebuild functions of ``torch._utils``, ``torch.Size``, ``collections.OrderedDict``, ``set``;
+- storages (torch resolves names containing "Storage" itself, before calling ``find_class``);
+- module classes of ``ultralytics.*`` and ``torch.nn.modules.*``, replaced by inert ``StubModule`` subclasses
+  that only record their pickled state (``__dict__``), so nothing of Ultralytics is imported or executed.
+
+Any other global (``os.system``, ``builtins.eval``, ``subprocess.Popen`` ...) raises ``UnsafeCheckpointError``.
+"""
+
+from __future__ import annotations
+
+import collections
+import io
+import pickle
+from typing import Any
+
+import torch
+
+UnpicklingError = pickle.UnpicklingError
+
+_ALLOWED: dict[tuple[str, str], Any] = {
+    ("torch._utils", "_rebuild_tensor"): torch._utils._rebuild_tensor,
+    ("torch._utils", "_rebuild_tensor_v2"): torch._utils._rebuild_tensor_v2,
+    ("torch._utils", "_rebuild_parameter"): torch._utils._rebuild_parameter,
+    ("torch", "Size"): torch.Size,
+    ("collections", "OrderedDict"): collections.OrderedDict,
+    ("builtins", "set"): set,
+    ("__builtin__", "set"): set,  # protocol-2 pickles spell builtins the Python 2 way
+}
+_STUB_PREFIXES = ("ultralytics.", "torch.nn.modules.")
+# C modules whose functions pickle under an implementation name: say the public one in errors too.
+_PUBLIC_NAMES = {"posix": "os", "nt": "os", "__builtin__": "builtins"}
+
+
+class UnsafeCheckpointError(pickle.UnpicklingError):
+    """The checkpoint names a global outside the allow-list; loading it could run arbitrary code."""
+
+
+class StubModule:
+    """Placeholder for a pickled module class: keeps its state (``_parameters``, ``_buffers``, ``_modules``...)."""
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> StubModule:
+        return object.__new__(cls)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def __setstate__(self, state: Any) -> None:
+        if isinstance(state, tuple) and len(state) == 2:  # (dict state, slot state)
+            state = {**(state[0] or {}), **(state[1] or {})}
+        if isinstance(state, dict):
+            self.__dict__.update(state)
+
+
+_stub_classes: dict[tuple[str, str], type] = {}
+
+
+def _stub(module: str, name: str) -> type:
+    key = (module, name)
+    if key not in _stub_classes:
+        _stub_classes[key] = type(name, (StubModule,), {"__module__": f"stub:{module}", "__qualname__": name})
+    return _stub_classes[key]
+
+
+class Unpickler(pickle.Unpickler):
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) in _ALLOWED:
+            return _ALLOWED[(module, name)]
+        if module.startswith(_STUB_PREFIXES):
+            return _stub(module, name)
+        public = _PUBLIC_NAMES.get(module)
+        alias = f" ({public}.{name})" if public else ""
+        raise UnsafeCheckpointError(
+            f"refusing to load checkpoint: it references the global {module}.{name}{alias}, which is not a tensor, "
+            "storage or module class. Loading it could execute arbitrary code; only open it with trusted tools."
+        )
+
+
+def load(file: Any, **kwargs: Any) -> Any:
+    return Unpickler(file, **kwargs).load()
+
+
+def loads(data: bytes, **kwargs: Any) -> Any:
+    return Unpickler(io.BytesIO(data), **kwargs).load()

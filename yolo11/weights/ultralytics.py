@@ -1,0 +1,93 @@
+"""Import of Ultralytics YOLO11 ``.pt`` checkpoints, without importing ultralytics or running pickled code.
+
+Key mapping (everything after the layer index is identical, see ``yolo11.models.blocks``):
+``model.0-10.*`` -> ``backbone.layers.0-10.*``; ``model.13/16/17/19/20/22.*`` -> ``neck.<name>.*``
+(``yolo11.models.neck.ULTRALYTICS_LAYERS``); ``model.23.*`` -> ``head.*``.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from yolo11.models.detector import YOLO11Detector, create_model
+from yolo11.models.neck import ULTRALYTICS_LAYERS
+from yolo11.models.scales import SCALES
+from yolo11.weights import safe_pickle
+from yolo11.weights.safe_pickle import StubModule
+
+HEAD_LAYER = 23
+_KEY = re.compile(r"model\.(\d+)\.(.+)")
+
+
+def read_checkpoint(path: str | Path) -> dict[str, Any]:
+    """The checkpoint's top-level dict, with module objects as inert ``StubModule``s (restricted unpickling)."""
+    checkpoint = torch.load(path, map_location="cpu", weights_only=False, pickle_module=safe_pickle)
+    if not isinstance(checkpoint, dict):
+        raise ValueError(f"{path}: expected an Ultralytics checkpoint dict, got {type(checkpoint).__name__}")
+    return checkpoint
+
+
+def module_state_dict(module: StubModule, prefix: str = "") -> dict[str, torch.Tensor]:
+    """Walk a stub module tree like ``nn.Module.state_dict``: parameters and persistent buffers, fp32 floats."""
+    state: dict[str, torch.Tensor] = {}
+    attrs = module.__dict__
+    non_persistent = attrs.get("_non_persistent_buffers_set", set())
+    tensors = list(attrs.get("_parameters", {}).items())
+    tensors += [(k, v) for k, v in attrs.get("_buffers", {}).items() if k not in non_persistent]
+    for name, tensor in tensors:
+        if tensor is not None:
+            tensor = tensor.detach()
+            state[prefix + name] = tensor.float() if tensor.is_floating_point() else tensor  # checkpoints hold fp16
+    for name, child in attrs.get("_modules", {}).items():
+        if child is not None:
+            state.update(module_state_dict(child, f"{prefix}{name}."))
+    return state
+
+
+def ultralytics_state_dict(path: str | Path) -> dict[str, torch.Tensor]:
+    """Ultralytics-named state dict (``model.N.*``) of the checkpoint's EMA model, else its ``model``."""
+    checkpoint = read_checkpoint(path)
+    model = checkpoint.get("ema") or checkpoint.get("model")
+    if not isinstance(model, StubModule):
+        raise ValueError(f"{path}: no 'ema' or 'model' module in the checkpoint (keys {sorted(checkpoint)})")
+    return module_state_dict(model)
+
+
+def infer_model_args(state: dict[str, torch.Tensor]) -> dict[str, Any]:
+    """``{"name": "yolo11?", "num_classes": nc}`` from the stem width, the layer-2 block count and the head."""
+    stem_width = state["model.0.conv.weight"].shape[0]
+    blocks = len({key.split(".")[3] for key in state if key.startswith("model.2.m.")})
+    names = [f"yolo11{k}" for k, s in SCALES.items() if s.channels(64) == stem_width and s.repeats(2) == blocks]
+    if len(names) != 1:
+        raise ValueError(f"no YOLO11 scale has stem width {stem_width} and {blocks} blocks in layer 2")
+    reg_max = state[f"model.{HEAD_LAYER}.cv2.0.2.weight"].shape[0] // 4
+    if reg_max != 16:
+        raise ValueError(f"only reg_max 16 is supported, the checkpoint has {reg_max}")
+    return {"name": names[0], "num_classes": state[f"model.{HEAD_LAYER}.cv3.0.2.weight"].shape[0]}
+
+
+def map_key(key: str) -> str:
+    """Ultralytics key -> ours, e.g. ``model.19.m.0.cv1.conv.weight`` -> ``neck.bottom_up_p4.m.0.cv1.conv.weight``."""
+    match = _KEY.fullmatch(key)
+    if match is None:
+        raise KeyError(f"not an Ultralytics layer key: {key}")
+    layer, rest = int(match.group(1)), match.group(2)
+    if layer <= 10:
+        return f"backbone.layers.{layer}.{rest}"
+    if layer in ULTRALYTICS_LAYERS:
+        return f"neck.{ULTRALYTICS_LAYERS[layer]}.{rest}"
+    if layer == HEAD_LAYER:
+        return f"head.{rest}"
+    raise KeyError(f"Ultralytics layer {layer} has no parameters in YOLO11: {key}")
+
+
+def load_ultralytics(path: str | Path) -> YOLO11Detector:
+    """Build the matching ``YOLO11Detector`` and load the checkpoint's weights into it (strict)."""
+    state = ultralytics_state_dict(path)
+    model = create_model(**infer_model_args(state))
+    model.load_state_dict({map_key(k): v for k, v in state.items()}, strict=True)
+    return model
