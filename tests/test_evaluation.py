@@ -1,0 +1,221 @@
+"""CocoEvaluator: COCO stats, per-class AP, Ultralytics-style P/R, confusion matrix, distributed gathering."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import datasets
+import numpy as np
+import pytest
+import torch
+
+from yolo11.evaluation import STAT_NAMES, CocoEvaluator, coco_ground_truth, gather_predictions
+from yolo11.evaluation.matching import match_predictions
+
+ROOT = Path(__file__).resolve().parents[1]
+REFERENCE = ROOT.parent / "shared" / "data" / "reference"
+CLASS_NAMES = ["cat", "dog", "bird"]
+
+
+def hub_dataset(images: list[tuple[int, int, int, list[list[float]], list[int]]]) -> datasets.Dataset:
+    """A Hub-schema dataset without pixels: (image_id, width, height, xywh boxes, classes) per image."""
+    rows = [{"image_id": image_id, "width": w, "height": h,
+             "objects": {"id": list(range(len(boxes))), "area": [b[2] * b[3] for b in boxes], "bbox": boxes,
+                         "category": classes}}
+            for image_id, w, h, boxes, classes in images]
+    features = datasets.Features({
+        "image_id": datasets.Value("int64"), "width": datasets.Value("int32"), "height": datasets.Value("int32"),
+        "objects": {"id": datasets.List(datasets.Value("int64")), "area": datasets.List(datasets.Value("float32")),
+                    "bbox": datasets.List(datasets.List(datasets.Value("float32"), length=4)),
+                    "category": datasets.List(datasets.ClassLabel(names=CLASS_NAMES))},
+    })
+    return datasets.Dataset.from_list(rows, features=features)
+
+
+IMAGES = [
+    (7, 320, 240, [[10, 20, 50, 40], [100, 100, 120, 80]], [0, 1]),
+    (3, 200, 300, [[5, 5, 30, 30]], [2]),
+    (11, 640, 480, [], []),  # a background image
+    (4, 256, 256, [[60, 60, 100, 150], [0, 0, 20, 20]], [0, 0]),
+]
+
+
+def perfect_predictions(images, score: float = 0.9) -> list[tuple[int, torch.Tensor]]:
+    out = []
+    for image_id, _, _, boxes, classes in images:
+        xywh = torch.tensor(boxes, dtype=torch.float32).reshape(-1, 4)
+        xyxy = torch.cat((xywh[:, :2], xywh[:, :2] + xywh[:, 2:]), dim=1)
+        rows = torch.cat((xyxy, torch.full((len(boxes), 1), score), torch.tensor(classes).reshape(-1, 1)), dim=1)
+        out.append((image_id, rows))
+    return out
+
+
+def test_ground_truth_ids_from_one_and_category_is_class_plus_one():
+    gt = coco_ground_truth(hub_dataset(IMAGES), CLASS_NAMES)
+    assert [a["id"] for a in gt["annotations"]] == list(range(1, 6))
+    assert [a["category_id"] for a in gt["annotations"]] == [1, 2, 3, 1, 1]
+    assert gt["annotations"][1]["area"] == pytest.approx(120 * 80)
+    assert [c["id"] for c in gt["categories"]] == [1, 2, 3]
+    assert {i["id"] for i in gt["images"]} == {7, 3, 11, 4}
+
+
+@pytest.mark.parametrize("backend", ["pycocotools", "faster_coco_eval"])
+def test_perfect_predictions_score_one(backend):
+    evaluator = CocoEvaluator(hub_dataset(IMAGES), CLASS_NAMES, backend=backend)
+    metrics = evaluator.compute(perfect_predictions(IMAGES))
+    assert metrics["map50_95"] == pytest.approx(1.0)
+    assert metrics["map50"] == pytest.approx(1.0)
+    assert metrics["ar100"] == pytest.approx(1.0)
+    assert metrics["per_class_ap50_95"] == pytest.approx([1.0, 1.0, 1.0])
+    assert metrics["precision"] == pytest.approx(1.0) and metrics["recall"] == pytest.approx(1.0)
+    confusion = np.asarray(metrics["confusion_matrix"])
+    assert np.array_equal(confusion, np.diag([3, 1, 1, 0]))
+
+
+def test_no_predictions_give_zeros():
+    metrics = CocoEvaluator(hub_dataset(IMAGES), CLASS_NAMES).compute([])
+    assert all(metrics[name] == 0.0 for name in STAT_NAMES)
+    assert metrics["precision"] == 0.0 and metrics["recall"] == 0.0
+    # every ground-truth box is a background false negative (last row)
+    assert np.asarray(metrics["confusion_matrix"])[-1].tolist() == [3, 1, 1, 0]
+    json.dumps(metrics)  # the engine writes it as JSON
+
+
+def test_missed_class_halves_map_and_shows_in_per_class_ap():
+    predictions = [(i, det[det[:, 5] != 1]) for i, det in perfect_predictions(IMAGES)]  # drop every dog
+    metrics = CocoEvaluator(hub_dataset(IMAGES), CLASS_NAMES).compute(predictions)
+    assert metrics["per_class_ap50_95"] == pytest.approx([1.0, 0.0, 1.0])
+    assert metrics["map50_95"] == pytest.approx(2 / 3)
+    assert metrics["recall"] == pytest.approx(2 / 3)
+
+
+def test_precision_recall_at_best_f1_confidence():
+    images = [(1, 200, 200, [[10, 10, 40, 40], [100, 100, 50, 50]], [0, 0])]
+    predictions = [(1, torch.tensor([[10, 10, 50, 50, 0.9, 0], [0, 150, 20, 190, 0.8, 0]]))]  # one hit, one miss
+    metrics = CocoEvaluator(hub_dataset(images), CLASS_NAMES).compute(predictions)
+    # Curves are linear in the confidence between the two scores (np.interp, as Ultralytics): P goes from 0.5 at
+    # 0.8 to 1 at 0.9 while R stays 0.5; above 0.9 R is 0. The smoothed F1 peaks between 0.8 and 0.9.
+    confidence = metrics["f1_confidence"]
+    assert 0.8 < confidence < 0.9
+    assert metrics["recall"] == pytest.approx(0.5)
+    assert metrics["precision"] == pytest.approx(0.5 + 5 * (confidence - 0.8), abs=1e-6)
+
+
+def test_confusion_matrix_counts_class_swaps_and_background():
+    images = [(1, 200, 200, [[10, 10, 40, 40], [100, 100, 50, 50]], [0, 1])]
+    predictions = [(1, torch.tensor([[10, 10, 50, 50, 0.9, 2],  # the cat called a bird
+                                     [0, 150, 20, 190, 0.8, 1],  # a dog where there is nothing
+                                     [100, 100, 150, 150, 0.1, 1]]))]  # right dog, below the 0.25 threshold
+    confusion = np.asarray(CocoEvaluator(hub_dataset(images), CLASS_NAMES).compute(predictions)["confusion_matrix"])
+    expected = np.zeros((4, 4), dtype=int)
+    expected[2, 0] = 1  # predicted bird, true cat
+    expected[1, 3] = 1  # predicted dog, background
+    expected[3, 1] = 1  # missed dog
+    assert np.array_equal(confusion, expected)
+
+
+def test_match_predictions_one_to_one_and_same_class():
+    # two predictions on one gt box: only one is a true positive; a wrong class never is
+    iou = np.array([[0.9, 0.8, 0.95]])
+    correct = match_predictions(np.array([0, 0, 1]), np.array([0]), iou, thresholds=np.array([0.5, 0.85]))
+    assert correct.tolist() == [[True, True], [False, False], [False, False]]
+
+
+def test_unknown_image_id_raises():
+    with pytest.raises(ValueError, match="not in the ground truth"):
+        CocoEvaluator(hub_dataset(IMAGES), CLASS_NAMES).compute([(999, torch.zeros(0, 6))])
+
+
+def _reference_dataset() -> tuple[datasets.Dataset, list[str]]:
+    gt = json.loads((REFERENCE / "coco128_instances.json").read_text())
+    by_image: dict[int, list[dict]] = {}
+    for ann in gt["annotations"]:
+        by_image.setdefault(ann["image_id"], []).append(ann)
+    images = [(im["id"], im["width"], im["height"], [a["bbox"] for a in by_image.get(im["id"], [])],
+               [a["category_id"] - 1 for a in by_image.get(im["id"], [])]) for im in gt["images"]]
+    names = [c["name"] for c in gt["categories"]]
+    rows = [{"image_id": i, "width": w, "height": h,
+             "objects": {"id": list(range(len(b))), "area": [x[2] * x[3] for x in b], "bbox": b, "category": c}}
+            for i, w, h, b, c in images]
+    return datasets.Dataset.from_list(rows), names
+
+
+@pytest.mark.skipif(not (REFERENCE / "coco128_instances.json").is_file(), reason="shared/data/reference absent")
+@pytest.mark.parametrize("backend", ["pycocotools", "faster_coco_eval"])
+def test_reproduces_pycocotools_on_ultralytics_predictions(backend):
+    expected = json.loads((REFERENCE / "yolo11n_coco128_meta.json").read_text())[
+        "pycocotools_on_ultralytics_predictions"]
+    dataset, names = _reference_dataset()
+    per_image: dict[int, list[list[float]]] = {}
+    for p in json.loads((REFERENCE / "yolo11n_coco128_predictions.json").read_text()):
+        x, y, w, h = p["bbox"]
+        per_image.setdefault(p["image_id"], []).append([x, y, x + w, y + h, p["score"], p["category_id"] - 1])
+    predictions = [(i, torch.tensor(rows, dtype=torch.float64)) for i, rows in per_image.items()]
+    metrics = CocoEvaluator(dataset, names, backend=backend).compute(predictions)
+    assert metrics["map50_95"] == pytest.approx(expected["map50_95"], abs=1e-6)
+    assert metrics["map50"] == pytest.approx(expected["map50"], abs=1e-6)
+    assert 0.0 < metrics["recall"] < metrics["precision"] < 1.0  # a weak but non-trivial model
+
+
+class _SingleProcess:
+    num_processes = 1
+    is_main_process = True
+
+
+def test_gather_single_process_keeps_each_image_once():
+    per_image = [(1, torch.ones(2, 6)), (2, torch.zeros(0, 6)), (1, torch.ones(2, 6))]
+    gathered = gather_predictions(_SingleProcess(), per_image)
+    assert [image_id for image_id, _ in gathered] == [1, 2]
+
+
+DISTRIBUTED_SCRIPT = textwrap.dedent("""
+    import json, sys
+    import torch
+    from accelerate import Accelerator
+    from torch.utils.data import DataLoader
+    sys.path.insert(0, {tests!r})
+    from test_evaluation import IMAGES, CLASS_NAMES, hub_dataset, perfect_predictions
+    from yolo11.evaluation import CocoEvaluator, gather_predictions
+
+    accelerator = Accelerator()
+    assert accelerator.num_processes == 2, accelerator.state
+    images = IMAGES + [(20 + i, 100, 100, [[10 * i, 5, 30, 30]], [i % 3]) for i in range(3)]  # 7 images
+    predictions = dict(perfect_predictions(images, score=0.7))
+    for i, (image_id, det) in enumerate(predictions.items()):  # some errors, so the metrics are not all ones
+        if i % 2:
+            det[:, :2] += 6.0
+    evaluator = CocoEvaluator(hub_dataset(images), CLASS_NAMES)
+    # batch 2 per rank: 7 images -> the last batch of rank 1 is padded with an image of the start
+    loader = accelerator.prepare(DataLoader([im[0] for im in images], batch_size=2))
+    per_image = [(int(i), predictions[int(i)]) for batch in loader for i in batch]
+    gathered = gather_predictions(accelerator, per_image)
+    metrics = evaluator.compute(gathered, accelerator)
+    if accelerator.is_main_process:
+        single = CocoEvaluator(hub_dataset(images), CLASS_NAMES).compute(list(predictions.items()))
+        json.dump({{"distributed": metrics, "single": single, "local": len(per_image), "gathered": len(gathered)}},
+                  open({out!r}, "w"))
+""")
+
+
+@pytest.mark.slow
+def test_two_processes_equal_single_process(tmp_path):
+    config = tmp_path / "2proc.yaml"
+    config.write_text("compute_environment: LOCAL_MACHINE\ndistributed_type: MULTI_GPU\nnum_machines: 1\n"
+                      "num_processes: 2\nmachine_rank: 0\nmixed_precision: 'no'\nuse_cpu: false\n"
+                      "main_process_port: 29517\n")
+    out = tmp_path / "metrics.json"
+    script = tmp_path / "gather.py"
+    script.write_text(DISTRIBUTED_SCRIPT.format(tests=str(ROOT / "tests"), out=str(out)))
+    env = {**os.environ, "ACCELERATE_USE_CPU": "1", "OMP_NUM_THREADS": "1"}
+    launcher = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(config), str(script)]
+    result = subprocess.run(launcher, env=env, capture_output=True, text=True, timeout=180, cwd=ROOT)
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert report["local"] == 4 and report["gathered"] == 7  # rank 0: 4 images; 8 gathered minus 1 duplicate
+    assert report["distributed"] == report["single"]
+    assert 0.0 < report["single"]["map50_95"] < 1.0

@@ -1,0 +1,100 @@
+"""results.csv writer and the figures: files exist, are PNGs, and show what they should."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from yolo11.evaluation import plots
+from yolo11.evaluation.results import COLUMNS, ResultsCSV, read_results
+
+CLASS_NAMES = ["cat", "dog"]
+
+
+def epoch_row(epoch: int, with_val: bool = True) -> dict:
+    row = {"epoch": epoch, "time": 1.5 * epoch, "train/box_loss": 2.0 / epoch, "train/cls_loss": 3.0 / epoch,
+           "train/dfl_loss": 1.0 / epoch, "lr/pg0": 0.01, "lr/pg1": 0.01, "lr/pg2": 0.1,
+           "throughput/img_s": 100.0, "memory/peak_gb": 0.0}
+    if with_val:
+        row.update({"metrics/precision(B)": 0.1 * epoch, "metrics/recall(B)": 0.05 * epoch,
+                    "metrics/mAP50(B)": 0.04 * epoch, "metrics/mAP50-95(B)": 0.02 * epoch,
+                    "val/box_loss": 2.5 / epoch, "val/cls_loss": 3.5 / epoch, "val/dfl_loss": 1.2 / epoch})
+    return row
+
+
+def test_results_csv_columns_and_rows(tmp_path):
+    path = tmp_path / "results.csv"
+    csv = ResultsCSV(path)
+    for epoch in (1, 2, 3):
+        csv.append(epoch_row(epoch, with_val=epoch != 2))
+    rows = read_results(path)
+    assert list(rows[0]) == list(COLUMNS)
+    assert [r["epoch"] for r in rows] == ["1", "2", "3"]
+    assert rows[1]["metrics/mAP50(B)"] == ""  # no validation that epoch
+    assert float(rows[2]["metrics/mAP50-95(B)"]) == pytest.approx(0.06)
+    with pytest.raises(KeyError, match="no column"):
+        csv.append({"epoch": 4, "val/made_up": 1.0})
+
+
+def test_results_csv_resume_keeps_epochs_up_to_checkpoint(tmp_path):
+    path = tmp_path / "results.csv"
+    csv = ResultsCSV(path)
+    for epoch in (1, 2, 3):
+        csv.append(epoch_row(epoch))
+    resumed = ResultsCSV(path, keep_epochs=2)  # the checkpoint was taken after epoch 2
+    resumed.append(epoch_row(3) | {"time": 99.0})
+    rows = read_results(path)
+    assert [r["epoch"] for r in rows] == ["1", "2", "3"]
+    assert float(rows[2]["time"]) == 99.0
+    ResultsCSV(path)  # no keep_epochs: a fresh run starts an empty file
+    assert read_results(path) == []
+
+
+def _is_png(path) -> tuple[int, int]:
+    with Image.open(path) as image:
+        assert image.format == "PNG"
+        return image.size
+
+
+def test_results_png(tmp_path):
+    csv = ResultsCSV(tmp_path / "results.csv")
+    for epoch in range(1, 6):
+        csv.append(epoch_row(epoch))
+    width, height = _is_png(plots.plot_results(tmp_path / "results.csv", tmp_path / "results.png"))
+    assert width > 2 * height  # the 2 x 5 grid
+
+
+def test_validation_plots(tmp_path):
+    metrics = {"map50": 0.5, "per_class_ap50": [0.7, None],
+               "pr_curve": {"recall": np.linspace(0, 1, 1000).tolist(), "precision": [np.linspace(1, 0, 1000).tolist()],
+                            "classes": [0]},
+               "confusion_matrix": [[3, 0, 1], [1, 0, 0], [0, 2, 0]]}
+    image = torch.zeros(3, 64, 96, dtype=torch.uint8)
+    samples = [{"image": image, "predictions": torch.tensor([[5.0, 5, 30, 30, 0.9, 0], [40, 40, 60, 60, 0.01, 1]]),
+                "boxes": torch.tensor([[6.0, 6, 31, 31]]), "labels": torch.tensor([0])}] * 3
+    paths = plots.save_validation_plots(tmp_path, metrics, samples, CLASS_NAMES)
+    assert [p.name for p in paths] == ["PR_curve.png", "confusion_matrix.png", "val_images.png"]
+    for path in paths:
+        _is_png(path)
+
+
+def test_draw_detections_draws_in_class_colour_only_inside_the_box_area():
+    image = np.zeros((60, 80, 3), dtype=np.uint8)
+    drawn = plots.draw_detections(image, np.array([[20.0, 25, 50, 55]]), np.array([1]), CLASS_NAMES,
+                                  scores=np.array([0.5]))
+    assert image.sum() == 0  # the input is not modified
+    changed = np.argwhere(drawn.any(axis=2))
+    assert changed[:, 1].min() >= 20 and changed[:, 0].max() <= 55  # nothing left of or below the box
+    assert tuple(drawn[40, 20]) == plots._palette(1)  # the left edge in the class colour
+
+
+def test_draw_sample_hides_low_scores():
+    sample = {"image": torch.zeros(3, 40, 40, dtype=torch.uint8), "boxes": torch.zeros(0, 4),
+              "labels": torch.zeros(0, dtype=torch.int64),
+              "predictions": torch.tensor([[5.0, 5, 30, 30, 0.1, 0]])}
+    truth, predicted = plots.draw_sample(sample, CLASS_NAMES, conf=0.25)
+    assert truth.sum() == 0 and predicted.sum() == 0
+    _, predicted = plots.draw_sample(sample, CLASS_NAMES, conf=0.05)
+    assert predicted.sum() > 0
