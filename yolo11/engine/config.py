@@ -28,7 +28,7 @@ def _opt(default: Any, help: str, choices: tuple | None = None) -> Any:  # noqa:
 
 @dataclass(frozen=True)
 class ModelConfig:
-    model: str = _opt("yolo11n", "YOLO11 scale: yolo11n|s|m|l|x", ("yolo11n", "yolo11s", "yolo11m", "yolo11l", "yolo11x"))
+    model: str = _opt("yolo11n", "YOLO11 scale", ("yolo11n", "yolo11s", "yolo11m", "yolo11l", "yolo11x"))
     backbone: str | None = _opt(None, "a timm model name to use in place of the native YOLO11 backbone")
     pretrained: bool = _opt(False, "load ImageNet weights for a timm backbone (needs the internet)")
     weights: str | None = _opt(None, "initial weights: our .safetensors / folder, or an Ultralytics .pt")

@@ -5,6 +5,7 @@ Everything here writes on the main process only; weights are written to a tempor
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -106,8 +107,12 @@ class RunOutputs:
             print(message)
 
     def _save(self, model: nn.Module, name: str) -> None:
+        """Write to a temporary file and rename, so a crash never leaves a truncated weights file."""
         if self.accelerator.is_main_process:
-            save_weights(self.accelerator.unwrap_model(model), self.weights_dir / f"{name}.safetensors")
+            final = self.weights_dir / f"{name}.safetensors"
+            tmp = final.with_name(f".{final.name}.tmp")
+            save_weights(self.accelerator.unwrap_model(model), tmp)
+            os.replace(tmp, final)
 
 
 def _flatten(nested: dict) -> dict:

@@ -11,6 +11,7 @@ import math
 import os
 import warnings
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 
 import torch
@@ -22,11 +23,12 @@ from accelerate.utils import (
     ProjectConfiguration,
     broadcast_object_list,
 )
-from datetime import timedelta
 from torch import nn
 
-from yolo11.engine.config import TrainConfig
+from yolo11.engine.config import ModelConfig, TrainConfig
 from yolo11.engine.optim import OptimizerChoice, lr_scale_for_batch, resolve_optimizer
+from yolo11.models import YOLO11Detector, create_model
+from yolo11.weights import load_weights
 
 
 class LaunchError(RuntimeError):
@@ -128,4 +130,21 @@ def maybe_sync_batchnorm(model: nn.Module, requested: bool, accelerator: Acceler
         return nn.SyncBatchNorm.convert_sync_batchnorm(model)
     warnings.warn(f"--sync-bn ignored: it needs several CUDA processes (this run: {accelerator.num_processes} "
                   f"process(es), {accelerator.distributed_type})", stacklevel=2)
+    return model
+
+
+def build_model(config: ModelConfig, num_classes: int) -> YOLO11Detector:
+    """The detector; ``--weights`` initialises every tensor whose name and shape match (a new class count keeps
+    the backbone and neck, re-initialises the class branch), as Ultralytics' transfer does."""
+    model = create_model(config.model, num_classes=num_classes, backbone=config.backbone,
+                         pretrained=config.pretrained)
+    if config.weights:
+        source = load_weights(config.weights).state_dict()
+        target = model.state_dict()
+        matched = {k: v for k, v in source.items() if k in target and v.shape == target[k].shape}
+        if not matched:
+            raise ValueError(f"--weights {config.weights}: no tensor matches {config.model} "
+                             f"(backbone {config.backbone}); is it the same architecture?")
+        model.load_state_dict(matched, strict=False)
+        print(f"--weights {config.weights}: transferred {len(matched)}/{len(target)} tensors")
     return model

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# One device call: install the carried wheels, then run the benchmark commands given as arguments, each logged
+# under $OUT. Usage on the device machine:  bash benchmarks/gpu_session.sh "<cmd 1>" "<cmd 2>" ...
+set -u
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
+export YOLO_OFFLINE=1 HF_HUB_OFFLINE=1 WANDB_MODE=offline
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+  || exit 1
+export PYTHONPATH=/tmp/site:$PWD
+mkdir -p "${OUT:-/tmp/out}"
+python3 -c "import torch, timm, accelerate; print('torch', torch.__version__, 'timm', timm.__version__, 'accelerate', accelerate.__version__, torch.cuda.get_device_name())" | tee "$OUT/versions.txt"
+i=0
+for cmd in "$@"; do
+  i=$((i + 1))
+  echo "=== [$i] $cmd" | tee -a "$OUT/summary.txt"
+  start=$(date +%s)
+  bash -c "$cmd" > "$OUT/run$i.log" 2>&1
+  rc=$?
+  echo "rc=$rc in $(( $(date +%s) - start )) s" | tee -a "$OUT/summary.txt"
+  tail -n 25 "$OUT/run$i.log" | tee -a "$OUT/summary.txt"
+done
