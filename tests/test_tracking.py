@@ -1,0 +1,120 @@
+"""Tracker helpers: --report-to parsing, W&B init kwargs, and a real offline W&B run through Accelerate."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from yolo11.engine import tracking
+
+TESTS = Path(__file__).resolve().parent
+
+
+@pytest.mark.parametrize(("value", "expected"), [
+    ("none", []), ("", []), (None, []), ("wandb", ["wandb"]), ("tensorboard", ["tensorboard"]),
+    ("wandb, tensorboard", ["wandb", "tensorboard"]), ("WandB,wandb", ["wandb"]),
+])
+def test_resolve_report_to(value, expected):
+    assert tracking.resolve_report_to(value) == expected
+
+
+def test_resolve_all_is_the_installed_trackers():
+    assert tracking.resolve_report_to("all") == [n for n in tracking.KNOWN_TRACKERS if tracking.tracker_installed(n)]
+    assert "wandb" in tracking.resolve_report_to("all")  # installed in the project venv
+
+
+@pytest.mark.parametrize("value", ["mlflow", "wandb,comet", "none,wandb"])
+def test_resolve_unknown_raises(value):
+    with pytest.raises(ValueError, match="unknown tracker"):
+        tracking.resolve_report_to(value)
+
+
+def test_wandb_offline_without_credentials(tmp_path, monkeypatch):
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    monkeypatch.setenv("NETRC", str(tmp_path / "no-netrc"))
+    kwargs = tracking.tracker_init_kwargs(["wandb"], tmp_path / "run", "exp", None)
+    assert kwargs == {"wandb": {"dir": str(tmp_path / "run"), "name": "exp", "mode": "offline"}}
+    assert tracking.tracker_init_kwargs(["tensorboard"], tmp_path, "exp") == {}
+
+
+def test_wandb_online_with_credentials_and_resume(tmp_path, monkeypatch):
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    netrc_file = tmp_path / "netrc"
+    netrc_file.write_text("machine api.wandb.ai\n  login user\n  password 0123\n")
+    netrc_file.chmod(0o600)
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.setenv("NETRC", str(netrc_file))
+    kwargs = tracking.tracker_init_kwargs(["wandb"], tmp_path, "exp", "abc123")["wandb"]
+    assert "mode" not in kwargs
+    assert kwargs["id"] == "abc123" and kwargs["resume"] == "allow"
+    monkeypatch.setenv("NETRC", str(tmp_path / "none"))
+    monkeypatch.setenv("WANDB_MODE", "disabled")  # an explicit choice is left alone
+    assert "mode" not in tracking.tracker_init_kwargs(["wandb"], tmp_path, "exp")["wandb"]
+
+
+# A child process, so that wandb's service and global state do not leak into the other tests.
+RUN_SCRIPT = textwrap.dedent("""
+    import sys
+    from pathlib import Path
+    import torch
+    from accelerate import Accelerator
+    from yolo11.engine import tracking
+
+    run_dir = Path(sys.argv[1])
+    report_to = tracking.resolve_report_to("wandb")
+    accelerator = Accelerator(log_with=report_to, project_dir=str(run_dir))
+    accelerator.init_trackers("yolo11-test", config={"run.epochs": 1},
+                              init_kwargs=tracking.tracker_init_kwargs(report_to, run_dir, "exp", None))
+    print("RUN_ID", tracking.current_run_id(accelerator))
+    accelerator.log({"train/box_loss": 1.25, "metrics/mAP50(B)": 0.5}, step=3)
+    sample = {"image": torch.full((3, 32, 48), 128, dtype=torch.uint8),
+              "predictions": torch.tensor([[2.0, 3, 20, 25, 0.8, 1], [1, 1, 5, 5, 0.01, 0]]),
+              "boxes": torch.tensor([[2.0, 2, 21, 26]]), "labels": torch.tensor([1])}
+    tracking.log_validation_images(accelerator, [sample], ["cat", "dog"], step=4)
+    weights = run_dir / "weights" / "best.safetensors"
+    weights.parent.mkdir(parents=True)
+    weights.write_bytes(b"0" * 16)
+    tracking.log_best_weights_artifact(accelerator, weights)
+    accelerator.end_training()
+    print(tracking.final_message(report_to, run_dir))
+""")
+
+
+@pytest.mark.slow
+def test_offline_wandb_run_logs_history_and_boxes(tmp_path):
+    import wandb_reader
+
+    script = tmp_path / "run.py"
+    script.write_text(RUN_SCRIPT)
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "WANDB_MODE": "offline", "WANDB_SILENT": "true",
+           "PYTHONPATH": str(TESTS.parent)}
+    result = subprocess.run([sys.executable, str(script), str(tmp_path / "run")], env=env, capture_output=True,
+                            text=True, timeout=120, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    run_id = result.stdout.split("RUN_ID ")[1].split()[0]
+    stream = wandb_reader.find_stream(tmp_path / "run" / "wandb")
+    assert stream.name == f"run-{run_id}.wandb"
+    assert f"wandb sync {stream.parent}" in result.stdout
+
+    rows = wandb_reader.history(stream)
+    scalars = next(r for r in rows if "train/box_loss" in r)
+    assert scalars["train/box_loss"] == 1.25 and scalars["_step"] == 3
+    images = next(r for r in rows if any(k.startswith("val/images") for k in r))
+    assert images["_step"] == 4
+    assert images["val/images/_type"] == "images/separated"
+    assert images["val/images/count"] == 1
+    (overlays,) = images["val/images/all_boxes"]
+    assert set(overlays) == {"predictions", "ground_truth"}
+    files = {name: json.loads((stream.parent / "files" / ref["path"]).read_text()) for name, ref in overlays.items()}
+    (predicted,) = files["predictions"]["box_data"]  # the 0.01 prediction is below the drawing threshold
+    assert predicted["scores"]["conf"] == pytest.approx(0.8) and predicted["class_id"] == 1
+    assert predicted["position"] == {"minX": 2.0, "maxX": 20.0, "minY": 3.0, "maxY": 25.0}
+    (truth,) = files["ground_truth"]["box_data"]
+    assert truth["box_caption"] == "dog" and files["ground_truth"]["class_labels"] == {"0": "cat", "1": "dog"}
+    assert [a.type for a in wandb_reader.artifacts(stream)] == ["model"]
