@@ -85,6 +85,21 @@ def map_key(key: str) -> str:
     raise KeyError(f"Ultralytics layer {layer} has no parameters in YOLO11: {key}")
 
 
+def ultralytics_key(key: str) -> str:
+    """Our key -> Ultralytics', the inverse of ``map_key`` (for exporting back or checking the mapping)."""
+    part, _, rest = key.partition(".")
+    if part == "backbone":
+        layer, _, rest = rest.removeprefix("layers.").partition(".")
+        return f"model.{layer}.{rest}"
+    if part == "neck":
+        name, _, rest = rest.partition(".")
+        layer = next(i for i, n in ULTRALYTICS_LAYERS.items() if n == name)
+        return f"model.{layer}.{rest}"
+    if part == "head":
+        return f"model.{HEAD_LAYER}.{rest}"
+    raise KeyError(f"not a native YOLO11 key: {key}")
+
+
 def load_ultralytics(path: str | Path) -> YOLO11Detector:
     """Build the matching ``YOLO11Detector`` and load the checkpoint's weights into it (strict)."""
     state = ultralytics_state_dict(path)
