@@ -1,0 +1,82 @@
+"""The Hub detection schema every source is converted to, the source handle and the bad-sample summary."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+import datasets
+
+LOGGER = logging.getLogger("yolo11.data")
+
+
+class DataSourceError(RuntimeError):
+    """A source that cannot be used at all (missing folder, no class names, Hub unreachable...).
+
+    Raised while the source is loaded, before training starts; single bad samples are skipped instead.
+    """
+
+
+def detection_features(class_names: list[str]) -> datasets.Features:
+    """Hub detection schema (as cppe-5): ``bbox`` is COCO ``[x, y, w, h]`` in pixels of the original image."""
+    return datasets.Features({
+        "image_id": datasets.Value("int64"),
+        "image": datasets.Image(decode=False),
+        "width": datasets.Value("int32"),
+        "height": datasets.Value("int32"),
+        "objects": datasets.Sequence({
+            "id": datasets.Value("int64"),
+            "area": datasets.Value("float32"),
+            "bbox": datasets.Sequence(datasets.Value("float32"), length=4),
+            "category": datasets.ClassLabel(names=list(class_names)),
+        }),
+    })
+
+
+def class_names_of(dataset: datasets.Dataset) -> list[str]:
+    """Class names stored in the ``objects.category`` ClassLabel (datasets 5: a dict of lists)."""
+    return list(dataset.features["objects"]["category"].feature.names)
+
+
+@dataclass
+class BadSampleSummary:
+    """What conversion skipped or repaired, one human-readable message per item (file and line named)."""
+
+    skipped_images: list[str] = field(default_factory=list)
+    skipped_lines: list[str] = field(default_factory=list)
+    clipped_boxes: int = 0
+    backgrounds: int = 0
+
+    @property
+    def num_problems(self) -> int:
+        return len(self.skipped_images) + len(self.skipped_lines)
+
+    def to_dict(self) -> dict:
+        return {"skipped_images": self.skipped_images, "skipped_lines": self.skipped_lines,
+                "clipped_boxes": self.clipped_boxes, "backgrounds": self.backgrounds}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> BadSampleSummary:
+        return cls(**data)
+
+    def log(self, name: str, max_messages: int = 20) -> None:
+        """Log the summary once (a few messages, then a count) so a dirty dataset does not flood the console."""
+        messages = self.skipped_images + self.skipped_lines
+        for message in messages[:max_messages]:
+            LOGGER.warning("%s: %s", name, message)
+        if len(messages) > max_messages:
+            LOGGER.warning("%s: ... and %d more problems", name, len(messages) - max_messages)
+        if messages or self.clipped_boxes:
+            LOGGER.warning("%s: skipped %d images and %d label lines; clipped %d boxes slightly outside the image; "
+                           "%d background images", name, len(self.skipped_images), len(self.skipped_lines),
+                           self.clipped_boxes, self.backgrounds)
+
+
+@dataclass
+class DetectionSource:
+    """A converted source: the dataset in the Hub schema and its class names (index = class id)."""
+
+    dataset: datasets.Dataset
+    class_names: list[str]
+    name: str
+    summary: BadSampleSummary = field(default_factory=BadSampleSummary)

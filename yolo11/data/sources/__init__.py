@@ -1,0 +1,117 @@
+"""``load_source(spec, split)``: any supported source -> a ``DetectionSource`` in the Hub schema, cached as Arrow.
+
+File-based sources (data YAML, COCO json) and ``synthetic`` are converted once and saved under the cache folder
+(``cache_dir``, else ``$YOLO11_CACHE``, else ``~/.cache/yolo11/datasets``), keyed by a fingerprint of the source:
+the paths, sizes and modification times of the images and label/annotation files, plus the options. Changing any
+of them converts again. Hub ids and ``save_to_disk`` folders are already Arrow and are only normalised.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from collections import Counter
+from pathlib import Path
+
+import datasets
+
+from yolo11.data.schema import BadSampleSummary, DataSourceError, DetectionSource, detection_features
+from yolo11.data.sources.coco import coco_fingerprint_files, coco_rows
+from yolo11.data.sources.hub import load_disk, load_hub, normalise
+from yolo11.data.sources.synthetic import SHAPES, SyntheticOptions, synthetic_rows
+from yolo11.data.sources.yolo import yolo_fingerprint_files, yolo_rows
+
+__all__ = ["CONVERSIONS", "default_cache_dir", "load_source"]
+
+CACHE_VERSION = 1  # bump when the conversion output changes, so old caches are not reused
+CONVERSIONS: Counter = Counter()  # conversions done by this process, by source kind (tests check cache reuse)
+
+
+def default_cache_dir() -> Path:
+    return Path(os.environ.get("YOLO11_CACHE") or Path.home() / ".cache" / "yolo11" / "datasets")
+
+
+def _fingerprint(payload: dict, files: list[Path]) -> str:
+    digest = hashlib.sha256(json.dumps({**payload, "version": CACHE_VERSION}, sort_keys=True).encode())
+    for path in files:
+        stat = path.stat()
+        digest.update(f"{os.fspath(path)}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
+    return digest.hexdigest()[:20]
+
+
+def _cached(cache_root: Path, name: str, fingerprint: str, convert) -> tuple[datasets.Dataset, list[str], dict]:
+    """Load ``name-fingerprint`` from the cache, or run ``convert() -> (rows, names, summary)`` and save it.
+
+    The folder is written under a temporary name and renamed, so concurrent ranks never see half a cache.
+    """
+    folder = cache_root / f"{name}-{fingerprint}"
+    meta_file = folder / "yolo11_source.json"
+    if not meta_file.is_file():
+        rows, class_names, summary = convert()
+        CONVERSIONS[name.split("-")[0]] += 1
+        dataset = datasets.Dataset.from_list(rows, features=detection_features(class_names))
+        cache_root.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=cache_root))
+        dataset.save_to_disk(os.fspath(tmp / "data"))
+        (tmp / "yolo11_source.json").write_text(json.dumps({"class_names": class_names,
+                                                            "summary": summary.to_dict()}))
+        try:
+            tmp.rename(folder)
+        except OSError:  # another process finished the same conversion first: use theirs
+            shutil.rmtree(tmp, ignore_errors=True)
+    meta = json.loads(meta_file.read_text())
+    return datasets.load_from_disk(os.fspath(folder / "data")), meta["class_names"], meta["summary"]
+
+
+def _looks_like_path(spec: str) -> bool:
+    return spec.startswith((".", "/", "~")) or spec.endswith((".yaml", ".yml", ".json")) or os.sep * 2 in spec
+
+
+def load_source(spec: str, split: str = "train", cache_dir: str | os.PathLike | None = None,
+                images: str | os.PathLike | None = None, **synthetic_opts) -> DetectionSource:
+    """Load one split of a detection source in the Hub schema.
+
+    ``spec`` is ``synthetic[:key=value,...]`` (options also as ``synthetic_opts``), an Ultralytics data YAML,
+    a COCO instances json (images beside it or in ``images``), a ``save_to_disk`` folder, or a Hub id.
+    Raises ``DataSourceError`` for a source that cannot be used; bad samples are skipped, counted in
+    ``DetectionSource.summary`` and logged once.
+    """
+    cache_root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    if spec == "synthetic" or spec.startswith("synthetic:"):
+        options = SyntheticOptions.parse(spec.partition(":")[2], **synthetic_opts)
+        fingerprint = _fingerprint({"kind": "synthetic", "split": split, **options.to_dict()}, [])
+        dataset, names, summary = _cached(cache_root, f"synthetic-{split}", fingerprint,
+                                          lambda: (synthetic_rows(options, split), list(SHAPES), BadSampleSummary()))
+        return DetectionSource(dataset, names, f"synthetic-{split}", BadSampleSummary.from_dict(summary))
+    if synthetic_opts:
+        raise DataSourceError(f"options {sorted(synthetic_opts)} only apply to the synthetic source, not {spec!r}")
+    path = Path(spec).expanduser()
+    if path.suffix in (".yaml", ".yml") and path.is_file():
+        path = path.resolve()
+        fingerprint = _fingerprint({"kind": "yolo", "split": split}, yolo_fingerprint_files(path, split))
+        result = _cached(cache_root, f"yolo-{path.stem}-{split}", fingerprint, lambda: yolo_rows(path, split))
+        name = f"{path.stem}-{split}"
+    elif path.suffix == ".json" and path.is_file():
+        path, image_dir = path.resolve(), Path(images).resolve() if images else None
+        fingerprint = _fingerprint({"kind": "coco", "images": os.fspath(image_dir or "")},
+                                   coco_fingerprint_files(path, image_dir))
+        result = _cached(cache_root, f"coco-{path.stem}", fingerprint, lambda: coco_rows(path, image_dir))
+        name = path.stem
+    elif path.is_dir():
+        dataset, names = normalise(load_disk(path, split), os.fspath(path))
+        return DetectionSource(dataset, names, f"{path.name}-{split}")
+    elif _looks_like_path(spec):
+        raise DataSourceError(f"{spec}: no such file or folder (expected a data YAML, a COCO json or a "
+                              "save_to_disk folder)")
+    else:
+        dataset, names = normalise(load_hub(spec, split), spec)
+        return DetectionSource(dataset, names, f"{spec}-{split}")
+    dataset, names, summary_dict = result
+    summary = BadSampleSummary.from_dict(summary_dict)
+    summary.log(name)
+    if len(dataset) == 0:
+        raise DataSourceError(f"{spec}: no usable images in split {split!r} (see the warnings above)")
+    return DetectionSource(dataset, names, name, summary)

@@ -1,0 +1,152 @@
+"""Ultralytics data YAML + YOLO txt labels (``class cx cy w h``, normalised) -> rows of the Hub schema."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+from yolo11.data.schema import BadSampleSummary, DataSourceError
+from yolo11.data.sources.checks import IMAGE_SUFFIXES, check_box, image_size, objects_row
+
+
+def read_data_yaml(path: Path) -> dict:
+    """The YAML as a dict with ``names`` as a list; raises ``DataSourceError`` for a file we cannot use."""
+    try:
+        data = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as err:
+        raise DataSourceError(f"{path}: cannot read the data YAML ({err})") from None
+    if not isinstance(data, dict):
+        raise DataSourceError(f"{path}: a data YAML must be a mapping with path/train/val/names")
+    names = data.get("names")
+    if not names:
+        raise DataSourceError(f"{path}: no 'names' (class names, a list or a dict index -> name)")
+    if isinstance(names, dict):
+        if sorted(names) != list(range(len(names))):
+            raise DataSourceError(f"{path}: 'names' keys must be the class ids 0..{len(names) - 1}")
+        names = [names[i] for i in range(len(names))]
+    data["names"] = [str(n) for n in names]
+    return data
+
+
+def dataset_root(yaml_path: Path, data: dict) -> Path:
+    """``path`` resolved against the YAML's folder first, then the working directory (as Ultralytics does)."""
+    root = Path(data.get("path") or "")
+    if root.is_absolute():
+        return root
+    for base in (yaml_path.parent, Path.cwd()):
+        if (base / root).exists():
+            return (base / root).resolve()
+    return (yaml_path.parent / root).resolve()
+
+
+def list_split_images(yaml_path: Path, data: dict, split: str) -> list[Path]:
+    """Image files of a split given as a folder, a txt of paths, or a list of either."""
+    if split not in data or not data[split]:
+        present = [k for k in ("train", "val", "test") if data.get(k)]
+        raise DataSourceError(f"{yaml_path}: no '{split}' split (has {present})")
+    root = dataset_root(yaml_path, data)
+    entries = data[split] if isinstance(data[split], list) else [data[split]]
+    images: list[Path] = []
+    for entry in entries:
+        location = Path(entry) if Path(entry).is_absolute() else root / entry
+        if location.is_dir():
+            images += sorted(p for p in location.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES)
+        elif location.is_file() and location.suffix == ".txt":
+            for line in location.read_text().splitlines():
+                if line.strip():
+                    item = Path(line.strip())
+                    images.append(item if item.is_absolute() else (location.parent / item).resolve())
+        else:
+            raise DataSourceError(f"{yaml_path}: '{split}' image folder or list {location} does not exist")
+    if not images:
+        raise DataSourceError(f"{yaml_path}: no images found for '{split}' in {entries}")
+    return images
+
+
+def label_path(image: Path) -> Path:
+    """The parallel ``labels/`` file of an image: the last ``images`` folder in the path becomes ``labels``."""
+    parts = list(image.parts)
+    for i in range(len(parts) - 2, -1, -1):
+        if parts[i] == "images":
+            parts[i] = "labels"
+            break
+    return Path(*parts).with_suffix(".txt")
+
+
+def parse_label_file(path: Path, width: int, height: int, num_classes: int,
+                     summary: BadSampleSummary) -> tuple[list[np.ndarray], list[int]]:
+    """Valid boxes (``xyxy`` px) and classes of one label file; each bad line is skipped with a message.
+
+    A line is ``class cx cy w h`` or, for segment labels, ``class x1 y1 x2 y2 ...`` (the polygon's extent is the
+    box, as Ultralytics does). Exact duplicate lines are dropped silently.
+    """
+    boxes, classes, seen = [], [], set()
+    for number, line in enumerate(path.read_text(errors="replace").splitlines(), start=1):
+        fields = line.split()
+        if not fields or tuple(fields) in seen:
+            continue
+        seen.add(tuple(fields))
+        where = f"{path}:{number}"
+        if len(fields) != 5 and (len(fields) < 7 or len(fields) % 2 == 0):
+            summary.skipped_lines.append(f"{where}: expected 5 fields (class cx cy w h), got {len(fields)}")
+            continue
+        try:
+            values = np.array([float(v) for v in fields], dtype=np.float64)
+        except ValueError:
+            summary.skipped_lines.append(f"{where}: non-numeric field in {line.strip()!r}")
+            continue
+        cls = values[0]
+        if cls != int(cls) or not 0 <= cls < num_classes:
+            summary.skipped_lines.append(f"{where}: class {fields[0]} is not in 0..{num_classes - 1}")
+            continue
+        if len(fields) == 5:
+            cx, cy, w, h = values[1:]
+            if w < 0 or h < 0:
+                summary.skipped_lines.append(f"{where}: negative width or height")
+                continue
+            box = np.array([cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2])
+        else:
+            xy = values[1:].reshape(-1, 2)
+            box = np.concatenate([xy.min(0), xy.max(0)])
+        box, clipped, reason = check_box(box * [width, height, width, height], width, height)
+        if box is None:
+            summary.skipped_lines.append(f"{where}: {reason}, line skipped")
+            continue
+        summary.clipped_boxes += clipped
+        boxes.append(box)
+        classes.append(int(cls))
+    return boxes, classes
+
+
+def yolo_rows(yaml_path: Path, split: str) -> tuple[list[dict], list[str], BadSampleSummary]:
+    """Rows of one split; bad images are skipped and every problem is recorded in the summary."""
+    data = read_data_yaml(yaml_path)
+    names = data["names"]
+    images = list_split_images(yaml_path, data, split)
+    use_stems = all(p.stem.isdigit() for p in images) and len({int(p.stem) for p in images}) == len(images)
+    summary, rows, next_object_id = BadSampleSummary(), [], 1
+    for index, image in enumerate(images):
+        try:
+            width, height = image_size(image)
+        except (ValueError, OSError) as err:
+            summary.skipped_images.append(f"{image}: {err}, image skipped")
+            continue
+        labels = label_path(image)
+        boxes, classes = (parse_label_file(labels, width, height, len(names), summary)
+                          if labels.is_file() else ([], []))
+        summary.backgrounds += not boxes
+        rows.append({"image_id": int(image.stem) if use_stems else index,
+                     "image": {"bytes": None, "path": os.fspath(image)}, "width": width, "height": height,
+                     "objects": objects_row(boxes, classes, next_object_id)})
+        next_object_id += len(boxes)
+    return rows, names, summary
+
+
+def yolo_fingerprint_files(yaml_path: Path, split: str) -> list[Path]:
+    """Files whose size/mtime decide whether a cached conversion is still valid."""
+    data = read_data_yaml(yaml_path)
+    images = list_split_images(yaml_path, data, split)
+    return [yaml_path, *images, *(p for p in map(label_path, images) if p.exists())]
