@@ -1,0 +1,259 @@
+"""Ultralytics' detection augmentations (``ultralytics/data/augment.py`` semantics and defaults), in cv2 and uint8.
+
+Conventions: ``image`` is ``uint8 (H, W, 3)`` **BGR** as cv2 decodes it (HSV and the colour constants assume it;
+the collate turns it to RGB CHW). A target is a dict with ``boxes`` ``float32 (N, 4)`` xyxy in pixels of ``image``
+and ``labels`` ``int64 (N,)``. Every transform is ``(image, target, rng) -> (image, target)``: the random
+generator is an explicit argument because the loader derives it from ``(seed, epoch, index)`` (resume-exact and
+independent of worker count), never from a global RNG.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+import cv2
+import numpy as np
+
+PAD_VALUE = 114  # grey used by Ultralytics for letterbox, mosaic and affine borders
+Target = dict  # {"boxes": float32 (N, 4) xyxy px, "labels": int64 (N,)}
+
+
+@dataclass(frozen=True)
+class AugmentParams:
+    """Augmentation hyper-parameters, Ultralytics' names and defaults (``default.yaml``)."""
+
+    mosaic: float = 1.0
+    mixup: float = 0.0
+    degrees: float = 0.0
+    translate: float = 0.1
+    scale: float = 0.5
+    shear: float = 0.0
+    perspective: float = 0.0
+    flipud: float = 0.0
+    fliplr: float = 0.5
+    hsv_h: float = 0.015
+    hsv_s: float = 0.7
+    hsv_v: float = 0.4
+
+
+PRESETS = {
+    "yolo": AugmentParams(),
+    "none": AugmentParams(mosaic=0.0, translate=0.0, scale=0.0, fliplr=0.0, hsv_h=0.0, hsv_s=0.0, hsv_v=0.0),
+}
+
+
+def augment_preset(name: str, **overrides) -> AugmentParams:
+    """A named preset (``yolo``, ``none``) with optional field overrides; unknown names raise ``ValueError``."""
+    if name not in PRESETS:
+        raise ValueError(f"unknown augmentation preset {name!r}; choose from {sorted(PRESETS)}")
+    return replace(PRESETS[name], **overrides)
+
+
+def empty_target() -> Target:
+    return {"boxes": np.zeros((0, 4), np.float32), "labels": np.zeros(0, np.int64)}
+
+
+def resize_long_side(image: np.ndarray, imgsz: int) -> tuple[np.ndarray, float, float]:
+    """Ultralytics ``load_image``: long side to ``imgsz`` (aspect kept). Returns image and (gain_h, gain_w)."""
+    h0, w0 = image.shape[:2]
+    r = imgsz / max(h0, w0)
+    if r == 1:
+        return image, 1.0, 1.0
+    w, h = min(math.ceil(w0 * r), imgsz), min(math.ceil(h0 * r), imgsz)
+    return cv2.resize(image, (w, h), interpolation=cv2.INTER_LINEAR), h / h0, w / w0
+
+
+def scale_target(target: Target, gain_w: float, gain_h: float, pad_left: float = 0.0, pad_top: float = 0.0) -> Target:
+    boxes = target["boxes"] * np.array([gain_w, gain_h, gain_w, gain_h], np.float32)
+    boxes += np.array([pad_left, pad_top, pad_left, pad_top], np.float32)
+    return {**target, "boxes": boxes}
+
+
+@dataclass(frozen=True)
+class LetterBox:
+    """Resize keeping aspect ratio and pad to ``shape`` (centred, grey 114); ``scaleup=False`` never enlarges.
+
+    The applied ``(gain_h, gain_w, pad_top, pad_left)`` is written to ``target["letterbox"]``. Boxes are shifted
+    by the integer padding that the image gets (Ultralytics shifts labels by the unrounded half-padding, up to
+    half a pixel off its own image; we keep boxes and pixels consistent).
+    """
+
+    shape: tuple[int, int]  # (height, width)
+    scaleup: bool = True
+
+    def __call__(self, image: np.ndarray, target: Target, rng: np.random.Generator | None = None):
+        h, w = image.shape[:2]
+        new_h, new_w = self.shape
+        r = min(new_h / h, new_w / w)
+        if not self.scaleup:
+            r = min(r, 1.0)
+        unpad_w, unpad_h = round(w * r), round(h * r)
+        dw, dh = (new_w - unpad_w) / 2, (new_h - unpad_h) / 2
+        if (w, h) != (unpad_w, unpad_h):
+            image = cv2.resize(image, (unpad_w, unpad_h), interpolation=cv2.INTER_LINEAR)
+        top, bottom = round(dh - 0.1), round(dh + 0.1)
+        left, right = round(dw - 0.1), round(dw + 0.1)
+        if top or bottom or left or right:
+            image = cv2.copyMakeBorder(image, top, bottom, left, right, cv2.BORDER_CONSTANT,
+                                       value=(PAD_VALUE,) * 3)
+        gain_h, gain_w = unpad_h / h, unpad_w / w
+        target = scale_target(target, gain_w, gain_h, left, top)
+        target["letterbox"] = (gain_h, gain_w, float(top), float(left))
+        return image, target
+
+
+def mosaic4(images: list[np.ndarray], targets: list[Target], imgsz: int, rng: np.random.Generator):
+    """Four images (already resized to long side ``imgsz``) on a ``2 imgsz`` grey canvas around a random centre.
+
+    The centre is uniform in ``[imgsz / 2, 3 imgsz / 2]`` (Ultralytics' border ``-imgsz // 2``). Boxes are clipped
+    to the canvas and zero-area ones removed; the caller then crops back to ``imgsz`` with ``RandomPerspective``
+    and ``border = -imgsz // 2``.
+    """
+    s = imgsz
+    border = -s // 2
+    yc, xc = (int(rng.uniform(-border, 2 * s + border)) for _ in range(2))
+    canvas = np.full((2 * s, 2 * s, images[0].shape[2]), PAD_VALUE, np.uint8)
+    boxes, labels = [], []
+    for i, (image, target) in enumerate(zip(images, targets, strict=True)):
+        h, w = image.shape[:2]
+        if i == 0:  # top left
+            x1a, y1a, x2a, y2a = max(xc - w, 0), max(yc - h, 0), xc, yc
+            x1b, y1b, x2b, y2b = w - (x2a - x1a), h - (y2a - y1a), w, h
+        elif i == 1:  # top right
+            x1a, y1a, x2a, y2a = xc, max(yc - h, 0), min(xc + w, 2 * s), yc
+            x1b, y1b, x2b, y2b = 0, h - (y2a - y1a), min(w, x2a - x1a), h
+        elif i == 2:  # bottom left
+            x1a, y1a, x2a, y2a = max(xc - w, 0), yc, xc, min(2 * s, yc + h)
+            x1b, y1b, x2b, y2b = w - (x2a - x1a), 0, w, min(y2a - y1a, h)
+        else:  # bottom right
+            x1a, y1a, x2a, y2a = xc, yc, min(xc + w, 2 * s), min(2 * s, yc + h)
+            x1b, y1b, x2b, y2b = 0, 0, min(w, x2a - x1a), min(y2a - y1a, h)
+        canvas[y1a:y2a, x1a:x2a] = image[y1b:y2b, x1b:x2b]
+        boxes.append(target["boxes"] + np.array([x1a - x1b, y1a - y1b] * 2, np.float32))
+        labels.append(target["labels"])
+    boxes_all = np.clip(np.concatenate(boxes), 0, 2 * s)
+    labels_all = np.concatenate(labels)
+    keep = (boxes_all[:, 2] > boxes_all[:, 0]) & (boxes_all[:, 3] > boxes_all[:, 1])
+    return canvas, {"boxes": boxes_all[keep], "labels": labels_all[keep]}, border
+
+
+def box_candidates(before: np.ndarray, after: np.ndarray, wh_thr: float = 2, ar_thr: float = 100,
+                   area_thr: float = 0.1, eps: float = 1e-16) -> np.ndarray:
+    """Ultralytics' filter after an affine warp: keep boxes wider/taller than ``wh_thr`` px, with aspect ratio
+    below ``ar_thr`` and keeping more than ``area_thr`` of their (scaled) area. Boxes are ``(N, 4)`` xyxy."""
+    w1, h1 = before[:, 2] - before[:, 0], before[:, 3] - before[:, 1]
+    w2, h2 = after[:, 2] - after[:, 0], after[:, 3] - after[:, 1]
+    aspect = np.maximum(w2 / (h2 + eps), h2 / (w2 + eps))
+    return (w2 > wh_thr) & (h2 > wh_thr) & (w2 * h2 / (w1 * h1 + eps) > area_thr) & (aspect < ar_thr)
+
+
+def affine_matrix(params: AugmentParams, in_size: tuple[int, int], out_size: tuple[int, int],
+                  rng: np.random.Generator) -> tuple[np.ndarray, float]:
+    """Ultralytics' ``M = T @ S @ R @ P @ C`` for an input ``(h, w)`` and output ``(h, w)``; returns (M, scale)."""
+    center = np.eye(3)
+    center[0, 2], center[1, 2] = -in_size[1] / 2, -in_size[0] / 2
+    persp = np.eye(3)
+    persp[2, 0], persp[2, 1] = rng.uniform(-params.perspective, params.perspective, 2)
+    rot = np.eye(3)
+    angle = rng.uniform(-params.degrees, params.degrees)
+    scale = rng.uniform(1 - params.scale, 1 + params.scale)
+    rot[:2] = cv2.getRotationMatrix2D(angle=angle, center=(0, 0), scale=scale)
+    shear = np.eye(3)
+    shear[0, 1], shear[1, 0] = np.tan(rng.uniform(-params.shear, params.shear, 2) * math.pi / 180)
+    translate = np.eye(3)
+    translate[0, 2] = rng.uniform(0.5 - params.translate, 0.5 + params.translate) * out_size[1]
+    translate[1, 2] = rng.uniform(0.5 - params.translate, 0.5 + params.translate) * out_size[0]
+    return translate @ shear @ rot @ persp @ center, scale
+
+
+@dataclass(frozen=True)
+class RandomPerspective:
+    """Random affine (rotation, scale, shear, translation, optional perspective) with a border crop.
+
+    ``border`` (negative after mosaic) shrinks the output: ``out = in + 2 * border`` per side, so a ``2 imgsz``
+    mosaic comes out at ``imgsz``. Boxes: the 4 corners are warped, their extent clipped to the output, and
+    ``box_candidates`` drops boxes that became too small or too thin.
+    """
+
+    params: AugmentParams
+    border: int = 0
+
+    def __call__(self, image: np.ndarray, target: Target, rng: np.random.Generator):
+        in_size = image.shape[:2]
+        out_size = (in_size[0] + 2 * self.border, in_size[1] + 2 * self.border)
+        matrix, scale = affine_matrix(self.params, in_size, out_size, rng)
+        if self.border or (matrix != np.eye(3)).any():
+            if self.params.perspective:
+                image = cv2.warpPerspective(image, matrix, dsize=(out_size[1], out_size[0]),
+                                            borderValue=(PAD_VALUE,) * 3)
+            else:
+                image = cv2.warpAffine(image, matrix[:2], dsize=(out_size[1], out_size[0]),
+                                       borderValue=(PAD_VALUE,) * 3)
+        boxes = target["boxes"]
+        if not len(boxes):
+            return image, target
+        corners = np.ones((len(boxes) * 4, 3))
+        corners[:, :2] = boxes[:, [0, 1, 2, 3, 0, 3, 2, 1]].reshape(-1, 2)  # x1y1, x2y2, x1y2, x2y1
+        corners = corners @ matrix.T
+        xy = corners[:, :2] / corners[:, 2:3] if self.params.perspective else corners[:, :2]
+        xy = xy.reshape(len(boxes), 8)
+        warped = np.stack([xy[:, 0::2].min(1), xy[:, 1::2].min(1), xy[:, 0::2].max(1), xy[:, 1::2].max(1)], 1)
+        warped = np.clip(warped, 0, [out_size[1], out_size[0]] * 2).astype(np.float32)
+        keep = box_candidates(boxes * scale, warped)
+        return image, {**target, "boxes": warped[keep], "labels": target["labels"][keep]}
+
+
+@dataclass(frozen=True)
+class RandomHSV:
+    """Hue, saturation and value gains in ``[1 - g, 1 + g]``, applied with ``cv2.LUT`` in place (BGR input)."""
+
+    hgain: float = 0.015
+    sgain: float = 0.7
+    vgain: float = 0.4
+
+    def __call__(self, image: np.ndarray, target: Target, rng: np.random.Generator):
+        if not (self.hgain or self.sgain or self.vgain):
+            return image, target
+        gains = rng.uniform(-1, 1, 3) * [self.hgain, self.sgain, self.vgain]
+        hue, sat, val = cv2.split(cv2.cvtColor(image, cv2.COLOR_BGR2HSV))
+        x = np.arange(0, 256, dtype=gains.dtype)
+        # Ultralytics >= 8.3.79: additive hue shift (OpenCV hue is 0..179), and saturation 0 stays 0 so that
+        # pure greys and whites keep no colour
+        lut_hue = ((x + gains[0] * 180) % 180).astype(np.uint8)
+        lut_sat = np.clip(x * (gains[1] + 1), 0, 255).astype(np.uint8)
+        lut_sat[0] = 0
+        lut_val = np.clip(x * (gains[2] + 1), 0, 255).astype(np.uint8)
+        hsv = cv2.merge((cv2.LUT(hue, lut_hue), cv2.LUT(sat, lut_sat), cv2.LUT(val, lut_val)))
+        image = np.ascontiguousarray(image)  # cvtColor writes into dst: it must own contiguous memory
+        cv2.cvtColor(hsv, cv2.COLOR_HSV2BGR, dst=image)
+        return image, target
+
+
+@dataclass(frozen=True)
+class RandomFlip:
+    """Flip with probability ``p``; ``horizontal`` mirrors x, else y. Returns a view (the collate copies once)."""
+
+    p: float = 0.5
+    horizontal: bool = True
+
+    def __call__(self, image: np.ndarray, target: Target, rng: np.random.Generator):
+        if not self.p or rng.random() >= self.p:
+            return image, target
+        h, w = image.shape[:2]
+        boxes = target["boxes"].copy()
+        if self.horizontal:
+            image = image[:, ::-1]
+            boxes[:, [0, 2]] = w - target["boxes"][:, [2, 0]]
+        else:
+            image = image[::-1]
+            boxes[:, [1, 3]] = h - target["boxes"][:, [3, 1]]
+        return image, {**target, "boxes": boxes}
+
+
+def mixup(image: np.ndarray, target: Target, other: np.ndarray, other_target: Target, rng: np.random.Generator):
+    """Ultralytics' MixUp: blend with ratio ~ Beta(32, 32) and keep both images' boxes (same-size images)."""
+    ratio = rng.beta(32.0, 32.0)
+    blended = (image.astype(np.float32) * ratio + other.astype(np.float32) * (1 - ratio)).astype(np.uint8)
+    return blended, {"boxes": np.concatenate([target["boxes"], other_target["boxes"]]),
+                     "labels": np.concatenate([target["labels"], other_target["labels"]])}
