@@ -1,0 +1,123 @@
+"""Evaluate YOLO11 weights on a dataset: COCO metrics (pycocotools) printed and written as JSON.
+
+    yolo11-val weights/best.safetensors --data ../shared/data/coco128.yaml
+    yolo11-val yolo11n.pt --data detection-datasets/coco --split val --batch 32 --json metrics.json
+    accelerate launch -m yolo11.tools.val best.safetensors --data coco128.yaml   # sharded over processes
+
+Each process runs its shard of the loader (``accelerator.prepare``); predictions are gathered and the main
+process computes the metrics, so the numbers do not depend on the number of processes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+from accelerate import Accelerator
+from torch import nn
+
+from yolo11.data import DetectionSource, build_dataloader, load_source
+from yolo11.evaluation import CocoEvaluator, coco_ground_truth, gather_predictions
+from yolo11.evaluation.coco import coco_results
+from yolo11.postprocess import Postprocessor
+from yolo11.weights import load_weights
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("weights", type=Path, help="our .safetensors file or folder, or an Ultralytics .pt")
+    parser.add_argument("--data", required=True, help="source: data YAML, COCO json, save_to_disk folder, Hub id")
+    parser.add_argument("--split", default="val", help="dataset split")
+    parser.add_argument("--images", default=None, help="image folder of a COCO json source")
+    parser.add_argument("--cache-dir", default=None, help="where converted datasets are cached")
+    parser.add_argument("--imgsz", type=int, default=640, help="letterboxed input size in pixels")
+    parser.add_argument("--batch", type=int, default=16, help="global batch size (split over processes)")
+    parser.add_argument("--workers", type=int, default=2, help="data loader workers per process")
+    parser.add_argument("--conf", type=float, default=0.001, help="score threshold before NMS")
+    parser.add_argument("--iou", type=float, default=0.7, help="NMS IoU threshold")
+    parser.add_argument("--max-det", type=int, default=300, help="detections kept per image")
+    parser.add_argument("--backend", default="pycocotools", choices=("pycocotools", "faster_coco_eval"))
+    parser.add_argument("--json", type=Path, default=None, help="write the metrics here (default: none)")
+    parser.add_argument("--predictions-json", type=Path, default=None,
+                        help="also write the predictions as COCO results (category = class + 1)")
+    return parser.parse_args(argv)
+
+
+@torch.no_grad()
+def predict_dataset(accelerator: Accelerator, model: nn.Module, loader, postprocessor: Postprocessor
+                    ) -> list[tuple[int, torch.Tensor]]:
+    """This process' ``(image_id, (n, 6))`` predictions in original pixels over its shard of ``loader``."""
+    per_image = []
+    for batch in loader:
+        images = batch["images"].float().div_(255.0)
+        with accelerator.autocast():
+            feats = model(images)
+        detections = postprocessor(feats, batch["ratio_pad"], batch["orig_sizes"])
+        per_image.extend((int(i), det.cpu()) for i, det in zip(batch["image_ids"], detections, strict=True))
+    return per_image
+
+
+def evaluate_weights(accelerator: Accelerator, model: nn.Module, source: DetectionSource, *, imgsz: int,
+                     batch: int, workers: int, conf: float, iou: float, max_det: int,
+                     backend: str = "pycocotools") -> tuple[dict, list[tuple[int, torch.Tensor]]]:
+    """Metrics (same dict on every process) and all gathered predictions of ``model`` on ``source``."""
+    if model.num_classes != len(source.class_names):
+        raise ValueError(f"the model predicts {model.num_classes} classes, the dataset has "
+                         f"{len(source.class_names)}")
+    loader = build_dataloader(source, split="val", imgsz=imgsz, batch_size=max(batch // accelerator.num_processes, 1),
+                              workers=workers, augment=False)
+    loader = accelerator.prepare(loader)
+    model = model.to(accelerator.device).eval()
+    postprocessor = Postprocessor(conf=conf, iou=iou, max_det=max_det, strides=model.strides, reg_max=model.reg_max)
+    predictions = gather_predictions(accelerator, predict_dataset(accelerator, model, loader, postprocessor))
+    evaluator = CocoEvaluator(source.dataset, source.class_names, backend=backend)
+    return evaluator.compute(predictions, accelerator), predictions
+
+
+def format_table(metrics: dict, class_names: list[str], ground_truth: dict) -> str:
+    """Ultralytics-like summary: all classes, then each class with ground truth."""
+    images: dict[int, set] = {}
+    instances: dict[int, int] = {}
+    for ann in ground_truth["annotations"]:
+        images.setdefault(ann["category_id"] - 1, set()).add(ann["image_id"])
+        instances[ann["category_id"] - 1] = instances.get(ann["category_id"] - 1, 0) + 1
+    header = f"{'class':>20} {'images':>8} {'instances':>10} {'P':>8} {'R':>8} {'mAP50':>8} {'mAP50-95':>9}"
+    lines = [header, f"{'all':>20} {len(ground_truth['images']):>8} {sum(instances.values()):>10} "
+                     f"{metrics['precision']:>8.4f} {metrics['recall']:>8.4f} {metrics['map50']:>8.4f} "
+                     f"{metrics['map50_95']:>9.4f}"]
+    for k, name in enumerate(class_names):
+        if k in instances:
+            lines.append(f"{name:>20} {len(images[k]):>8} {instances[k]:>10} {'':>8} {'':>8} "
+                         f"{metrics['per_class_ap50'][k]:>8.4f} {metrics['per_class_ap50_95'][k]:>9.4f}")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    accelerator = Accelerator()
+    source = load_source(args.data, split=args.split, cache_dir=args.cache_dir, images=args.images)
+    model = load_weights(args.weights).fuse()
+    start = time.perf_counter()
+    metrics, predictions = evaluate_weights(accelerator, model, source, imgsz=args.imgsz, batch=args.batch,
+                                            workers=args.workers, conf=args.conf, iou=args.iou,
+                                            max_det=args.max_det, backend=args.backend)
+    if accelerator.is_main_process:
+        print(format_table(metrics, source.class_names, coco_ground_truth(source.dataset, source.class_names)))
+        print(f"{len(predictions)} images in {time.perf_counter() - start:.1f} s on {accelerator.num_processes} "
+              f"process(es); mAP50-95 {metrics['map50_95']:.5f} mAP50 {metrics['map50']:.5f}")
+        if args.json:
+            args.json.parent.mkdir(parents=True, exist_ok=True)
+            args.json.write_text(json.dumps(metrics) + "\n")
+        if args.predictions_json:
+            args.predictions_json.parent.mkdir(parents=True, exist_ok=True)
+            args.predictions_json.write_text(json.dumps(coco_results(dict(predictions))) + "\n")
+    accelerator.wait_for_everyone()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
