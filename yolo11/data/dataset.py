@@ -1,0 +1,156 @@
+"""Map-style dataset over a Hub-schema ``datasets.Dataset``: decode in the worker, augment from a pure key.
+
+The sampler yields ``(epoch, index)`` keys. A sample's randomness comes from
+``numpy.random.default_rng([seed, epoch, index])`` alone, so a sample does not depend on which worker or rank
+builds it, and a resumed epoch replays exactly. The epoch in the key also switches mosaic off for the last
+``close_mosaic`` epochs.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+
+import cv2
+import datasets
+import numpy as np
+import torch
+
+from yolo11.data.transforms import (
+    AugmentParams,
+    LetterBox,
+    RandomFlip,
+    RandomHSV,
+    RandomPerspective,
+    mixup,
+    mosaic4,
+    resize_long_side,
+)
+
+LOGGER = logging.getLogger("yolo11.data")
+MAX_DECODE_FALLBACKS = 16
+
+
+class EpochKeySampler(torch.utils.data.Sampler):
+    """Yields ``(epoch, index)``; the order is a pure function of ``(seed, epoch)`` (or the fixed ``order``).
+
+    Accelerate calls ``set_epoch`` on it through ``BatchSamplerShard`` (``batch_sampler.batch_sampler.sampler``).
+    """
+
+    def __init__(self, num_samples: int, shuffle: bool, seed: int = 0, order: np.ndarray | None = None):
+        self.num_samples, self.shuffle, self.seed, self.epoch = num_samples, shuffle, seed, 0
+        self.order = np.arange(num_samples) if order is None else np.asarray(order)
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        return self.num_samples
+
+    def __iter__(self) -> Iterator[tuple[int, int]]:
+        order = np.random.default_rng([self.seed, self.epoch]).permutation(self.order) if self.shuffle else self.order
+        return iter([(self.epoch, int(i)) for i in order])
+
+
+def decode_image(image: dict) -> np.ndarray:
+    """BGR uint8 ``(H, W, 3)`` from the schema's ``{"bytes", "path"}``; raises ``ValueError`` if undecodable."""
+    if image.get("bytes"):
+        decoded = cv2.imdecode(np.frombuffer(image["bytes"], np.uint8), cv2.IMREAD_COLOR)
+    else:
+        decoded = cv2.imread(image["path"], cv2.IMREAD_COLOR)
+    if decoded is None:
+        raise ValueError(f"cannot decode image {image.get('path')!r}")
+    return decoded
+
+
+class DetectionDataset(torch.utils.data.Dataset):
+    """Samples ``{"image": uint8 (H, W, 3) BGR, "boxes": float32 (N, 4) xyxy px, "labels": int64 (N,),
+    "image_id", "orig_size": (h, w), "ratio_pad": (gain_h, gain_w, pad_top, pad_left)}``.
+
+    Training (``augment``): mosaic (probability ``params.mosaic``, off in the last ``close_mosaic`` epochs) or
+    letterbox, then random perspective, mixup, HSV and flips, as Ultralytics' ``v8_transforms``. Validation:
+    long side to ``imgsz`` then letterbox to ``imgsz`` square, or to the sample's rect batch shape.
+    """
+
+    def __init__(self, dataset: datasets.Dataset, imgsz: int, augment: bool, params: AugmentParams,
+                 epochs: int = 1, close_mosaic: int = 0, seed: int = 0, shapes: np.ndarray | None = None):
+        self.images = dataset.select_columns(["image"])  # Arrow, memory-mapped: cheap to share with workers
+        columns = dataset.select_columns(["image_id", "width", "height", "objects"]).to_dict()
+        self.image_ids = np.asarray(columns["image_id"], np.int64)
+        self.orig_sizes = np.stack([columns["height"], columns["width"]], 1).astype(np.int64)
+        # boxes of all images in one flat array (no per-object Python objects to copy into every worker)
+        counts = [len(o["bbox"]) for o in columns["objects"]]
+        self.offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        flat = [b for o in columns["objects"] for b in o["bbox"]]
+        xywh = np.asarray(flat, np.float32).reshape(-1, 4)
+        self.boxes = np.concatenate([xywh[:, :2], xywh[:, :2] + xywh[:, 2:]], 1)
+        self.labels = np.asarray([c for o in columns["objects"] for c in o["category"]], np.int64)
+        self.imgsz, self.augment, self.params = imgsz, augment, params
+        self.epochs, self.close_mosaic, self.seed = epochs, close_mosaic, seed
+        self.shapes = shapes  # (N, 2) letterbox (h, w) per sample for rect validation batches
+        self.decode_failures = 0  # per process: each worker counts its own
+
+    def __len__(self) -> int:
+        return len(self.image_ids)
+
+    def mosaic_enabled(self, epoch: int) -> bool:
+        return self.augment and self.params.mosaic > 0 and epoch < self.epochs - self.close_mosaic
+
+    def _load(self, index: int) -> tuple[np.ndarray, dict, int]:
+        """Decoded, long-side-resized image and its target; an undecodable image falls back to the next index."""
+        for attempt in range(MAX_DECODE_FALLBACKS):
+            i = (index + attempt) % len(self)
+            try:
+                image = decode_image(self.images[i]["image"])
+                break
+            except ValueError as err:
+                self.decode_failures += 1
+                LOGGER.warning("%s; using sample %d instead (%d decode failures in this worker)",
+                               err, (i + 1) % len(self), self.decode_failures)
+        else:
+            raise RuntimeError(f"{MAX_DECODE_FALLBACKS} consecutive images from index {index} failed to decode")
+        resized, gain_h, gain_w = resize_long_side(image, self.imgsz)
+        # the schema's width/height may disagree with the file (EXIF rotation); scale from the decoded size
+        h0, w0 = image.shape[:2]
+        sl = slice(self.offsets[i], self.offsets[i + 1])
+        boxes = self.boxes[sl] * np.array([resized.shape[1] / w0, resized.shape[0] / h0] * 2, np.float32)
+        return resized, {"boxes": boxes, "labels": self.labels[sl]}, i
+
+    def _train_sample(self, epoch: int, index: int, rng: np.random.Generator) -> tuple[np.ndarray, dict, int]:
+        """Mosaic + perspective (or letterbox + perspective): the part MixUp applies to both of its images."""
+        s = self.imgsz
+        if self.mosaic_enabled(epoch) and rng.random() < self.params.mosaic:
+            picks = [index, *rng.integers(0, len(self), 3)]
+            loaded = [self._load(int(i)) for i in picks]
+            image, target, border = mosaic4([x[0] for x in loaded], [x[1] for x in loaded], s, rng)
+            used = loaded[0][2]
+        else:
+            image, target, used = self._load(index)
+            image, target = LetterBox((s, s))(image, target)
+            border = 0
+        image, target = RandomPerspective(self.params, border)(image, target, rng)
+        return image, target, used
+
+    def __getitem__(self, key: tuple[int, int] | int) -> dict:
+        epoch, index = key if isinstance(key, tuple) else (0, int(key))
+        rng = np.random.default_rng([self.seed, epoch, index])
+        if self.augment:
+            image, target, used = self._train_sample(epoch, index, rng)
+            if self.mosaic_enabled(epoch) and self.params.mixup and rng.random() < self.params.mixup:
+                other, other_target, _ = self._train_sample(epoch, int(rng.integers(len(self))), rng)
+                image, target = mixup(image, target, other, other_target, rng)
+            hsv = RandomHSV(self.params.hsv_h, self.params.hsv_s, self.params.hsv_v)
+            image, target = hsv(image, target, rng)
+            image, target = RandomFlip(self.params.flipud, horizontal=False)(image, target, rng)
+            image, target = RandomFlip(self.params.fliplr, horizontal=True)(image, target, rng)
+            ratio_pad = (0.0, 0.0, 0.0, 0.0)
+        else:
+            image, target, used = self._load(index)
+            gain_h, gain_w = image.shape[0] / self.orig_sizes[used, 0], image.shape[1] / self.orig_sizes[used, 1]
+            shape = tuple(self.shapes[index]) if self.shapes is not None else (self.imgsz, self.imgsz)
+            image, target = LetterBox(shape, scaleup=False)(image, target)
+            lb_h, lb_w, top, left = target.pop("letterbox")
+            ratio_pad = (gain_h * lb_h, gain_w * lb_w, top, left)
+        return {"image": image, "boxes": target["boxes"], "labels": target["labels"],
+                "image_id": int(self.image_ids[used]), "orig_size": tuple(self.orig_sizes[used]),
+                "ratio_pad": ratio_pad}

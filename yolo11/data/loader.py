@@ -1,0 +1,104 @@
+"""``build_dataloader``: a DataLoader yielding the batch dict of the contract (docs/ARCHITECTURE.md, Targets)."""
+
+from __future__ import annotations
+
+import random
+
+import cv2
+import numpy as np
+import torch
+from torch.utils.data import BatchSampler, DataLoader
+
+from yolo11.data.dataset import DetectionDataset, EpochKeySampler
+from yolo11.data.schema import DetectionSource
+from yolo11.data.transforms import AugmentParams
+
+STRIDE = 32  # the largest model stride: input sides are multiples of it
+
+
+class DetectionCollate:
+    """Stack samples into the batch dict; runs in the workers, so it is one copy per image and no Python loops
+    over pixels. BGR HWC becomes RGB CHW in that single copy.
+
+    ``max_boxes`` pads every batch to the same box count (static shapes); images with more boxes keep the first
+    ``max_boxes``.
+    """
+
+    def __init__(self, max_boxes: int | None = None):
+        self.max_boxes = max_boxes
+
+    def __call__(self, samples: list[dict]) -> dict:
+        height, width = samples[0]["image"].shape[:2]
+        images = np.empty((len(samples), 3, height, width), np.uint8)
+        for i, sample in enumerate(samples):
+            images[i] = sample["image"][:, :, ::-1].transpose(2, 0, 1)
+        counts = [len(s["labels"]) for s in samples]
+        num_rows = self.max_boxes if self.max_boxes is not None else max(counts, default=0)
+        boxes = np.zeros((len(samples), num_rows, 4), np.float32)
+        labels = np.full((len(samples), num_rows), -1, np.int64)
+        for i, sample in enumerate(samples):
+            n = min(counts[i], num_rows)
+            boxes[i, :n] = sample["boxes"][:n]
+            labels[i, :n] = sample["labels"][:n]
+        return {"images": torch.from_numpy(images), "boxes": torch.from_numpy(boxes),
+                "labels": torch.from_numpy(labels), "image_ids": [s["image_id"] for s in samples],
+                "orig_sizes": torch.tensor([s["orig_size"] for s in samples], dtype=torch.int64),
+                "ratio_pad": torch.tensor([s["ratio_pad"] for s in samples], dtype=torch.float32)}
+
+
+def rect_batches(sizes_hw: np.ndarray, imgsz: int, batch_size: int, pad: float = 0.5) -> tuple[np.ndarray, np.ndarray]:
+    """Ultralytics' rectangular validation batches: images sorted by aspect ratio, one letterbox shape per batch.
+
+    ``sizes_hw`` is ``(N, 2)`` original (height, width). Returns the sample order and the ``(N, 2)`` (h, w)
+    letterbox shape of each sample (indexed by dataset index), multiples of ``STRIDE``.
+    """
+    aspect = sizes_hw[:, 0] / sizes_hw[:, 1]
+    order = np.argsort(aspect, kind="stable")
+    shapes = np.empty((len(order), 2), np.int64)
+    for start in range(0, len(order), batch_size):
+        members = order[start:start + batch_size]
+        low, high = aspect[members].min(), aspect[members].max()
+        relative = [high, 1.0] if high < 1 else [1.0, 1.0 / low] if low > 1 else [1.0, 1.0]
+        shapes[members] = np.ceil(np.array(relative) * imgsz / STRIDE + pad).astype(np.int64) * STRIDE
+    return order, shapes
+
+
+def seed_worker(worker_id: int) -> None:
+    """Seed the libraries' global RNGs per worker (our augmentation does not use them, user code might), and
+    keep OpenCV single-threaded inside each worker: the workers are the parallelism."""
+    seed = torch.initial_seed() % 2**32
+    np.random.seed(seed)
+    random.seed(seed)
+    cv2.setNumThreads(0)
+
+
+def build_dataloader(source: DetectionSource, split: str = "train", imgsz: int = 640, batch_size: int = 16,
+                     workers: int = 8, augment: bool | None = None, epochs: int = 1, close_mosaic: int = 10,
+                     seed: int = 0, hyp: AugmentParams | None = None, max_boxes: int | None = None,
+                     rect: bool = False, shuffle: bool | None = None) -> DataLoader:
+    """The train or val DataLoader of ``source``; ``batch_size`` is per process.
+
+    ``augment`` and ``shuffle`` default to ``split == "train"``. The batch sampler yields ``(epoch, index)`` keys:
+    call ``loader.set_epoch(epoch)`` (or Accelerate's, after ``prepare``) before each epoch. ``rect`` (val only)
+    groups images of similar aspect ratio and letterboxes each batch to its own shape.
+    """
+    if split not in ("train", "val"):
+        raise ValueError(f"split must be 'train' or 'val', got {split!r}")
+    train = split == "train"
+    augment = train if augment is None else augment
+    shuffle = train if shuffle is None else shuffle
+    if rect and (augment or shuffle):
+        raise ValueError("rect batches need augment=False and shuffle=False (their shapes follow a fixed order)")
+    order = shapes = None
+    if rect:
+        sizes = np.stack([source.dataset["height"], source.dataset["width"]], 1)
+        order, shapes = rect_batches(sizes, imgsz, batch_size)
+    dataset = DetectionDataset(source.dataset, imgsz, augment, hyp or AugmentParams(), epochs=epochs,
+                               close_mosaic=close_mosaic, seed=seed, shapes=shapes)
+    sampler = EpochKeySampler(len(dataset), shuffle=shuffle, seed=seed, order=order)
+    loader = DataLoader(dataset, batch_sampler=BatchSampler(sampler, batch_size, drop_last=False),
+                        num_workers=workers, collate_fn=DetectionCollate(max_boxes),
+                        pin_memory=torch.cuda.is_available(), persistent_workers=workers > 0,
+                        worker_init_fn=seed_worker, prefetch_factor=4 if workers > 0 else None)
+    loader.set_epoch = sampler.set_epoch  # same call as Accelerate's DataLoaderShard.set_epoch
+    return loader
