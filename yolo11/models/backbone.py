@@ -57,7 +57,7 @@ class YOLO11Backbone(nn.Module):
 
 def _cfg(**kwargs) -> dict:
     # No hosted weights: YOLO11 weights come from an Ultralytics checkpoint (yolo11.weights), not the HF Hub.
-    return dict(url="", num_classes=0, input_size=(3, 640, 640), mean=(0.0, 0.0, 0.0), std=(1.0, 1.0, 1.0), **kwargs)
+    return dict(url="", input_size=(3, 640, 640), mean=(0.0, 0.0, 0.0), std=(1.0, 1.0, 1.0), **kwargs)
 
 
 # timm requires the default configs to exist before the @register_model functions.
@@ -71,6 +71,7 @@ def _create(variant: str, pretrained: bool, **kwargs) -> YOLO11Backbone:
         variant,
         pretrained,
         feature_cfg=dict(flatten_sequential=True, out_indices=(0, 1, 2)),
+        kwargs_filter=("num_classes",),  # timm passes its default classifier size; a backbone has no classifier
         scale=scale,
         **kwargs,
     )

@@ -1,0 +1,80 @@
+"""Backbones: the native YOLO11 one through timm's registry, and timm models in its place."""
+
+from __future__ import annotations
+
+import pytest
+import timm
+import torch
+
+import yolo11
+from yolo11.models.timm_backbone import select_levels
+
+# One model per family, small variants where the family has them (2 CI cores).
+TIMM_BACKBONES = ["resnet18", "convnext_atto", "efficientnet_b0", "cspdarknet53", "mobilenetv3_large_100"]
+
+
+# Outputs of Ultralytics layers 4, 6 and 10 (C3k2 512, C3k2 512, C2PSA 1024 in the YAML, scaled).
+@pytest.mark.parametrize("scale, channels", [("n", [128, 128, 256]), ("s", [256, 256, 512]), ("m", [512, 512, 512])])
+def test_native_backbone_in_timm_features_only(scale, channels):
+    assert f"yolo11{scale}_backbone" in timm.list_models("yolo11*")
+    model = timm.create_model(f"yolo11{scale}_backbone", features_only=True)
+    assert model.feature_info.channels() == channels
+    assert model.feature_info.reduction() == [8, 16, 32]
+    features = model(torch.rand(1, 3, 64, 96))
+    assert [tuple(f.shape) for f in features] == [(1, c, 64 // r, 96 // r) for c, r in zip(channels, (8, 16, 32))]
+
+
+def test_timm_features_equal_the_detector_backbone():
+    """The timm wrapper runs the same layers: same weights give the same P3/P4/P5."""
+    torch.manual_seed(0)
+    detector = yolo11.create_model("yolo11n").eval()
+    features_net = timm.create_model("yolo11n_backbone", features_only=True).eval()
+    # timm flattens ``layers.N`` into ``layers_N``; nothing else differs.
+    state = {k.replace("layers.", "layers_", 1): v for k, v in detector.backbone.state_dict().items()}
+    features_net.load_state_dict(state, strict=True)
+    images = torch.rand(1, 3, 64, 64)
+    with torch.no_grad():
+        for ours, theirs in zip(detector.backbone(images), features_net(images), strict=True):
+            torch.testing.assert_close(ours, theirs)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backbone", TIMM_BACKBONES)
+def test_timm_backbone_forward_backward(backbone):
+    torch.manual_seed(0)
+    model = yolo11.create_model("yolo11n", num_classes=3, backbone=backbone).train()
+    assert model.config["backbone"] == backbone
+    images = torch.rand(2, 3, 64, 64)
+    features = model.backbone(images)
+    # feature_info's widths and strides are the real ones, and the neck was sized from them.
+    assert [f.shape[1] for f in features] == list(model.backbone.out_channels)
+    assert [64 // f.shape[-1] for f in features] == [8, 16, 32]
+    maps = model(images)
+    assert [tuple(m.shape) for m in maps] == [(2, 67, 8, 8), (2, 67, 4, 4), (2, 67, 2, 2)]
+    sum(m.pow(2).mean() for m in maps).backward()
+    grads = [p.grad for p in model.parameters() if p.requires_grad]
+    assert all(g is not None and torch.isfinite(g).all() for g in grads)
+    assert any(g.abs().sum() > 0 for g in (p.grad for p in model.backbone.parameters()))
+
+
+def test_select_levels_picks_the_deepest_level_per_reduction():
+    assert select_levels([2, 4, 8, 16, 32]) == (2, 3, 4)
+    assert select_levels([4, 8, 8, 16, 32, 32]) == (2, 3, 5)
+    with pytest.raises(ValueError, match=r"offers feature reductions \[16, 16, 16\]"):
+        select_levels([16, 16, 16])
+
+
+def test_backbone_without_stride_8_is_refused():
+    # A plain ViT has every level at reduction 16.
+    with pytest.raises(ValueError, match="reductions .*16.*needs levels at \\[8, 16, 32\\]"):
+        yolo11.create_model("yolo11n", backbone="vit_tiny_patch16_224")
+
+
+def test_pretrained_offline_gives_a_clear_error(monkeypatch, tmp_path):
+    import huggingface_hub.constants as hub_constants
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(hub_constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(hub_constants, "HF_HUB_CACHE", str(tmp_path))  # empty cache: nothing to fall back on
+    with pytest.raises(RuntimeError, match="could not download pretrained weights for timm backbone 'resnet18'"):
+        yolo11.create_model("yolo11n", backbone="resnet18", pretrained=True)
