@@ -47,8 +47,11 @@ class SyntheticOptions:
         for item in filter(None, (t.strip() for t in text.split(","))):
             key, sep, value = item.partition("=")
             if not sep or key not in known:
-                raise DataSourceError(f"synthetic: unknown option {item!r}; options are {sorted(known)}")
-            values[key] = float(value) if known[key] == "float" else int(value)
+                raise DataSourceError(f"synthetic: unknown option {key!r}; options are {sorted(known)}")
+            try:
+                values[key] = float(value) if known[key] == "float" else int(value)
+            except ValueError:
+                raise DataSourceError(f"synthetic: {key}={value!r} is not a {known[key]}") from None
         for key in overrides:
             if key not in known:
                 raise DataSourceError(f"synthetic: unknown option {key!r}; options are {sorted(known)}")

@@ -1,0 +1,154 @@
+"""Sources: YAML, COCO json, save_to_disk and synthetic give the same samples in the Hub schema; the cache is reused."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import datasets
+import numpy as np
+import pytest
+
+from yolo11.data import DataSourceError, class_names_of, load_source
+from yolo11.data.schema import detection_features
+from yolo11.data.sources import CONVERSIONS
+
+DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+needs_data = pytest.mark.skipif(not (DATA / "coco8.yaml").is_file(), reason=f"test data not found in {DATA}")
+
+
+def samples_by_id(dataset: datasets.Dataset) -> dict[int, tuple[np.ndarray, list[int], tuple[int, int]]]:
+    """image_id -> (boxes sorted, categories in the same order, (w, h)), independent of row and object order."""
+    result = {}
+    for row in dataset.select_columns(["image_id", "width", "height", "objects"]):
+        boxes = np.asarray(row["objects"]["bbox"], np.float64).reshape(-1, 4)
+        cats = np.asarray(row["objects"]["category"])
+        order = np.lexsort((*boxes.T, cats))
+        result[row["image_id"]] = (boxes[order], cats[order].tolist(), (row["width"], row["height"]))
+    return result
+
+
+def write_coco_json(dataset: datasets.Dataset, class_names: list[str], path: Path) -> None:
+    """COCO instances with category ids 10, 20, ... (not contiguous), so the remapping is exercised."""
+    images, annotations = [], []
+    for row in dataset:
+        images.append({"id": row["image_id"], "file_name": Path(row["image"]["path"]).name,
+                       "width": row["width"], "height": row["height"]})
+        for bbox, cat in zip(row["objects"]["bbox"], row["objects"]["category"], strict=True):
+            annotations.append({"id": len(annotations) + 1, "image_id": row["image_id"], "bbox": bbox,
+                                "category_id": 10 * (cat + 1), "area": bbox[2] * bbox[3], "iscrowd": 0})
+    annotations.append({"id": len(annotations) + 1, "image_id": images[0]["id"], "bbox": [0, 0, 50, 50],
+                        "category_id": 10, "area": 2500, "iscrowd": 1})  # crowd boxes are skipped
+    categories = [{"id": 10 * (k + 1), "name": name} for k, name in enumerate(class_names)]
+    path.write_text(json.dumps({"images": images, "annotations": annotations, "categories": categories}))
+
+
+def assert_same_samples(a: datasets.Dataset, b: datasets.Dataset) -> None:
+    left, right = samples_by_id(a), samples_by_id(b)
+    assert left.keys() == right.keys()
+    for image_id, (boxes, cats, size) in left.items():
+        other_boxes, other_cats, other_size = right[image_id]
+        assert size == other_size and cats == other_cats, image_id
+        np.testing.assert_allclose(boxes, other_boxes, atol=1e-3)
+
+
+@needs_data
+@pytest.mark.parametrize("name, image_folder", [("coco8", "images/train"), ("coco128", "images/train2017")])
+def test_yaml_coco_and_disk_sources_agree(tmp_path: Path, name: str, image_folder: str) -> None:
+    yaml_source = load_source(os.fspath(DATA / f"{name}.yaml"), "train", cache_dir=tmp_path / "cache")
+    assert len(yaml_source.dataset) == len(list((DATA / name / image_folder).iterdir()))
+    assert yaml_source.dataset.features == detection_features(yaml_source.class_names)
+    assert yaml_source.class_names[:3] == ["person", "bicycle", "car"] and len(yaml_source.class_names) == 80
+
+    json_path = tmp_path / "instances.json"
+    write_coco_json(yaml_source.dataset, yaml_source.class_names, json_path)
+    coco_source = load_source(os.fspath(json_path), cache_dir=tmp_path / "cache", images=DATA / name / image_folder)
+    assert coco_source.class_names == yaml_source.class_names
+    assert_same_samples(yaml_source.dataset, coco_source.dataset)
+
+    yaml_source.dataset.save_to_disk(os.fspath(tmp_path / "flat"))
+    datasets.DatasetDict({"train": yaml_source.dataset}).save_to_disk(os.fspath(tmp_path / "dict"))
+    for folder in ("flat", "dict"):
+        disk_source = load_source(os.fspath(tmp_path / folder), "train", cache_dir=tmp_path / "cache")
+        assert disk_source.class_names == yaml_source.class_names
+        assert_same_samples(yaml_source.dataset, disk_source.dataset)
+
+
+@needs_data
+def test_reference_coco128_json_matches_yaml(tmp_path: Path) -> None:
+    """Ultralytics' own coco128 ground truth (image id = file stem, category = class + 1) equals our YAML reading."""
+    yaml_source = load_source(os.fspath(DATA / "coco128.yaml"), cache_dir=tmp_path)
+    coco_source = load_source(os.fspath(DATA / "reference" / "coco128_instances.json"), cache_dir=tmp_path,
+                              images=DATA / "coco128" / "images" / "train2017")
+    assert coco_source.class_names == yaml_source.class_names
+    assert_same_samples(yaml_source.dataset, coco_source.dataset)
+
+
+@needs_data
+def test_cache_is_reused_and_invalidated(tmp_path: Path) -> None:
+    shutil.copytree(DATA / "coco8", tmp_path / "coco8")
+    shutil.copy(DATA / "coco8.yaml", tmp_path / "coco8.yaml")
+    spec, cache = os.fspath(tmp_path / "coco8.yaml"), tmp_path / "cache"
+    before = CONVERSIONS["yolo"]
+    first = load_source(spec, "val", cache_dir=cache)
+    second = load_source(spec, "val", cache_dir=cache)
+    assert CONVERSIONS["yolo"] == before + 1  # the second load read the Arrow cache
+    assert_same_samples(first.dataset, second.dataset)
+
+    label = max((tmp_path / "coco8" / "labels" / "val").glob("*.txt"), key=lambda p: len(p.read_text().split()))
+    label.write_text(label.read_text().splitlines()[0] + "\n")  # keep one box of that image
+    third = load_source(spec, "val", cache_dir=cache)
+    assert CONVERSIONS["yolo"] == before + 2
+    image_id = int(label.stem)
+    assert len(samples_by_id(third.dataset)[image_id][0]) == 1 < len(samples_by_id(first.dataset)[image_id][0])
+
+
+def test_synthetic_is_deterministic_and_val_differs(tmp_path: Path) -> None:
+    a = load_source("synthetic:num_images=8,num_val=4,imgsz=96", "train", cache_dir=tmp_path / "a")
+    b = load_source("synthetic", "train", cache_dir=tmp_path / "b", num_images=8, num_val=4, imgsz=96)
+    val = load_source("synthetic:num_images=8,num_val=4,imgsz=96", "val", cache_dir=tmp_path / "a")
+    assert len(a.dataset) == 8 and len(val.dataset) == 4
+    assert a.class_names == class_names_of(a.dataset) and len(a.class_names) >= 4
+    assert a.dataset["image"] == b.dataset["image"] and a.dataset["objects"] == b.dataset["objects"]
+    assert {r["bytes"] for r in val.dataset["image"]}.isdisjoint(r["bytes"] for r in a.dataset["image"])
+    for row in a.dataset:
+        boxes = np.asarray(row["objects"]["bbox"]).reshape(-1, 4)
+        assert 1 <= len(boxes) <= 4
+        assert (boxes[:, 2:] >= 0.2 * 96).all(), "objects must be large enough to learn quickly"
+
+
+def test_synthetic_rejects_unknown_options(tmp_path: Path) -> None:
+    with pytest.raises(DataSourceError, match="unknown option 'colour'"):
+        load_source("synthetic:colour=3", cache_dir=tmp_path)
+    with pytest.raises(DataSourceError, match="min_objects"):
+        load_source("synthetic", cache_dir=tmp_path, min_objects=5, max_objects=2)
+
+
+def test_hub_style_columns_are_normalised(tmp_path: Path) -> None:
+    """A save_to_disk copy of a Hub dataset with other column names (bboxes/categories, no width/height)."""
+    import cv2
+
+    png = cv2.imencode(".png", np.zeros((40, 60, 3), np.uint8))[1].tobytes()
+    features = datasets.Features({
+        "image": datasets.Image(),
+        "objects": datasets.Sequence({"bboxes": datasets.Sequence(datasets.Value("float32"), length=4),
+                                      "categories": datasets.ClassLabel(names=["cat", "dog"])}),
+    })
+    rows = [{"image": {"bytes": png, "path": None}, "objects": {"bboxes": [[1, 2, 10, 20]], "categories": [1]}}]
+    datasets.Dataset.from_list(rows, features=features).save_to_disk(os.fspath(tmp_path / "hub"))
+    source = load_source(os.fspath(tmp_path / "hub"), cache_dir=tmp_path)
+    assert source.class_names == ["cat", "dog"]
+    row = source.dataset[0]
+    assert (row["image_id"], row["width"], row["height"]) == (0, 60, 40)
+    assert row["objects"]["bbox"] == [[1, 2, 10, 20]] and row["objects"]["category"] == [1]
+    assert source.dataset.features == detection_features(["cat", "dog"])
+
+
+def test_hub_offline_gives_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True, raising=False)
+    with pytest.raises(DataSourceError, match="could not load 'some-org/no-such-dataset' from the Hugging Face Hub"
+                                              r".*save_to_disk"):
+        load_source("some-org/no-such-dataset", cache_dir=tmp_path)
