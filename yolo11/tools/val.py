@@ -37,6 +37,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--imgsz", type=int, default=640, help="letterboxed input size in pixels")
     parser.add_argument("--batch", type=int, default=16, help="global batch size (split over processes)")
     parser.add_argument("--workers", type=int, default=2, help="data loader workers per process")
+    parser.add_argument("--rect", action=argparse.BooleanOptionalAction, default=True,
+                        help="batches of similar aspect ratio, each letterboxed to its own shape (Ultralytics' val)")
     parser.add_argument("--conf", type=float, default=0.001, help="score threshold before NMS")
     parser.add_argument("--iou", type=float, default=0.7, help="NMS IoU threshold")
     parser.add_argument("--max-det", type=int, default=300, help="detections kept per image")
@@ -62,14 +64,18 @@ def predict_dataset(accelerator: Accelerator, model: nn.Module, loader, postproc
 
 
 def evaluate_weights(accelerator: Accelerator, model: nn.Module, source: DetectionSource, *, imgsz: int,
-                     batch: int, workers: int, conf: float, iou: float, max_det: int,
+                     batch: int, workers: int, conf: float, iou: float, max_det: int, rect: bool = True,
                      backend: str = "pycocotools") -> tuple[dict, list[tuple[int, torch.Tensor]]]:
-    """Metrics (same dict on every process) and all gathered predictions of ``model`` on ``source``."""
+    """Metrics (same dict on every process) and all gathered predictions of ``model`` on ``source``.
+
+    With ``rect``, batches are formed per process (``batch // num_processes`` images): the padding, hence the
+    predictions, are those of a single process with that batch size.
+    """
     if model.num_classes != len(source.class_names):
         raise ValueError(f"the model predicts {model.num_classes} classes, the dataset has "
                          f"{len(source.class_names)}")
     loader = build_dataloader(source, split="val", imgsz=imgsz, batch_size=max(batch // accelerator.num_processes, 1),
-                              workers=workers, augment=False)
+                              workers=workers, augment=False, shuffle=False, rect=rect)
     loader = accelerator.prepare(loader)
     model = model.to(accelerator.device).eval()
     postprocessor = Postprocessor(conf=conf, iou=iou, max_det=max_det, strides=model.strides, reg_max=model.reg_max)
@@ -104,7 +110,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     start = time.perf_counter()
     metrics, predictions = evaluate_weights(accelerator, model, source, imgsz=args.imgsz, batch=args.batch,
                                             workers=args.workers, conf=args.conf, iou=args.iou,
-                                            max_det=args.max_det, backend=args.backend)
+                                            max_det=args.max_det, rect=args.rect, backend=args.backend)
     if accelerator.is_main_process:
         print(format_table(metrics, source.class_names, coco_ground_truth(source.dataset, source.class_names)))
         print(f"{len(predictions)} images in {time.perf_counter() - start:.1f} s on {accelerator.num_processes} "
