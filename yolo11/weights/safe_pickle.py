@@ -14,6 +14,7 @@ Any other global (``os.system``, ``builtins.eval``, ``subprocess.Popen`` ...) ra
 
 from __future__ import annotations
 
+import _compat_pickle
 import collections
 import io
 import pickle
@@ -30,11 +31,10 @@ _ALLOWED: dict[tuple[str, str], Any] = {
     ("torch", "Size"): torch.Size,
     ("collections", "OrderedDict"): collections.OrderedDict,
     ("builtins", "set"): set,
-    ("__builtin__", "set"): set,  # protocol-2 pickles spell builtins the Python 2 way
 }
 _STUB_PREFIXES = ("ultralytics.", "torch.nn.modules.")
 # C modules whose functions pickle under an implementation name: say the public one in errors too.
-_PUBLIC_NAMES = {"posix": "os", "nt": "os", "__builtin__": "builtins"}
+_PUBLIC_NAMES = {"posix": "os", "nt": "os"}
 
 
 class UnsafeCheckpointError(pickle.UnpicklingError):
@@ -69,6 +69,11 @@ def _stub(module: str, name: str) -> type:
 
 class Unpickler(pickle.Unpickler):
     def find_class(self, module: str, name: str) -> Any:
+        # Protocol-2 pickles (torch.save's) spell names the Python 2 way (__builtin__.set, commands.getoutput);
+        # translate them as pickle's own find_class does, so the allow-list and the errors use Python 3 names.
+        if (module, name) in _compat_pickle.NAME_MAPPING:
+            module, name = _compat_pickle.NAME_MAPPING[(module, name)]
+        module = _compat_pickle.IMPORT_MAPPING.get(module, module)
         if (module, name) in _ALLOWED:
             return _ALLOWED[(module, name)]
         if module.startswith(_STUB_PREFIXES):

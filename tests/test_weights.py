@@ -1,0 +1,219 @@
+"""Weights: Ultralytics checkpoint import (parity, safety), safetensors round trips, the convert CLI."""
+
+from __future__ import annotations
+
+import builtins
+import io
+import os
+import pickle
+import subprocess
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import yolo11
+from yolo11.models.scales import SCALES
+from yolo11.tools import convert
+from yolo11.weights import (
+    UnsafeCheckpointError,
+    load_pretrained,
+    load_ultralytics,
+    load_weights,
+    save_pretrained,
+    save_weights,
+    ultralytics_state_dict,
+)
+from yolo11.weights.ultralytics import infer_model_args, map_key, ultralytics_key
+
+REFERENCE = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "reference"
+CHECKPOINT = REFERENCE / "yolo11n_coco128.pt"
+OUTPUTS = REFERENCE / "yolo11n_coco128_outputs.npz"
+needs_reference = pytest.mark.skipif(
+    not (CHECKPOINT.exists() and OUTPUTS.exists()), reason=f"Ultralytics reference files not found in {REFERENCE}"
+)
+
+
+@pytest.fixture(scope="module")
+def reference_model() -> yolo11.YOLO11Detector:
+    return load_ultralytics(CHECKPOINT).eval()
+
+
+@pytest.fixture(scope="module")
+def reference_outputs() -> dict[str, np.ndarray]:
+    return dict(np.load(OUTPUTS))
+
+
+def _max_diffs(model: torch.nn.Module, outputs: dict[str, np.ndarray]) -> list[float]:
+    with torch.no_grad():
+        maps = model(torch.from_numpy(outputs["input"]))
+    names = ["raw_p3", "raw_p4", "raw_p5"]
+    return [(m - torch.from_numpy(outputs[n])).abs().max().item() for m, n in zip(maps, names, strict=True)]
+
+
+@needs_reference
+def test_import_reproduces_ultralytics_raw_maps(reference_model, reference_outputs):
+    assert reference_model.config == {"name": "yolo11n", "num_classes": 80, "backbone": None}
+    assert max(_max_diffs(reference_model, reference_outputs)) <= 1e-4
+
+
+@needs_reference
+def test_fused_reference_model_matches(reference_outputs):
+    model = load_ultralytics(CHECKPOINT).eval()
+    with torch.no_grad():
+        before = model(torch.from_numpy(reference_outputs["input"]))
+        after = model.fuse()(torch.from_numpy(reference_outputs["input"]))
+    # float32 noise of either model against Ultralytics is ~4e-5 at these magnitudes (|logit| ~ 20).
+    assert max(_max_diffs(model, reference_outputs)) <= 1e-4
+    assert max((a - b).abs().max().item() for a, b in zip(before, after, strict=True)) <= 1e-4
+
+
+@needs_reference
+def test_half_precision_checkpoint_becomes_float32():
+    state = ultralytics_state_dict(CHECKPOINT)
+    weight = state["model.0.conv.weight"]
+    assert weight.dtype == torch.float32
+    assert torch.equal(weight.half().float(), weight)  # stored as fp16, widened exactly
+    assert state["model.0.bn.num_batches_tracked"].dtype == torch.int64
+
+
+@pytest.mark.parametrize("scale", list(SCALES))
+def test_key_mapping_is_a_bijection_and_infers_the_scale(scale):
+    with torch.device("meta"):
+        model = yolo11.create_model(f"yolo11{scale}", num_classes=7)
+    ours = model.state_dict()
+    theirs = {ultralytics_key(k): v for k, v in ours.items()}
+    assert len(theirs) == len(ours)
+    assert all(map_key(k) in ours for k in theirs)
+    assert {map_key(k) for k in theirs} == set(ours)
+    assert infer_model_args(theirs) == {"name": f"yolo11{scale}", "num_classes": 7}
+
+
+def test_map_key_examples():
+    assert map_key("model.4.m.0.cv1.conv.weight") == "backbone.layers.4.m.0.cv1.conv.weight"
+    assert map_key("model.19.cv2.bn.running_var") == "neck.bottom_up_p4.cv2.bn.running_var"
+    assert map_key("model.23.dfl.conv.weight") == "head.dfl.conv.weight"
+    with pytest.raises(KeyError):
+        map_key("model.12.foo")  # a Concat has no parameters
+
+
+def _trained_like(name: str = "yolo11n", num_classes: int = 5) -> yolo11.YOLO11Detector:
+    torch.manual_seed(0)
+    model = yolo11.create_model(name, num_classes=num_classes)
+    with torch.no_grad():
+        for tensor in model.state_dict().values():
+            if tensor.is_floating_point():
+                tensor.add_(torch.randn_like(tensor) * 0.01)
+    return model
+
+
+def _assert_same_state(a: torch.nn.Module, b: torch.nn.Module) -> None:
+    sa, sb = a.state_dict(), b.state_dict()
+    assert sa.keys() == sb.keys()
+    for key in sa:
+        assert sa[key].dtype == sb[key].dtype and torch.equal(sa[key], sb[key]), key
+
+
+def test_save_pretrained_round_trip(tmp_path):
+    model = _trained_like()
+    directory = save_pretrained(model, tmp_path / "folder")
+    assert sorted(p.name for p in directory.iterdir()) == ["config.json", "model.safetensors"]
+    loaded = load_pretrained(directory)
+    assert loaded.config == model.config
+    _assert_same_state(model, loaded)
+    _assert_same_state(model, load_weights(directory))
+
+
+def test_save_weights_single_file_round_trip(tmp_path):
+    model = _trained_like("yolo11n", num_classes=3)
+    file = save_weights(model, tmp_path / "weights" / "last.safetensors")
+    loaded = load_weights(file)
+    assert loaded.config == model.config
+    _assert_same_state(model, loaded)
+
+
+def test_timm_backbone_model_round_trip(tmp_path):
+    model = yolo11.create_model("yolo11n", num_classes=2, backbone="resnet18")
+    loaded = load_pretrained(save_pretrained(model, tmp_path))
+    assert loaded.config["backbone"] == "resnet18"
+    _assert_same_state(model, loaded)
+
+
+def test_fused_model_is_not_saved(tmp_path):
+    with pytest.raises(ValueError, match="fused"):
+        save_pretrained(yolo11.create_model("yolo11n").fuse(), tmp_path)
+
+
+@needs_reference
+def test_convert_cli(tmp_path, capsys, reference_model):
+    assert convert.main([str(CHECKPOINT), str(tmp_path / "out")]) == 0
+    assert "yolo11n, 80 classes, 2,624,080 parameters" in capsys.readouterr().out
+    _assert_same_state(reference_model, load_pretrained(tmp_path / "out"))
+    _assert_same_state(reference_model, load_weights(CHECKPOINT))
+
+
+# --- malicious checkpoints: loading must refuse before anything runs -------------------------------------------
+
+
+class _RunsOnLoad:
+    """Unpickling this calls ``function(argument)``: the classic pickle exploit."""
+
+    def __init__(self, function, argument):
+        self.function, self.argument = function, argument
+
+    def __reduce__(self):
+        return self.function, (self.argument,)
+
+
+def _torch_save(payload: object, path: Path) -> None:
+    torch.save({"ema": payload, "model": None}, path)
+
+
+def _pickle_in_torch_zip(payload: object, path: Path) -> None:
+    """A hand-made torch zip archive whose data.pkl is a plain pickle."""
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("archive/data.pkl", pickle.dumps({"ema": payload}, protocol=2))
+        archive.writestr("archive/version", "3\n")
+        archive.writestr("archive/byteorder", "little")
+
+
+def _legacy_pickle(payload: object, path: Path) -> None:
+    path.write_bytes(pickle.dumps({"ema": payload}, protocol=2))
+
+
+@pytest.mark.parametrize("write", [_torch_save, _pickle_in_torch_zip, _legacy_pickle])
+def test_os_system_payload_is_refused(tmp_path, write):
+    flag = tmp_path / "pwned"
+    checkpoint = tmp_path / "evil.pt"
+    write(_RunsOnLoad(os.system, f"touch {flag}"), checkpoint)
+    # Writing the file ran nothing (test_the_payload_is_live shows that loading it unrestricted would).
+    assert not flag.exists()
+    with pytest.raises(UnsafeCheckpointError, match=r"os\.system"):
+        load_ultralytics(checkpoint)
+    assert not flag.exists()
+    with pytest.raises(UnsafeCheckpointError):
+        load_weights(checkpoint)
+    with pytest.raises(SystemExit, match="os.system"):
+        convert.main([str(checkpoint), str(tmp_path / "out")])
+    assert not flag.exists() and not (tmp_path / "out").exists()
+
+
+def test_the_payload_is_live(tmp_path):
+    """Guards the test above: the same file does run its command under an unrestricted torch.load."""
+    flag = tmp_path / "ran"
+    _torch_save(_RunsOnLoad(os.system, f"touch {flag}"), tmp_path / "evil.pt")
+    torch.load(tmp_path / "evil.pt", weights_only=False)
+    assert flag.exists()
+
+
+@pytest.mark.parametrize("function, argument, name", [
+    (builtins.eval, "1 + 1", "builtins.eval"),
+    (subprocess.getoutput, "true", "subprocess.getoutput"),
+    (io.open, "/dev/null", "io.open"),
+])
+def test_other_globals_are_refused(tmp_path, function, argument, name):
+    _torch_save(_RunsOnLoad(function, argument), tmp_path / "evil.pt")
+    with pytest.raises(UnsafeCheckpointError, match=name.replace(".", r"\.")):
+        load_ultralytics(tmp_path / "evil.pt")
