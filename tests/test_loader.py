@@ -1,0 +1,149 @@
+"""Loader: the batch contract, augmentation as a pure function of (seed, epoch, index), Accelerate sharding/resume."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+import torch
+from accelerate import Accelerator
+from accelerate.data_loader import BatchSamplerShard
+
+from yolo11.data import AugmentParams, augment_preset, build_dataloader, load_source, save_batch_preview
+from yolo11.data.dataset import decode_image
+
+NO_GEOMETRY = AugmentParams(mosaic=1.0, translate=0.0, scale=0.0, fliplr=0.0, hsv_h=0.0, hsv_s=0.0, hsv_v=0.0)
+
+
+@pytest.fixture(scope="module")
+def source(tmp_path_factory: pytest.TempPathFactory):
+    return load_source("synthetic:num_images=24,num_val=10,imgsz=96", "train", cache_dir=tmp_path_factory.mktemp("c"))
+
+
+def batches(loader, epoch: int = 0) -> list[dict]:
+    loader.set_epoch(epoch)
+    return list(loader)
+
+
+def assert_same_batches(a: list[dict], b: list[dict]) -> None:
+    assert len(a) == len(b)
+    for x, y in zip(a, b, strict=True):
+        assert x["image_ids"] == y["image_ids"]
+        for key in ("images", "boxes", "labels", "orig_sizes", "ratio_pad"):
+            torch.testing.assert_close(x[key], y[key], rtol=0, atol=0)
+
+
+def test_train_batch_contract(source) -> None:
+    loader = build_dataloader(source, "train", imgsz=64, batch_size=5, workers=0, epochs=3, close_mosaic=1)
+    all_batches = batches(loader)
+    assert [len(b["image_ids"]) for b in all_batches] == [5, 5, 5, 5, 4]
+    batch = all_batches[0]
+    assert batch["images"].dtype == torch.uint8 and batch["images"].shape == (5, 3, 64, 64)
+    boxes, labels = batch["boxes"], batch["labels"]
+    assert boxes.dtype == torch.float32 and labels.dtype == torch.int64 and boxes.shape[:2] == labels.shape
+    valid = labels >= 0
+    assert valid.any() and (~valid).any()  # synthetic images hold 1-4 boxes: some rows are padding
+    assert (boxes[~valid] == 0).all() and (labels[valid] < len(source.class_names)).all()
+    assert (boxes[valid] >= 0).all() and (boxes[valid] <= 64).all()
+    assert (boxes[valid][:, 2:] > boxes[valid][:, :2]).all()
+    assert batch["orig_sizes"].tolist() == [[96, 96]] * 5 and (batch["ratio_pad"] == 0).all()
+    epoch_ids = sorted(i for b in all_batches for i in b["image_ids"])
+    assert epoch_ids == sorted(source.dataset["image_id"])  # a shuffled permutation: every image once
+
+    padded = next(iter(build_dataloader(source, "train", imgsz=64, batch_size=5, workers=0, max_boxes=40)))
+    assert padded["boxes"].shape == (5, 40, 4) and (padded["labels"][:, -1] == -1).all()
+
+
+def test_val_images_are_rgb_resized_and_invertible(source) -> None:
+    loader = build_dataloader(source, "val", imgsz=128, batch_size=4, workers=0)
+    batch = next(iter(loader))
+    gain_h, gain_w, top, left = batch["ratio_pad"][0].tolist()
+    # as Ultralytics' load_image: the long side goes to imgsz (up too), the letterbox then only pads
+    assert gain_h == gain_w == pytest.approx(128 / 96) and top == left == 0.0
+    bgr = cv2.resize(decode_image(source.dataset[0]["image"]), (128, 128), interpolation=cv2.INTER_LINEAR)
+    expected = torch.from_numpy(np.ascontiguousarray(bgr[:, :, ::-1].transpose(2, 0, 1)))
+    torch.testing.assert_close(batch["images"][0], expected, rtol=0, atol=0)
+    # original = (input - pad) / gain gives the stored COCO boxes back
+    valid = batch["labels"][0] >= 0
+    restored = (batch["boxes"][0][valid] - torch.tensor([left, top] * 2)) / torch.tensor([gain_w, gain_h] * 2)
+    xywh = torch.tensor(source.dataset[0]["objects"]["bbox"])
+    torch.testing.assert_close(restored, torch.cat([xywh[:, :2], xywh[:, :2] + xywh[:, 2:]], 1))
+
+
+def test_rect_val_batches(source) -> None:
+    wide = source.dataset.map(lambda row, i: {"width": 96 + 8 * i}, with_indices=True)  # pretend aspect ratios
+    shaped = type(source)(wide, source.class_names, "wide")
+    loader = build_dataloader(shaped, "val", imgsz=64, batch_size=4, workers=0, rect=True)
+    for batch in loader:
+        _, _, height, width = batch["images"].shape
+        assert height % 32 == 0 and width % 32 == 0 and height <= width
+    with pytest.raises(ValueError, match="rect"):
+        build_dataloader(source, "train", imgsz=64, batch_size=4, workers=0, rect=True)
+
+
+def test_same_key_same_sample_and_epochs_differ(source) -> None:
+    dataset = build_dataloader(source, "train", imgsz=64, batch_size=4, workers=0, epochs=10).dataset
+    a, b, other = dataset[(3, 5)], dataset[(3, 5)], dataset[(4, 5)]
+    np.testing.assert_array_equal(a["image"], b["image"])
+    np.testing.assert_array_equal(a["boxes"], b["boxes"])
+    assert not np.array_equal(a["image"], other["image"])
+
+
+def test_worker_count_does_not_change_batches(source) -> None:
+    kwargs = dict(imgsz=64, batch_size=6, epochs=4, close_mosaic=1, seed=3, hyp=augment_preset("yolo", mixup=0.5))
+    single = batches(build_dataloader(source, "train", workers=0, **kwargs), epoch=1)
+    multi = batches(build_dataloader(source, "train", workers=2, **kwargs), epoch=1)
+    assert_same_batches(single, multi)
+    assert single[0]["image_ids"] != batches(build_dataloader(source, "train", workers=0, **kwargs), 2)[0]["image_ids"]
+
+
+def test_close_mosaic_follows_the_epoch(source) -> None:
+    loader = build_dataloader(source, "train", imgsz=96, batch_size=4, workers=0, epochs=5, close_mosaic=2,
+                              hyp=NO_GEOMETRY)
+    dataset = loader.dataset
+    assert [dataset.mosaic_enabled(e) for e in range(5)] == [True, True, True, False, False]
+    decoded = decode_image(source.dataset[7]["image"])
+    # without mosaic (and with geometry and colour off) a sample is its own image; with mosaic it is a collage
+    np.testing.assert_array_equal(dataset[(3, 7)]["image"], decoded)
+    assert not np.array_equal(dataset[(2, 7)]["image"], decoded)
+
+
+def test_accelerate_prepare_set_epoch_and_skip_first_batches(source) -> None:
+    kwargs = dict(imgsz=64, batch_size=4, workers=0, epochs=3, seed=1)
+    reference = batches(build_dataloader(source, "train", **kwargs), epoch=2)
+    accelerator = Accelerator(cpu=True)
+    prepared = accelerator.prepare(build_dataloader(source, "train", **kwargs))
+    prepared.set_epoch(2)  # must reach our sampler through Accelerate's wrappers
+    assert_same_batches(reference, list(prepared))
+    # as train_accelerate.py resumes: set_epoch, then skip (Accelerate copies the epoch into the new loader, which
+    # calls set_epoch again when iterated)
+    prepared.set_epoch(2)
+    resumed = accelerator.skip_first_batches(prepared, 2)
+    assert_same_batches(reference[2:], list(resumed))
+
+
+def test_sharding_over_ranks_gives_the_same_samples(source) -> None:
+    """Two ranks through Accelerate's BatchSamplerShard see the single-process batches, split between them."""
+    kwargs = dict(imgsz=64, batch_size=4, workers=0, epochs=3, seed=2)
+    single = batches(build_dataloader(source, "train", **kwargs), epoch=1)
+    per_rank = []
+    for rank in range(2):
+        loader = build_dataloader(source, "train", **kwargs)
+        loader.set_epoch(1)
+        shard = BatchSamplerShard(loader.batch_sampler, num_processes=2, process_index=rank, even_batches=False)
+        per_rank.append([loader.collate_fn([loader.dataset[key] for key in keys]) for keys in shard])
+    interleaved = [b for pair in zip(*per_rank, strict=False) for b in pair]
+    interleaved += per_rank[0][len(per_rank[1]):]
+    assert_same_batches(single, interleaved)
+
+
+def test_batch_preview(source, tmp_path: Path) -> None:
+    batch = next(iter(build_dataloader(source, "train", imgsz=64, batch_size=5, workers=0)))
+    path = save_batch_preview(batch, source.class_names, tmp_path / "train_batch0.jpg")
+    preview = cv2.imread(str(path))
+    assert preview.shape == (2 * 64, 3 * 64, 3)  # 5 images in a 3-column grid
+    blank = {**batch, "labels": torch.full_like(batch["labels"], -1)}
+    plain = cv2.imread(str(save_batch_preview(blank, source.class_names, tmp_path / "plain.png")))
+    assert np.abs(plain.astype(int) - cv2.imread(str(path)).astype(int)).max() > 100  # boxes were drawn
