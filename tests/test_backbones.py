@@ -66,7 +66,8 @@ def test_select_levels_picks_the_deepest_level_per_reduction():
 
 def test_backbone_without_stride_8_is_refused():
     # A plain ViT has every level at reduction 16.
-    with pytest.raises(ValueError, match="reductions .*16.*needs levels at \\[8, 16, 32\\]"):
+    message = r"'vit_tiny_patch16_224' offers feature reductions \[16, .*needs levels at \[8, 16, 32\]"
+    with pytest.raises(ValueError, match=message):
         yolo11.create_model("yolo11n", backbone="vit_tiny_patch16_224")
 
 

@@ -17,23 +17,26 @@ from torch import nn
 REDUCTIONS = (8, 16, 32)
 
 
-def select_levels(reductions: list[int], wanted: tuple[int, ...] = REDUCTIONS) -> tuple[int, ...]:
+def select_levels(
+    reductions: list[int], wanted: tuple[int, ...] = REDUCTIONS, name: str = "backbone"
+) -> tuple[int, ...]:
     """Indices into ``feature_info`` of the deepest level at each wanted reduction; ValueError when one is missing."""
     indices = []
     for reduction in wanted:
         matches = [i for i, r in enumerate(reductions) if r == reduction]
         if not matches:
             raise ValueError(
-                f"backbone offers feature reductions {reductions}; YOLO11 needs levels at {list(wanted)}"
+                f"{name} offers feature reductions {reductions}; YOLO11 needs levels at {list(wanted)}"
             )
         indices.append(matches[-1])
     return tuple(indices)
 
 
-def _create_features(name: str, pretrained: bool, out_indices: tuple[int, ...] | None = None) -> nn.Module:
-    kwargs = {} if out_indices is None else {"out_indices": out_indices}
+def _create_features(name: str, pretrained: bool, out_indices: tuple[int, ...]) -> nn.Module:
+    if not pretrained:
+        return timm.create_model(name, features_only=True, out_indices=out_indices)
     try:
-        return timm.create_model(name, pretrained=pretrained, features_only=True, **kwargs)
+        return timm.create_model(name, pretrained=True, features_only=True, out_indices=out_indices)
     except OSError as error:  # huggingface_hub's offline, not-cached and HTTP errors are all OSErrors
         offline = os.environ.get("HF_HUB_OFFLINE", "0") not in ("", "0")
         reason = str(error).rstrip(".") + (" (HF_HUB_OFFLINE is set)" if offline else "")
@@ -52,7 +55,7 @@ class TimmBackbone(nn.Module):
         # Probe the level layout without weights, then build once with only the levels we use.
         probe = timm.create_model(name, pretrained=False, features_only=True)
         all_indices = tuple(probe.feature_info.out_indices)
-        chosen = select_levels(probe.feature_info.reduction())
+        chosen = select_levels(probe.feature_info.reduction(), name=f"timm model {name!r}")
         del probe
         self.body = _create_features(name, pretrained, tuple(all_indices[i] for i in chosen))
         self.out_channels: tuple[int, ...] = tuple(self.body.feature_info.channels())
