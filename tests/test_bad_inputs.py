@@ -1,0 +1,164 @@
+"""Bad inputs: each is skipped (or repaired) with a message naming the file and line, or stops before training."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+from pathlib import Path
+
+import cv2
+import datasets
+import numpy as np
+import pytest
+
+from yolo11.data import DataSourceError, build_dataloader, load_source
+from yolo11.data.schema import DetectionSource, detection_features
+
+NAMES = ["a", "b", "c"]
+
+
+def write_image(path: Path, seed: int = 0, size: tuple[int, int] = (60, 80)) -> bytes:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    image = np.random.default_rng(seed).integers(0, 255, (*size, 3), dtype=np.uint8)
+    data = cv2.imencode(path.suffix, image)[1].tobytes()
+    path.write_bytes(data)
+    return data
+
+
+def make_dataset(root: Path, label_lines: dict[str, str], yaml_extra: str = "names: [a, b, c]\n") -> Path:
+    """A YOLO-layout dataset: ``label_lines`` maps image stems to label file text (``None`` = no label file)."""
+    for k, (stem, text) in enumerate(label_lines.items()):
+        write_image(root / "images" / "train" / f"{stem}.jpg", seed=k)
+        if text is not None:
+            (root / "labels" / "train").mkdir(parents=True, exist_ok=True)
+            (root / "labels" / "train" / f"{stem}.txt").write_text(text)
+    yaml_path = root / "data.yaml"
+    yaml_path.write_text(f"path: {root}\ntrain: images/train\nval: images/train\n{yaml_extra}")
+    return yaml_path
+
+
+@pytest.mark.parametrize("line, message", [
+    ("0 0.5 0.5 0.2", r"bad\.txt:2: expected 5 fields \(class cx cy w h\), got 4"),
+    ("0 0.5 0.5 0.2 0.2 0.1", r"bad\.txt:2: expected 5 fields"),
+    ("7 0.5 0.5 0.2 0.2", r"bad\.txt:2: class 7 is not in 0\.\.2"),
+    ("-1 0.5 0.5 0.2 0.2", r"bad\.txt:2: class -1 is not in 0\.\.2"),
+    ("1.5 0.5 0.5 0.2 0.2", r"bad\.txt:2: class 1\.5 is not in 0\.\.2"),
+    ("0 x 0.5 0.2 0.2", r"bad\.txt:2: non-numeric field"),
+    ("0 1.4 0.5 0.2 0.2", r"bad\.txt:2: box .* lies outside the 80x60 image, line skipped"),
+    ("0 0.5 -0.3 0.2 0.2", r"bad\.txt:2: box .* lies outside the 80x60 image, line skipped"),
+    ("0 0.5 0.5 0 0.2", r"bad\.txt:2: zero-area box, line skipped"),
+    ("0 0.5 0.5 -0.1 0.2", r"bad\.txt:2: negative width or height"),
+    ("0 nan 0.5 0.1 0.2", r"bad\.txt:2: non-finite coordinates"),
+])
+def test_bad_label_line_is_skipped_with_file_and_line(tmp_path: Path, caplog: pytest.LogCaptureFixture,
+                                                      line: str, message: str) -> None:
+    yaml_path = make_dataset(tmp_path, {"good": "1 0.5 0.5 0.4 0.4\n", "bad": f"2 0.3 0.3 0.2 0.2\n{line}\n"})
+    with caplog.at_level(logging.WARNING, logger="yolo11.data"):
+        source = load_source(os.fspath(yaml_path), cache_dir=tmp_path / "cache")
+    assert len(source.dataset) == 2  # the image stays, with its good line
+    assert len(source.summary.skipped_lines) == 1 and not source.summary.skipped_images
+    assert re.search(message, source.summary.skipped_lines[0])
+    assert str(tmp_path / "labels" / "train" / "bad.txt") in source.summary.skipped_lines[0]
+    objects = {r["image_id"]: r["objects"]["category"] for r in source.dataset}
+    assert sorted(objects.values()) == [[1], [2]]
+    assert caplog.text.count(source.summary.skipped_lines[0]) == 1  # logged once, at conversion
+
+
+def test_slightly_outside_boxes_are_clipped_and_counted(tmp_path: Path) -> None:
+    yaml_path = make_dataset(tmp_path, {"edge": "0 0.99 0.5 0.04 0.2\n0 0.5 0.5 0.2 0.2\n"})
+    source = load_source(os.fspath(yaml_path), cache_dir=tmp_path / "cache")
+    boxes = np.array(source.dataset[0]["objects"]["bbox"])
+    assert source.summary.clipped_boxes == 1 and not source.summary.skipped_lines
+    x, _, w, _ = boxes[0]
+    assert x + w == pytest.approx(80) and w == pytest.approx(0.03 * 80, abs=1e-3)  # right edge 81.6 -> 80
+
+
+def test_duplicate_lines_and_segment_labels(tmp_path: Path) -> None:
+    line = "0 0.5 0.5 0.2 0.2"
+    yaml_path = make_dataset(tmp_path, {"dup": f"{line}\n{line}\n1 0.1 0.1 0.3 0.1 0.2 0.4\n"})
+    source = load_source(os.fspath(yaml_path), cache_dir=tmp_path / "cache")
+    objects = source.dataset[0]["objects"]
+    assert objects["category"] == [0, 1]  # the duplicate dropped; the polygon's extent is its box
+    np.testing.assert_allclose(objects["bbox"][1], [8, 6, 16, 18], atol=1e-4)
+
+
+@pytest.mark.parametrize("kind, message", [
+    ("random_bytes", "unreadable or corrupt image"),
+    ("truncated_jpeg", "truncated JPEG"),
+    ("empty_file", "unreadable or corrupt image"),
+])
+def test_bad_image_is_skipped(tmp_path: Path, kind: str, message: str) -> None:
+    yaml_path = make_dataset(tmp_path, {"good": "0 0.5 0.5 0.2 0.2\n", "broken": "0 0.5 0.5 0.2 0.2\n"})
+    broken = tmp_path / "images" / "train" / "broken.jpg"
+    data = broken.read_bytes()
+    broken.write_bytes({"random_bytes": os.urandom(500), "truncated_jpeg": data[: len(data) // 2],
+                        "empty_file": b""}[kind])
+    source = load_source(os.fspath(yaml_path), cache_dir=tmp_path / "cache")
+    assert len(source.dataset) == 1 and len(source.summary.skipped_images) == 1
+    assert str(broken) in source.summary.skipped_images[0] and message in source.summary.skipped_images[0]
+
+
+def test_missing_label_file_is_a_background(tmp_path: Path) -> None:
+    yaml_path = make_dataset(tmp_path, {"labelled": "0 0.5 0.5 0.2 0.2\n", "background": None, "empty": ""})
+    source = load_source(os.fspath(yaml_path), cache_dir=tmp_path / "cache")
+    assert len(source.dataset) == 3 and source.summary.backgrounds == 2 and source.summary.num_problems == 0
+
+
+@pytest.mark.parametrize("yaml_extra, message", [
+    ("", r"no 'names'"),
+    ("names: {0: a, 2: c}\n", r"'names' keys must be the class ids 0\.\.1"),
+])
+def test_unusable_yaml_raises_before_training(tmp_path: Path, yaml_extra: str, message: str) -> None:
+    yaml_path = make_dataset(tmp_path, {"x": "0 0.5 0.5 0.2 0.2\n"}, yaml_extra=yaml_extra)
+    with pytest.raises(DataSourceError, match=message) as info:
+        load_source(os.fspath(yaml_path), cache_dir=tmp_path / "cache")
+    assert str(yaml_path) in str(info.value)
+
+
+def test_missing_image_folder_raises(tmp_path: Path) -> None:
+    yaml_path = tmp_path / "data.yaml"
+    yaml_path.write_text(f"path: {tmp_path}\ntrain: images/nowhere\nnames: [a]\n")
+    with pytest.raises(DataSourceError, match=r"image folder or list .*nowhere does not exist"):
+        load_source(os.fspath(yaml_path), cache_dir=tmp_path / "cache")
+    with pytest.raises(DataSourceError, match=r"no 'val' split"):
+        load_source(os.fspath(yaml_path), "val", cache_dir=tmp_path / "cache")
+    with pytest.raises(DataSourceError, match="no such file or folder"):
+        load_source(os.fspath(tmp_path / "missing.yaml"), cache_dir=tmp_path / "cache")
+
+
+def test_coco_json_problems(tmp_path: Path) -> None:
+    write_image(tmp_path / "images" / "1.jpg")
+    coco = {"images": [{"id": 1, "file_name": "1.jpg", "width": 80, "height": 60},
+                       {"id": 2, "file_name": "gone.jpg", "width": 80, "height": 60}],
+            "annotations": [{"id": 1, "image_id": 1, "category_id": 5, "bbox": [1, 1, 10, 10], "iscrowd": 0},
+                            {"id": 2, "image_id": 1, "category_id": 9, "bbox": [1, 1, 10, 10], "iscrowd": 0},
+                            {"id": 3, "image_id": 1, "category_id": 5, "bbox": [1, 1, 0, 10], "iscrowd": 0}],
+            "categories": [{"id": 5, "name": "five"}]}
+    json_path = tmp_path / "ann.json"
+    json_path.write_text(json.dumps(coco))
+    source = load_source(os.fspath(json_path), cache_dir=tmp_path / "cache", images=tmp_path / "images")
+    assert len(source.dataset) == 1 and source.dataset[0]["objects"]["category"] == [0]
+    assert "gone.jpg" in source.summary.skipped_images[0]
+    assert any("annotation 2 of image 1: category 9" in m for m in source.summary.skipped_lines)
+    assert any("annotation 3 of image 1: zero-area box" in m for m in source.summary.skipped_lines)
+    with pytest.raises(DataSourceError, match="image folder .* does not exist"):
+        load_source(os.fspath(json_path), cache_dir=tmp_path / "cache", images=tmp_path / "nope")
+
+
+def test_undecodable_image_in_a_worker_falls_back_deterministically(tmp_path: Path,
+                                                                     caplog: pytest.LogCaptureFixture) -> None:
+    """An image that passed conversion but fails to decode later: the next sample is used, and counted."""
+    good = cv2.imencode(".png", np.full((64, 64, 3), 200, np.uint8))[1].tobytes()
+    rows = [{"image_id": i, "image": {"bytes": b"garbage" if i == 1 else good, "path": f"img{i}.png"},
+             "width": 64, "height": 64,
+             "objects": {"id": [i + 1], "area": [100.0], "bbox": [[10, 10, 10, 10]], "category": [i]}}
+            for i in range(3)]
+    dataset = datasets.Dataset.from_list(rows, features=detection_features(NAMES))
+    source = DetectionSource(dataset, NAMES, "corrupt")
+    loader = build_dataloader(source, "val", imgsz=64, batch_size=3, workers=0)
+    with caplog.at_level(logging.WARNING, logger="yolo11.data"):
+        batch = next(iter(loader))
+    assert batch["image_ids"] == [0, 2, 2]  # sample 1 replaced by sample 2
+    assert loader.dataset.decode_failures == 1 and "img1.png" in caplog.text
