@@ -91,6 +91,14 @@ def test_key_mapping_is_a_bijection_and_infers_the_scale(scale):
     assert infer_model_args(theirs) == {"name": f"yolo11{scale}", "num_classes": 7}
 
 
+def test_other_architectures_are_refused():
+    with torch.device("meta"):
+        state = {ultralytics_key(k): v for k, v in yolo11.create_model("yolo11n").state_dict().items()}
+    without_head = {k: v for k, v in state.items() if not k.startswith("model.23.")}
+    with pytest.raises(ValueError, match="not a YOLO11 detection checkpoint: no model.23.cv3.0.2.weight"):
+        infer_model_args(without_head)
+
+
 def test_map_key_examples():
     assert map_key("model.4.m.0.cv1.conv.weight") == "backbone.layers.4.m.0.cv1.conv.weight"
     assert map_key("model.19.cv2.bn.running_var") == "neck.bottom_up_p4.cv2.bn.running_var"

@@ -59,6 +59,11 @@ def ultralytics_state_dict(path: str | Path) -> dict[str, torch.Tensor]:
 
 def infer_model_args(state: dict[str, torch.Tensor]) -> dict[str, Any]:
     """``{"name": "yolo11?", "num_classes": nc}`` from the stem width, the layer-2 block count and the head."""
+    # Layer 10 is C2PSA and layer 23 Detect only in YOLO11 detection models (YOLOv8 has Detect at 22).
+    required = ["model.0.conv.weight", "model.10.m.0.attn.qkv.conv.weight", f"model.{HEAD_LAYER}.cv3.0.2.weight"]
+    missing = [key for key in required if key not in state]
+    if missing:
+        raise ValueError(f"not a YOLO11 detection checkpoint: no {', '.join(missing)}")
     stem_width = state["model.0.conv.weight"].shape[0]
     blocks = len({key.split(".")[3] for key in state if key.startswith("model.2.m.")})
     names = [f"yolo11{k}" for k, s in SCALES.items() if s.channels(64) == stem_width and s.repeats(2) == blocks]
