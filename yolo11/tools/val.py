@@ -4,8 +4,9 @@
     yolo11-val yolo11n.pt --data detection-datasets/coco --split val --batch 32 --json metrics.json
     accelerate launch -m yolo11.tools.val best.safetensors --data coco128.yaml   # sharded over processes
 
-Each process runs its shard of the loader (``accelerator.prepare``); predictions are gathered and the main
-process computes the metrics, so the numbers do not depend on the number of processes.
+Each process runs its shard of the loader (``accelerator.prepare``, batches dealt out in turn); predictions are
+gathered and the main process computes the metrics, so the numbers do not depend on the number of processes as
+long as the per-process batch (``--batch / processes``) is the same (it fixes the rect batch shapes).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import torch
-from accelerate import Accelerator
+from accelerate import Accelerator, DataLoaderConfiguration
 from torch import nn
 
 from yolo11.data import DetectionSource, build_dataloader, load_source
@@ -104,7 +105,9 @@ def format_table(metrics: dict, class_names: list[str], ground_truth: dict) -> s
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    accelerator = Accelerator()
+    # No even_batches padding: a rect batch padded with images of the first batch would mix letterbox shapes, and
+    # ranks with one batch fewer are fine here (the only collective is the gather after the loop).
+    accelerator = Accelerator(dataloader_config=DataLoaderConfiguration(even_batches=False))
     source = load_source(args.data, split=args.split, cache_dir=args.cache_dir, images=args.images)
     model = load_weights(args.weights).fuse()
     start = time.perf_counter()

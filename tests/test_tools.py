@@ -1,0 +1,149 @@
+"""The user CLIs: export (ONNX vs PyTorch), predict (vs Ultralytics), val (vs Ultralytics mAP, 2 processes)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from yolo11 import create_model
+from yolo11.postprocess import letterbox_params, scale_boxes
+from yolo11.tools import export, predict, val
+from yolo11.weights import save_weights
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT.parent / "shared" / "data"
+REFERENCE = DATA / "reference"
+CHECKPOINT = REFERENCE / "yolo11n_coco128.pt"
+needs_data = pytest.mark.skipif(not CHECKPOINT.is_file(), reason="shared/data/reference absent")
+
+
+def test_export_onnx_matches_pytorch_with_dynamic_batch(tmp_path):
+    onnxruntime = pytest.importorskip("onnxruntime")
+    torch.manual_seed(0)
+    model = create_model("yolo11n", num_classes=3).eval()
+    weights = save_weights(model, tmp_path / "tiny.safetensors")
+    assert export.main([str(weights), "--imgsz", "64", "--output", str(tmp_path / "tiny.onnx")]) == 0
+    session = onnxruntime.InferenceSession(str(tmp_path / "tiny.onnx"), providers=["CPUExecutionProvider"])
+    for batch in (1, 3):
+        images = torch.rand(batch, 3, 64, 64, generator=torch.Generator().manual_seed(batch))
+        with torch.no_grad():
+            expected = export.DecodedDetector(model).eval()(images).numpy()  # unfused model: fusion is checked too
+        (got,) = session.run(["output"], {"images": images.numpy()})
+        assert got.shape == (batch, 4 + 3, 64 + 16 + 4)  # anchors at strides 8, 16, 32 of a 64 px input
+        assert np.abs(got[:, 4:] - expected[:, 4:]).max() <= 1e-4  # class scores
+        assert np.abs(got[:, :4] - expected[:, :4]).max() <= 1e-4 * 64  # boxes, pixels: relative to the image
+
+
+def test_export_rejects_bad_sizes(tmp_path):
+    weights = save_weights(create_model("yolo11n", num_classes=2), tmp_path / "w.safetensors")
+    with pytest.raises(ValueError, match="multiple of 32"):
+        export.main([str(weights), "--imgsz", "100"])
+
+
+@needs_data
+def test_letterbox_equals_ultralytics_input():
+    reference = np.load(REFERENCE / "yolo11n_coco128_outputs.npz")
+    meta = json.loads((REFERENCE / "yolo11n_coco128_meta.json").read_text())
+    for i, stem in enumerate(meta["images_for_outputs"]):
+        image, _ = predict.letterbox(predict.read_rgb(DATA / "coco128" / "images" / "train2017" / f"{stem}.jpg"), 640)
+        ours = image.transpose(2, 0, 1).astype(np.float32) / 255.0
+        assert np.abs(ours - reference["input"][i]).max() <= 1 / 255 + 1e-6  # at most one grey level (resize)
+        assert np.mean(ours != reference["input"][i]) < 0.01
+
+
+@needs_data
+def test_predict_cli_outputs_match_ultralytics_detections(tmp_path):
+    reference = np.load(REFERENCE / "yolo11n_coco128_outputs.npz")
+    meta = json.loads((REFERENCE / "yolo11n_coco128_meta.json").read_text())
+    files = [DATA / "coco128" / "images" / "train2017" / f"{stem}.jpg" for stem in meta["images_for_outputs"]]
+    out = tmp_path / "predict"
+    assert predict.main([str(CHECKPOINT), *map(str, files), "--output", str(out), "--save-txt"]) == 0
+    records = json.loads((out / "predictions.json").read_text())
+    assert [Path(r["file"]).stem for r in records] == meta["images_for_outputs"]
+    for i, (record, path) in enumerate(zip(records, files, strict=True)):
+        expected = torch.from_numpy(reference[f"det_pred_{i}"]).double()
+        size = (record["height"], record["width"])
+        gain = min(640 / size[0], 640 / size[1])
+        pad = torch.tensor(letterbox_params(size, (640, 640)), dtype=torch.float64)
+        assert pad[0] == pytest.approx(gain)
+        expected_boxes = scale_boxes(expected[:, :4], pad, torch.tensor(size))
+        got = torch.tensor([d["box"] + [d["score"], d["class"]] for d in record["detections"]],
+                           dtype=torch.float64).reshape(-1, 6)
+        assert got.shape == expected.shape
+        assert torch.allclose(got[:, :4], expected_boxes, atol=0.05)  # JSON rounds to 0.01 px
+        assert torch.allclose(got[:, 4], expected[:, 4], atol=1e-4)
+        assert torch.equal(got[:, 5], expected[:, 5])
+        assert (out / f"{path.stem}.png").is_file()
+        lines = (out / "labels" / f"{path.stem}.txt").read_text().splitlines()
+        assert len(lines) == len(record["detections"])
+        for line, det in zip(lines, record["detections"], strict=True):
+            cls, xc, _, w, _, _ = line.split()
+            assert int(cls) == det["class"]
+            assert float(xc) * record["width"] == pytest.approx((det["box"][0] + det["box"][2]) / 2, abs=0.01)
+            assert float(w) * record["width"] == pytest.approx(det["box"][2] - det["box"][0], abs=0.01)
+    assert records[0]["detections"] and records[0]["detections"][0]["name"] in {"person", "bowl", "dog", "broccoli",
+                                                                                  "cup", "orange", "dining table"}
+
+
+def subset_yaml(tmp_path: Path, count: int) -> Path:
+    """A data YAML of the first ``count`` coco128 images (symlinked)."""
+    images, labels = tmp_path / "subset" / "images" / "val", tmp_path / "subset" / "labels" / "val"
+    images.mkdir(parents=True)
+    labels.mkdir(parents=True)
+    for image in sorted((DATA / "coco128" / "images" / "train2017").glob("*.jpg"))[:count]:
+        (images / image.name).symlink_to(image)
+        label = DATA / "coco128" / "labels" / "train2017" / f"{image.stem}.txt"
+        if label.is_file():
+            (labels / label.name).symlink_to(label)
+    names = (DATA / "coco128.yaml").read_text().split("names:", 1)[1]
+    path = tmp_path / "subset.yaml"
+    path.write_text(f"path: {tmp_path / 'subset'}\ntrain: images/val\nval: images/val\nnames:{names}")
+    return path
+
+
+@needs_data
+@pytest.mark.slow
+def test_val_cli_on_coco128_matches_pycocotools_on_ultralytics_predictions(tmp_path):
+    expected = json.loads((REFERENCE / "yolo11n_coco128_meta.json").read_text())[
+        "pycocotools_on_ultralytics_predictions"]
+    out = tmp_path / "metrics.json"
+    assert val.main([str(CHECKPOINT), "--data", str(DATA / "coco128.yaml"), "--cache-dir", str(tmp_path / "cache"),
+                     "--workers", "0", "--json", str(out)]) == 0
+    metrics = json.loads(out.read_text())
+    assert metrics["map50_95"] == pytest.approx(expected["map50_95"], abs=0.002)
+    assert metrics["map50"] == pytest.approx(expected["map50"], abs=0.002)
+
+
+@needs_data
+@pytest.mark.slow
+def test_val_two_processes_equal_one_process(tmp_path):
+    data = subset_yaml(tmp_path, 7)  # 7 images, 2 per process: the last batch is padded by even_batches
+    common = [str(CHECKPOINT), "--data", str(data), "--imgsz", "320", "--workers", "0",
+              "--cache-dir", str(tmp_path / "cache")]
+    # Both runs in subprocesses with one thread each: the same float reductions, so the predictions are bitwise equal
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env.pop("ACCELERATE_USE_CPU", None)
+    single = subprocess.run([sys.executable, "-m", "yolo11.tools.val", *common, "--batch", "2", "--json",
+                             str(tmp_path / "single.json")], env=env, capture_output=True, text=True, timeout=300,
+                            cwd=ROOT)
+    assert single.returncode == 0, single.stderr[-3000:]
+    config = tmp_path / "2proc.yaml"
+    config.write_text("compute_environment: LOCAL_MACHINE\ndistributed_type: MULTI_GPU\nnum_machines: 1\n"
+                      "num_processes: 2\nmachine_rank: 0\nmixed_precision: 'no'\nuse_cpu: false\n"
+                      "main_process_port: 29519\n")
+    command = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(config), "-m",
+               "yolo11.tools.val", *common, "--batch", "4", "--json", str(tmp_path / "ddp.json")]
+    result = subprocess.run(command, env={**env, "ACCELERATE_USE_CPU": "1"}, capture_output=True, text=True,
+                            timeout=300, cwd=ROOT)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "on 2 process(es)" in result.stdout and "7 images" in result.stdout
+    single = json.loads((tmp_path / "single.json").read_text())
+    assert json.loads((tmp_path / "ddp.json").read_text()) == single
+    assert single["map50"] > 0.0  # the checkpoint finds something on these images
