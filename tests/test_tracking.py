@@ -1,4 +1,4 @@
-"""Tracker helpers: --report-to parsing, W&B init kwargs, and a real offline W&B run through Accelerate."""
+"""Tracker helpers: --report-to parsing, W&B init kwargs, a real offline W&B + TensorBoard run through Accelerate."""
 
 from __future__ import annotations
 
@@ -67,7 +67,7 @@ RUN_SCRIPT = textwrap.dedent("""
     from yolo11.engine import tracking
 
     run_dir = Path(sys.argv[1])
-    report_to = tracking.resolve_report_to("wandb")
+    report_to = tracking.resolve_report_to("wandb,tensorboard")
     accelerator = Accelerator(log_with=report_to, project_dir=str(run_dir))
     accelerator.init_trackers("yolo11-test", config={"run.epochs": 1},
                               init_kwargs=tracking.tracker_init_kwargs(report_to, run_dir, "exp", None))
@@ -87,7 +87,7 @@ RUN_SCRIPT = textwrap.dedent("""
 
 
 @pytest.mark.slow
-def test_offline_wandb_run_logs_history_and_boxes(tmp_path):
+def test_offline_wandb_and_tensorboard_run_logs_history_and_boxes(tmp_path):
     import wandb_reader
 
     script = tmp_path / "run.py"
@@ -118,3 +118,14 @@ def test_offline_wandb_run_logs_history_and_boxes(tmp_path):
     (truth,) = files["ground_truth"]["box_data"]
     assert truth["box_caption"] == "dog" and files["ground_truth"]["class_labels"] == {"0": "cat", "1": "dog"}
     assert [a.type for a in wandb_reader.artifacts(stream)] == ["model"]
+
+    # TensorBoard: the ground truth | predictions drawing, side by side
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    (events,) = (tmp_path / "run" / "yolo11-test").glob("events.out.tfevents.*")
+    accumulator = EventAccumulator(str(events))
+    accumulator.Reload()
+    assert accumulator.Tags()["images"] == ["val/images/0"]
+    (image,) = accumulator.Images("val/images/0")
+    assert (image.step, image.width, image.height) == (4, 2 * 48, 32)
+    assert accumulator.Scalars("train/box_loss")[0].value == 1.25
