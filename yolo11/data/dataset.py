@@ -94,7 +94,8 @@ class DetectionDataset(torch.utils.data.Dataset):
         return len(self.image_ids)
 
     def mosaic_enabled(self, epoch: int) -> bool:
-        return self.augment and self.params.mosaic > 0 and epoch < self.epochs - self.close_mosaic
+        """Mosaic and mixup are on except in the last ``close_mosaic`` epochs (Ultralytics' ``close_mosaic``)."""
+        return self.augment and epoch < self.epochs - self.close_mosaic
 
     def _load(self, index: int) -> tuple[np.ndarray, dict, int]:
         """Decoded, long-side-resized image and its target; an undecodable image falls back to the next index."""
@@ -119,7 +120,7 @@ class DetectionDataset(torch.utils.data.Dataset):
     def _train_sample(self, epoch: int, index: int, rng: np.random.Generator) -> tuple[np.ndarray, dict, int]:
         """Mosaic + perspective (or letterbox + perspective): the part MixUp applies to both of its images."""
         s = self.imgsz
-        if self.mosaic_enabled(epoch) and rng.random() < self.params.mosaic:
+        if self.mosaic_enabled(epoch) and self.params.mosaic and rng.random() < self.params.mosaic:
             picks = [index, *rng.integers(0, len(self), 3)]
             loaded = [self._load(int(i)) for i in picks]
             image, target, border = mosaic4([x[0] for x in loaded], [x[1] for x in loaded], s, rng)

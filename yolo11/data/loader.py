@@ -99,6 +99,6 @@ def build_dataloader(source: DetectionSource, split: str = "train", imgsz: int =
     loader = DataLoader(dataset, batch_sampler=BatchSampler(sampler, batch_size, drop_last=False),
                         num_workers=workers, collate_fn=DetectionCollate(max_boxes),
                         pin_memory=torch.cuda.is_available(), persistent_workers=workers > 0,
-                        worker_init_fn=seed_worker, prefetch_factor=4 if workers > 0 else None)
+                        worker_init_fn=seed_worker)
     loader.set_epoch = sampler.set_epoch  # same call as Accelerate's DataLoaderShard.set_epoch
     return loader
