@@ -219,3 +219,14 @@ def test_two_processes_equal_single_process(tmp_path):
     assert report["local"] == 4 and report["gathered"] == 7  # rank 0: 4 images; 8 gathered minus 1 duplicate
     assert report["distributed"] == report["single"]
     assert 0.0 < report["single"]["map50_95"] < 1.0
+
+
+def test_compute_with_predictions_forgets_earlier_epochs():
+    evaluator = CocoEvaluator(hub_dataset(IMAGES), CLASS_NAMES)
+    assert evaluator.compute(perfect_predictions(IMAGES))["map50_95"] == pytest.approx(1.0)
+    # next epoch: only image 3 has a detection; the perfect boxes of the other images must not linger
+    later = evaluator.compute([(3, perfect_predictions(IMAGES)[1][1])] + [(i, torch.zeros(0, 6)) for i in (7, 4, 11)])
+    assert later["per_class_ap50_95"] == pytest.approx([0.0, 0.0, 1.0])
+    evaluator.reset()
+    evaluator.update([det for _, det in perfect_predictions(IMAGES)], [i for i, *_ in IMAGES])
+    assert evaluator.compute()["map50"] == pytest.approx(1.0)

@@ -130,11 +130,14 @@ class CocoEvaluator:
 
     def compute(self, predictions: list[tuple[int, torch.Tensor]] | None = None,
                 accelerator: Accelerator | None = None) -> dict:
-        """Metrics of the updated predictions plus ``predictions`` ((image_id, (n, 6)) pairs, e.g. from
-        ``gather_predictions``). With an ``accelerator``, only the main process computes and every rank gets
-        the same dict back; the other ranks' own predictions are ignored, so gather them first.
+        """Metrics of ``predictions`` ((image_id, (n, 6)) pairs, e.g. from ``gather_predictions``), or, when it is
+        None, of what ``update`` collected since the last ``reset``. Images without predictions count as misses.
+
+        With an ``accelerator``, only the main process computes and every rank gets the same dict back; the other
+        ranks' own predictions are ignored, so gather them first.
         """
-        if predictions is not None:
+        if predictions is not None:  # one evaluator serves every epoch: start from nothing
+            self.reset()
             self.update([det for _, det in predictions], [image_id for image_id, _ in predictions])
         if accelerator is None or accelerator.num_processes == 1:
             return self._compute()
