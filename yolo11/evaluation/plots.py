@@ -84,7 +84,7 @@ def plot_confusion_matrix(metrics: dict, class_names: list[str], out_path: Path,
     if normalize:
         matrix = matrix / (matrix.sum(0, keepdims=True) + 1e-9)
     labels = [*class_names, "background"]
-    size = min(max(6.0, 0.3 * len(labels)), 40.0)
+    size = min(max(6.0, 0.2 * len(labels)), 16.0)
     fig, ax = plt.subplots(1, 1, figsize=(size * 1.2, size), tight_layout=True)
     image = ax.imshow(np.where(matrix > 0, matrix, np.nan), cmap="Blues", vmin=0.0)
     fig.colorbar(image, ax=ax)

@@ -22,7 +22,7 @@ from accelerate import Accelerator, DataLoaderConfiguration
 from torch import nn
 
 from yolo11.data import DetectionSource, build_dataloader, load_source
-from yolo11.evaluation import CocoEvaluator, coco_ground_truth, gather_predictions
+from yolo11.evaluation import CocoEvaluator, coco_ground_truth, gather_predictions, plots
 from yolo11.evaluation.coco import coco_results
 from yolo11.postprocess import Postprocessor
 from yolo11.weights import load_weights
@@ -47,6 +47,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--json", type=Path, default=None, help="write the metrics here (default: none)")
     parser.add_argument("--predictions-json", type=Path, default=None,
                         help="also write the predictions as COCO results (category = class + 1)")
+    parser.add_argument("--plots-dir", type=Path, default=None,
+                        help="write PR_curve.png and confusion_matrix.png here")
     return parser.parse_args(argv)
 
 
@@ -121,6 +123,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.json:
             args.json.parent.mkdir(parents=True, exist_ok=True)
             args.json.write_text(json.dumps(metrics) + "\n")
+        if args.plots_dir:
+            plots.save_validation_plots(args.plots_dir, metrics, [], source.class_names)
         if args.predictions_json:
             args.predictions_json.parent.mkdir(parents=True, exist_ok=True)
             args.predictions_json.write_text(json.dumps(coco_results(dict(predictions))) + "\n")
