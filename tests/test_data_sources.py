@@ -67,6 +67,10 @@ def test_yaml_coco_and_disk_sources_agree(tmp_path: Path, name: str, image_folde
     coco_source = load_source(os.fspath(json_path), cache_dir=tmp_path / "cache", images=DATA / name / image_folder)
     assert coco_source.class_names == yaml_source.class_names
     assert_same_samples(yaml_source.dataset, coco_source.dataset)
+    json_path.rename(tmp_path / "instances_train.json")  # one json per split, chosen by name
+    templated = load_source(os.fspath(tmp_path / "instances_{split}.json"), "train", cache_dir=tmp_path / "cache",
+                            images=DATA / name / image_folder)
+    assert_same_samples(coco_source.dataset, templated.dataset)
 
     yaml_source.dataset.save_to_disk(os.fspath(tmp_path / "flat"))
     datasets.DatasetDict({"train": yaml_source.dataset}).save_to_disk(os.fspath(tmp_path / "dict"))

@@ -75,7 +75,8 @@ def load_source(spec: str, split: str = "train", cache_dir: str | os.PathLike | 
     """Load one split of a detection source in the Hub schema.
 
     ``spec`` is ``synthetic[:key=value,...]`` (options also as ``synthetic_opts``), an Ultralytics data YAML,
-    a COCO instances json (images beside it or in ``images``), a ``save_to_disk`` folder, or a Hub id.
+    a COCO instances json (images beside it or in ``images``; a json holds one split, so ``{split}`` in ``spec``
+    and ``images`` is replaced by the split name), a ``save_to_disk`` folder, or a Hub id.
     Raises ``DataSourceError`` for a source that cannot be used; bad samples are skipped, counted in
     ``DetectionSource.summary`` and logged once.
     """
@@ -88,6 +89,9 @@ def load_source(spec: str, split: str = "train", cache_dir: str | os.PathLike | 
         return DetectionSource(dataset, names, f"synthetic-{split}", BadSampleSummary.from_dict(summary))
     if synthetic_opts:
         raise DataSourceError(f"options {sorted(synthetic_opts)} only apply to the synthetic source, not {spec!r}")
+    if "{split}" in spec:  # one COCO json per split: "annotations/instances_{split}2017.json"
+        spec = spec.replace("{split}", split)
+        images = os.fspath(images).replace("{split}", split) if images is not None else None
     path = Path(spec).expanduser()
     if path.suffix in (".yaml", ".yml") and path.is_file():
         path = path.resolve()
