@@ -7,6 +7,7 @@ those values as explicit arguments.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import warnings
@@ -25,6 +26,7 @@ from accelerate.utils import (
 )
 from torch import nn
 
+from yolo11.data import AugmentParams
 from yolo11.engine.config import ModelConfig, TrainConfig
 from yolo11.engine.optim import OptimizerChoice, lr_scale_for_batch, resolve_optimizer
 from yolo11.models import YOLO11Detector, create_model
@@ -148,3 +150,12 @@ def build_model(config: ModelConfig, num_classes: int) -> YOLO11Detector:
         model.load_state_dict(matched, strict=False)
         print(f"--weights {config.weights}: transferred {len(matched)}/{len(target)} tensors")
     return model
+
+
+def build_train_loader_kwargs(config: TrainConfig, plan: RunPlan) -> dict:
+    """Arguments of ``yolo11.data.build_dataloader`` for the training split (per-process batch)."""
+    data = config.data
+    hyp = AugmentParams(**{f.name: getattr(data, f.name) for f in dataclasses.fields(AugmentParams)})
+    return dict(split="train", imgsz=data.imgsz, batch_size=plan.per_process_batch, workers=data.workers,
+                augment=True, epochs=config.run.epochs, close_mosaic=data.close_mosaic, seed=config.run.seed,
+                hyp=hyp, max_boxes=data.max_boxes)
