@@ -148,3 +148,47 @@ def test_val_two_processes_equal_one_process(tmp_path):
     single = json.loads((tmp_path / "single.json").read_text())
     assert json.loads((tmp_path / "ddp.json").read_text()) == single
     assert single["map50"] > 0.0  # the checkpoint finds something on these images
+
+
+class _NmsOnly(torch.nn.Module):
+    def forward(self, boxes, scores):
+        return export.OnnxNonMaxSuppression.apply(boxes, scores, torch.tensor([4]), torch.tensor([0.5]),
+                                                  torch.tensor([0.3]))
+
+
+def test_onnx_nonmaxsuppression_equals_torchvision_selection(tmp_path):
+    onnxruntime = pytest.importorskip("onnxruntime")
+    generator = torch.Generator().manual_seed(0)
+    corners = torch.rand(3, 60, 2, generator=generator) * 40
+    boxes = torch.cat((corners, corners + torch.rand(3, 60, 2, generator=generator) * 20 + 4), dim=2)
+    scores = torch.rand(3, 2, 60, generator=generator)
+    expected = _NmsOnly()(boxes, scores)
+    assert 0 < expected.shape[0] <= 3 * 2 * 4  # at most 4 per image and class
+    torch.onnx.export(_NmsOnly(), (boxes, scores), str(tmp_path / "nms.onnx"), input_names=["boxes", "scores"],
+                      output_names=["selected"], opset_version=17, dynamo=False)
+    session = onnxruntime.InferenceSession(str(tmp_path / "nms.onnx"), providers=["CPUExecutionProvider"])
+    (got,) = session.run(None, {"boxes": boxes.numpy(), "scores": scores.numpy()})
+    assert np.array_equal(got, expected.numpy())
+
+
+@needs_data
+def test_export_with_nms_matches_non_max_suppression(tmp_path):
+    onnxruntime = pytest.importorskip("onnxruntime")
+    from yolo11.postprocess import non_max_suppression
+    from yolo11.weights import load_weights
+
+    images = torch.from_numpy(np.load(REFERENCE / "yolo11n_coco128_outputs.npz")["input"]).float()
+    assert export.main([str(CHECKPOINT), "--imgsz", "640", "--nms", "--output", str(tmp_path / "nms.onnx")]) == 0
+    session = onnxruntime.InferenceSession(str(tmp_path / "nms.onnx"), providers=["CPUExecutionProvider"])
+    boxes, scores, selected = session.run(None, {"images": images.numpy()})
+    model = load_weights(CHECKPOINT).eval()
+    with torch.no_grad():
+        expected = non_max_suppression(export.DecodedDetector(model)(images), conf=0.25, iou=0.7, multi_label=True)
+    assert sum(len(e) for e in expected) > 0
+    for i, det in enumerate(expected):
+        mine = selected[selected[:, 0] == i]
+        got = np.concatenate((boxes[i, mine[:, 2]], scores[i, mine[:, 1], mine[:, 2]][:, None], mine[:, 1:2]), 1)
+        got = got[np.argsort(-got[:, 4], kind="stable")]
+        assert got.shape == tuple(det.shape)
+        assert np.abs(got[:, :4] - det[:, :4].numpy()).max(initial=0) <= 1e-4 * 640
+        assert np.abs(got[:, 4:] - det[:, 4:].numpy()).max(initial=0) <= 1e-4

@@ -5,8 +5,12 @@
 
 The graph takes ``images`` float32 ``(B, 3, imgsz, imgsz)`` in [0, 1] (B dynamic) and returns ``output``
 ``(B, 4 + nc, A)``: xywh in input pixels and sigmoid class scores per anchor, A = sum of (imgsz / s)^2 over
-strides 8, 16, 32 (8400 at 640), i.e. ``yolo11.postprocess.decode`` of the raw maps; NMS stays outside the graph
-(run ``yolo11.postprocess.non_max_suppression`` or the runtime's own on it). BatchNorms are folded first.
+strides 8, 16, 32 (8400 at 640), i.e. ``yolo11.postprocess.decode`` of the raw maps. BatchNorms are folded first.
+
+With ``--nms`` the graph ends in ONNX ``NonMaxSuppression`` instead and returns ``boxes`` ``(B, A, 4)`` xyxy input
+pixels, ``scores`` ``(B, nc, A)`` and ``selected`` ``(K, 3)`` int64 rows ``[image, class, anchor]``: per image and
+class, scores above ``--conf`` and IoU above ``--iou`` suppressed, as ``non_max_suppression(multi_label=True)``;
+but ``--max-det`` caps each class (the operator's ``max_output_boxes_per_class``), not the image total.
 
 The legacy TorchScript-based exporter (``dynamo=False``) is used: it handles this graph and a dynamic batch axis
 in torch 2.14 without extra dependencies.
@@ -22,7 +26,9 @@ from pathlib import Path
 import numpy as np
 import torch
 from torch import nn
+from torchvision.ops import nms
 
+from yolo11.loss.boxes import xywh_to_xyxy
 from yolo11.postprocess import decode
 from yolo11.weights import load_weights
 
@@ -42,20 +48,67 @@ class DecodedDetector(nn.Module):
         return decode(self.model(images), self.strides, self.reg_max)
 
 
-def export_onnx(model: nn.Module, output: Path, imgsz: int = 640, opset: int = OPSET,
-                dynamic_batch: bool = True) -> Path:
-    """Write ``output`` (.onnx) for square ``imgsz`` inputs (a multiple of 32); returns the path."""
+class OnnxNonMaxSuppression(torch.autograd.Function):
+    """ONNX ``NonMaxSuppression`` in the exported graph; in PyTorch the same selection with torchvision's NMS.
+
+    ``boxes`` (B, A, 4) xyxy, ``scores`` (B, C, A) -> ``(K, 3)`` int64 rows ``[image, class, anchor]``, per image
+    and class by decreasing score (the operator's output order).
+    """
+
+    @staticmethod
+    def forward(ctx, boxes, scores, max_per_class, iou, conf):
+        rows = []
+        for image in range(boxes.shape[0]):
+            for cls in range(scores.shape[1]):
+                candidates = torch.nonzero(scores[image, cls] > conf).flatten()
+                keep = nms(boxes[image, candidates], scores[image, cls, candidates], float(iou))
+                anchors = candidates[keep[: int(max_per_class)]]
+                rows.append(torch.stack((torch.full_like(anchors, image), torch.full_like(anchors, cls), anchors), 1))
+        return torch.cat(rows)
+
+    @staticmethod
+    def symbolic(g, boxes, scores, max_per_class, iou, conf):
+        return g.op("NonMaxSuppression", boxes, scores, max_per_class, iou, conf, center_point_box_i=0)
+
+
+class NmsDetector(nn.Module):
+    """``(B, 3, H, W)`` -> ``boxes`` (B, A, 4) xyxy px, ``scores`` (B, nc, A), ``selected`` (K, 3)."""
+
+    def __init__(self, model: nn.Module, conf: float, iou: float, max_det: int):
+        super().__init__()
+        self.decoded = DecodedDetector(model)
+        self.register_buffer("max_per_class", torch.tensor([max_det]), persistent=False)
+        self.register_buffer("iou", torch.tensor([iou]), persistent=False)
+        self.register_buffer("conf", torch.tensor([conf]), persistent=False)
+
+    def forward(self, images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        decoded = self.decoded(images)
+        boxes = xywh_to_xyxy(decoded[:, :4].transpose(1, 2))
+        scores = decoded[:, 4:]
+        selected = OnnxNonMaxSuppression.apply(boxes, scores, self.max_per_class, self.iou, self.conf)
+        return boxes, scores, selected
+
+
+def export_onnx(model: nn.Module, output: Path, imgsz: int = 640, opset: int = OPSET, dynamic_batch: bool = True,
+                nms: tuple[float, float, int] | None = None) -> Path:
+    """Write ``output`` (.onnx) for square ``imgsz`` inputs (a multiple of 32); returns the path.
+
+    ``nms`` = (conf, iou, max_det) ends the graph in ONNX NonMaxSuppression (see the module docstring).
+    """
     if imgsz % 32:
         raise ValueError(f"--imgsz must be a multiple of 32, got {imgsz}")
-    wrapped = DecodedDetector(model.fuse() if hasattr(model, "fuse") else model).eval()
+    fused = model.fuse() if hasattr(model, "fuse") else model
+    wrapped = (DecodedDetector(fused) if nms is None else NmsDetector(fused, *nms)).eval()
+    outputs = ["output"] if nms is None else ["boxes", "scores", "selected"]
     example = torch.zeros(1, 3, imgsz, imgsz)
     output = Path(output)
     output.parent.mkdir(parents=True, exist_ok=True)
-    dynamic_axes = {"images": {0: "batch"}, "output": {0: "batch"}} if dynamic_batch else None
+    dynamic_axes = {name: {0: "batch"} for name in ["images", *outputs] if name != "selected"} | (
+        {"selected": {0: "detections"}} if nms else {})
     with torch.no_grad(), warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="You are using the legacy TorchScript-based ONNX export")
-        torch.onnx.export(wrapped, (example,), str(output), input_names=["images"], output_names=["output"],
-                          opset_version=opset, dynamic_axes=dynamic_axes, dynamo=False)
+        torch.onnx.export(wrapped, (example,), str(output), input_names=["images"], output_names=outputs,
+                          opset_version=opset, dynamic_axes=dynamic_axes if dynamic_batch else None, dynamo=False)
     return output
 
 
@@ -84,6 +137,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--opset", type=int, default=OPSET, help="ONNX opset (>= 17)")
     parser.add_argument("--static-batch", action="store_true", help="fix the batch axis to 1")
     parser.add_argument("--check", action="store_true", help="compare onnxruntime with PyTorch after export")
+    parser.add_argument("--nms", action="store_true", help="end the graph in ONNX NonMaxSuppression")
+    parser.add_argument("--conf", type=float, default=0.25, help="--nms score threshold")
+    parser.add_argument("--iou", type=float, default=0.7, help="--nms IoU threshold")
+    parser.add_argument("--max-det", type=int, default=300, help="--nms detections kept per class and image")
     return parser.parse_args(argv)
 
 
@@ -93,11 +150,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise SystemExit(f"error: --opset must be >= {OPSET}, got {args.opset}")
     model = load_weights(args.weights).eval()
     output = args.output or args.weights.with_suffix(".onnx")
-    path = export_onnx(model, output, args.imgsz, args.opset, dynamic_batch=not args.static_batch)
+    nms_settings = (args.conf, args.iou, args.max_det) if args.nms else None
+    path = export_onnx(model, output, args.imgsz, args.opset, dynamic_batch=not args.static_batch, nms=nms_settings)
     anchors = sum((args.imgsz // s) ** 2 for s in model.strides)
-    print(f"{args.weights} -> {path}: images (B, 3, {args.imgsz}, {args.imgsz}) -> output "
-          f"(B, {4 + model.num_classes}, {anchors})")
-    if args.check:
+    shapes = f"output (B, {4 + model.num_classes}, {anchors})" if not args.nms else \
+        f"boxes (B, {anchors}, 4), scores (B, {model.num_classes}, {anchors}), selected (K, 3)"
+    print(f"{args.weights} -> {path}: images (B, 3, {args.imgsz}, {args.imgsz}) -> {shapes}")
+    if args.check and not args.nms:
         boxes, scores = check_onnx(model, path, args.imgsz)
         print(f"onnxruntime vs PyTorch: max |difference| boxes {boxes:.2e} px, scores {scores:.2e}")
     return 0
