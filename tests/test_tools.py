@@ -156,6 +156,7 @@ class _NmsOnly(torch.nn.Module):
                                                   torch.tensor([0.3]))
 
 
+@pytest.mark.filterwarnings("ignore::torch.jit.TracerWarning", "ignore::DeprecationWarning")
 def test_onnx_nonmaxsuppression_equals_torchvision_selection(tmp_path):
     onnxruntime = pytest.importorskip("onnxruntime")
     generator = torch.Generator().manual_seed(0)
@@ -172,6 +173,7 @@ def test_onnx_nonmaxsuppression_equals_torchvision_selection(tmp_path):
 
 
 @needs_data
+@pytest.mark.slow
 def test_export_with_nms_matches_non_max_suppression(tmp_path):
     onnxruntime = pytest.importorskip("onnxruntime")
     from yolo11.postprocess import non_max_suppression

@@ -107,6 +107,8 @@ def export_onnx(model: nn.Module, output: Path, imgsz: int = 640, opset: int = O
         {"selected": {0: "detections"}} if nms else {})
     with torch.no_grad(), warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="You are using the legacy TorchScript-based ONNX export")
+        # NMS settings and anchor grids are constants of the graph by design (only the batch axis is dynamic)
+        warnings.filterwarnings("ignore", category=torch.jit.TracerWarning)
         torch.onnx.export(wrapped, (example,), str(output), input_names=["images"], output_names=outputs,
                           opset_version=opset, dynamic_axes=dynamic_axes if dynamic_batch else None, dynamo=False)
     return output
