@@ -79,6 +79,11 @@ def test_rect_val_batches(source) -> None:
     for batch in loader:
         _, _, height, width = batch["images"].shape
         assert height % 32 == 0 and width % 32 == 0 and height <= width
+    # Accelerate's even_batches may fill the last rect batch with samples of another shape: padded, not a crash
+    dataset = loader.dataset
+    mixed = loader.collate_fn([dataset[0], dataset[len(dataset) - 1]])
+    shapes = [dataset[i]["image"].shape for i in (0, len(dataset) - 1)]
+    assert shapes[0] != shapes[1] and mixed["images"].shape[2:] == tuple(max(a, b) for a, b in zip(*shapes))[:2]
     with pytest.raises(ValueError, match="rect"):
         build_dataloader(source, "train", imgsz=64, batch_size=4, workers=0, rect=True)
 

@@ -11,7 +11,7 @@ from torch.utils.data import BatchSampler, DataLoader
 
 from yolo11.data.dataset import DetectionDataset, EpochKeySampler
 from yolo11.data.schema import DetectionSource
-from yolo11.data.transforms import AugmentParams
+from yolo11.data.transforms import PAD_VALUE, AugmentParams
 
 STRIDE = 32  # the largest model stride: input sides are multiples of it
 
@@ -28,10 +28,15 @@ class DetectionCollate:
         self.max_boxes = max_boxes
 
     def __call__(self, samples: list[dict]) -> dict:
-        height, width = samples[0]["image"].shape[:2]
-        images = np.empty((len(samples), 3, height, width), np.uint8)
+        sizes = {s["image"].shape[:2] for s in samples}
+        height, width = max(h for h, _ in sizes), max(w for _, w in sizes)
+        if len(sizes) == 1:
+            images = np.empty((len(samples), 3, height, width), np.uint8)
+        else:  # rect batches padded by Accelerate's even_batches with first-batch samples: pad bottom/right
+            images = np.full((len(samples), 3, height, width), PAD_VALUE, np.uint8)
         for i, sample in enumerate(samples):
-            images[i] = sample["image"][:, :, ::-1].transpose(2, 0, 1)
+            h, w = sample["image"].shape[:2]
+            images[i, :, :h, :w] = sample["image"][:, :, ::-1].transpose(2, 0, 1)
         counts = [len(s["labels"]) for s in samples]
         num_rows = self.max_boxes if self.max_boxes is not None else max(counts, default=0)
         boxes = np.zeros((len(samples), num_rows, 4), np.float32)
