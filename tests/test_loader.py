@@ -152,3 +152,28 @@ def test_batch_preview(source, tmp_path: Path) -> None:
     blank = {**batch, "labels": torch.full_like(batch["labels"], -1)}
     plain = cv2.imread(str(save_batch_preview(blank, source.class_names, tmp_path / "plain.png")))
     assert np.abs(plain.astype(int) - cv2.imread(str(path)).astype(int)).max() > 100  # boxes were drawn
+
+
+DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+REFERENCE = DATA / "reference" / "yolo11n_coco128_outputs.npz"
+
+
+@pytest.mark.skipif(not REFERENCE.is_file(), reason=f"Ultralytics reference outputs not found in {REFERENCE.parent}")
+def test_val_preprocessing_equals_ultralytics_reference(tmp_path: Path) -> None:
+    """Ultralytics' letterboxed input of coco128 images 9 and 25 (640, RGB) and its targets, from our val loader."""
+    reference = np.load(REFERENCE)
+    source = load_source(str(DATA / "coco128.yaml"), "train", cache_dir=tmp_path)
+    ids = source.dataset["image_id"]
+    subset = type(source)(source.dataset.select([ids.index(9), ids.index(25)]), source.class_names, "two")
+    batch = next(iter(build_dataloader(subset, "val", imgsz=640, batch_size=2, workers=0)))
+    expected = np.round(reference["input"] * 255).astype(np.uint8)
+    np.testing.assert_array_equal(batch["images"].numpy(), expected)
+    targets = reference["targets"]  # rows [image, class, cx, cy, w, h] normalised to the 640 input
+    for i in range(2):
+        valid = batch["labels"][i] >= 0
+        boxes = batch["boxes"][i][valid].numpy()
+        ours = np.concatenate([batch["labels"][i][valid].numpy()[:, None],
+                               np.concatenate([(boxes[:, :2] + boxes[:, 2:]) / 2, boxes[:, 2:] - boxes[:, :2]], 1)
+                               / 640], 1)
+        theirs = targets[targets[:, 0] == i][:, 1:]
+        np.testing.assert_allclose(ours[np.lexsort(ours.T[::-1])], theirs[np.lexsort(theirs.T[::-1])], atol=1e-5)
