@@ -156,3 +156,32 @@ def test_hub_offline_gives_a_clear_error(tmp_path: Path, monkeypatch: pytest.Mon
     with pytest.raises(DataSourceError, match="could not load 'some-org/no-such-dataset' from the Hugging Face Hub"
                                               r".*save_to_disk"):
         load_source("some-org/no-such-dataset", cache_dir=tmp_path)
+
+
+def test_hub_id_loads_the_split_and_normalises(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Hub id goes through ``datasets.load_dataset(id, split=...)`` (mocked: no network in tests)."""
+    import cv2
+
+    png = cv2.imencode(".png", np.zeros((30, 50, 3), np.uint8))[1].tobytes()
+    features = datasets.Features({
+        "image_id": datasets.Value("int64"), "image": datasets.Image(),
+        "width": datasets.Value("int32"), "height": datasets.Value("int32"),
+        "objects": datasets.Sequence({"id": datasets.Value("int64"), "area": datasets.Value("int64"),
+                                      "bbox": datasets.Sequence(datasets.Value("float32"), length=4),
+                                      "category": datasets.ClassLabel(names=["Coverall", "Face_Shield"])}),
+    })
+    rows = [{"image_id": 7, "image": {"bytes": png, "path": None}, "width": 50, "height": 30,
+             "objects": {"id": [3], "area": [20], "bbox": [[1, 2, 4, 5]], "category": [1]}}]
+    calls = []
+
+    def fake_load_dataset(repo_id: str, split: str):
+        calls.append((repo_id, split))
+        return datasets.Dataset.from_list(rows, features=features)
+
+    monkeypatch.setattr(datasets, "load_dataset", fake_load_dataset)
+    source = load_source("cppe-5", "test", cache_dir=tmp_path)
+    assert calls == [("cppe-5", "test")]
+    assert source.class_names == ["Coverall", "Face_Shield"]
+    assert source.dataset.features == detection_features(source.class_names)
+    assert source.dataset[0]["image_id"] == 7 and source.dataset[0]["objects"]["bbox"] == [[1, 2, 4, 5]]
+    assert source.dataset[0]["image"]["bytes"] == png  # not decoded
