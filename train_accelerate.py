@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 from accelerate import PartialState
-from accelerate.utils import set_seed
+from accelerate.utils import parse_flag_from_env, set_seed
 
 from yolo11.data import build_dataloader, load_source
 from yolo11.engine import tracking
@@ -43,7 +43,8 @@ from yolo11.loss import DetectionLoss
 
 def main(argv: list[str] | None = None) -> int:
     config = parse_config(argv)
-    state = PartialState()
+    # As AcceleratorState would: the process group is created here, once, for the Accelerator built later.
+    state = PartialState(cpu=parse_flag_from_env("ACCELERATE_USE_CPU"))
     try:
         check_launch(state)
     except LaunchError as err:
@@ -100,7 +101,8 @@ def main(argv: list[str] | None = None) -> int:
     start, images_seen, exit_code = time.perf_counter(), 0, 0
     try:
         for epoch in range(train_state.epoch, config.run.epochs):
-            train_state.epoch = epoch
+            if train_state.epoch != epoch or not train_state.batches_in_epoch:
+                train_state.start_epoch(epoch)
             train_loader.set_epoch(epoch)
             loader = train_loader
             if train_state.batches_in_epoch:  # resumed mid-epoch
@@ -115,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
                 save_checkpoint(accelerator, run_dir, train_state, config.run.keep_checkpoints)
                 accelerator.print(f"stopped after --max-steps {config.run.max_steps}; resume with --resume auto")
                 break
-            train_state.epoch, train_state.batches_in_epoch = epoch + 1, 0
+            train_state.start_epoch(epoch + 1)
             last_epoch = epoch + 1 == config.run.epochs or result.reached_max_steps
             metrics = None
             if config.run.val_interval and (last_epoch or (epoch + 1) % config.run.val_interval == 0):

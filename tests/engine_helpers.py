@@ -20,14 +20,15 @@ TINY_FLAGS = ["--data", TINY_DATA, "--imgsz", "64", "--workers", "0", "--plots",
 
 
 def launch(args: list[str], *, config: str = "cpu.yaml", script: Path = ROOT / "train_accelerate.py",
-           env: dict | None = None, timeout: float = 600, cpu_ddp: bool = False) -> subprocess.CompletedProcess:
-    """``accelerate launch --config_file accelerate_configs/<config> <script> <args>``."""
+           env: dict | None = None, timeout: float = 600, cpu_ddp: bool = False,
+           launch_args: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
+    """``accelerate launch --config_file accelerate_configs/<config> <launch_args> <script> <args>``."""
     environment = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1", **(env or {})}
     environment.pop("ACCELERATE_USE_CPU", None)
     if cpu_ddp:
         environment["ACCELERATE_USE_CPU"] = "1"
     command = [ACCELERATE, "launch", "--config_file", str(CONFIGS / config if "/" not in config else config),
-               str(script), *args]
+               *launch_args, str(script), *args]
     return subprocess.run(command, capture_output=True, text=True, env=environment, timeout=timeout, cwd=ROOT)
 
 

@@ -24,19 +24,28 @@ from accelerate import Accelerator
 class TrainState:
     """Counters that, with the registered model/optimizer/EMA state, make a resume exact.
 
-    ``batches_in_epoch`` counts the batches of ``epoch`` already consumed; the resumed epoch skips them.
+    ``batches_in_epoch`` counts the batches of ``epoch`` already consumed; the resumed epoch skips them and goes on
+    summing its losses from ``loss_sum``, so the epoch's mean loss is the one of an uninterrupted run.
     """
 
     epoch: int = 0
     batches_in_epoch: int = 0
     iteration: int = 0  # batches since the start (drives warmup)
     optimizer_steps: int = 0
+    loss_sum: object = None  # (3,) running sum of this epoch's [box, cls, dfl] over `loss_batches` batches
+    loss_batches: int = 0
     best_fitness: float = -1.0
     best_epoch: int = -1
     tracker_run_id: str | None = None
 
     def state_dict(self) -> dict:
-        return asdict(self)
+        state = asdict(self)
+        if self.loss_sum is not None:  # a device tensor while training; plain floats on disk (exact for float32)
+            state["loss_sum"] = [float(v) for v in self.loss_sum]
+        return state
+
+    def start_epoch(self, epoch: int) -> None:
+        self.epoch, self.batches_in_epoch, self.loss_sum, self.loss_batches = epoch, 0, None, 0
 
     def load_state_dict(self, state: dict) -> None:
         for key, value in state.items():

@@ -101,6 +101,8 @@ class OptimConfig:
             raise ValueError(f"need lr0 > 0 and 0 < lrf <= 1, got lr0={self.lr0} lrf={self.lrf}")
         if self.nominal_batch < 1 or (self.grad_accum is not None and self.grad_accum < 1):
             raise ValueError("--nominal-batch and --grad-accum must be >= 1")
+        if not 0 < self.momentum < 1:
+            raise ValueError(f"--momentum must be in (0, 1) (SGD uses Nesterov momentum), got {self.momentum}")
         if self.clip_grad < 0:
             raise ValueError(f"--clip-grad must be >= 0, got {self.clip_grad}")
 

@@ -40,7 +40,7 @@ class LossScale:
 
 @dataclass
 class EpochResult:
-    mean_losses: torch.Tensor  # (3,) box, cls, dfl averaged over the epoch's batches of this process
+    mean_losses: torch.Tensor  # (3,) box, cls, dfl averaged over the epoch's batches of this process (resume-exact)
     images: int  # images seen by all processes
     seconds: float
     reached_max_steps: bool
@@ -68,8 +68,11 @@ def train_one_epoch(
     unwrapped = accelerator.unwrap_model(model)
     check_grad_norm = accelerator.mixed_precision != "fp16"  # fp16's scaler skips inf steps by design
     loss_sum = torch.zeros(3, device=accelerator.device)
+    if state.loss_sum is not None:  # resumed mid-epoch
+        loss_sum += torch.as_tensor(state.loss_sum, dtype=loss_sum.dtype, device=loss_sum.device)
+    applied = state.loss_batches  # batches of this epoch whose losses are in `loss_sum` as of the last step
     bad_loss = torch.zeros((), dtype=torch.bool, device=accelerator.device)
-    batches = images_seen = 0
+    images_seen = 0
     pending = 0  # micro-batches since the last optimizer step: counted into `state` only once applied
     reached_max_steps = False
     start = time.perf_counter()
@@ -92,7 +95,6 @@ def train_one_epoch(
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
         pending += 1
-        batches += 1
         images_seen += images.shape[0] * accelerator.num_processes
         loss_sum += parts
         if accelerator.sync_gradients:
@@ -100,15 +102,18 @@ def train_one_epoch(
             # yet applied are never lost by an interruption, they are recomputed.
             state.iteration += pending
             state.batches_in_epoch += pending
+            applied += pending
             pending = 0
+            state.loss_sum, state.loss_batches = loss_sum.clone(), applied
             state.optimizer_steps += 1
             if ema is not None:
                 ema.update(unwrapped)
-            progress.step(state, epoch, loss_sum / batches, schedule.lrs(), images_seen, time.perf_counter() - start)
+            progress.step(state, epoch, loss_sum / applied, schedule.lrs(), images_seen, time.perf_counter() - start)
             if max_steps is not None and state.optimizer_steps >= max_steps:
                 reached_max_steps = True
                 break
-    return EpochResult(loss_sum / max(batches, 1), images_seen, time.perf_counter() - start, reached_max_steps)
+    return EpochResult(loss_sum / max(applied + pending, 1), images_seen, time.perf_counter() - start,
+                       reached_max_steps)
 
 
 def _raise_if_nonfinite(accelerator: Accelerator, bad: torch.Tensor, state: TrainState, loss: torch.Tensor) -> None:
