@@ -98,3 +98,13 @@ def test_draw_sample_hides_low_scores():
     assert truth.sum() == 0 and predicted.sum() == 0
     _, predicted = plots.draw_sample(sample, CLASS_NAMES, conf=0.05)
     assert predicted.sum() > 0
+
+
+@pytest.mark.parametrize("points", [1, 2, 3, 20, 21, 1000])
+def test_smooth_keeps_length(points):
+    """Ultralytics' width formula is even for e.g. 20 epochs; ours keeps every curve's length."""
+    from yolo11.evaluation.matching import smooth
+
+    y = np.linspace(0, 1, points)
+    assert smooth(y).shape == y.shape
+    np.testing.assert_allclose(smooth(np.full(points, 3.0)), 3.0)

@@ -63,9 +63,14 @@ def match_predictions(pred_classes: np.ndarray, gt_classes: np.ndarray, iou: np.
     return correct
 
 
-def _smooth(y: np.ndarray, fraction: float = 0.05) -> np.ndarray:
-    """Box filter over ``2 * fraction`` of the points, edges padded with the end values (Ultralytics' smooth)."""
-    width = round(len(y) * fraction * 2) // 2 + 1
+def smooth(y: np.ndarray, fraction: float = 0.05) -> np.ndarray:
+    """Box filter over ``fraction`` of the points, edges padded with the end values (Ultralytics' smooth).
+
+    The width is Ultralytics' ``round(len * fraction * 2) // 2 + 1`` (51 for its 1000-point curves) rounded down to
+    an odd number, so the output always has ``len(y)`` points (Ultralytics' formula gives an even width, and one
+    point too many, for e.g. 20 epochs).
+    """
+    width = (round(len(y) * fraction * 2) // 2) // 2 * 2 + 1
     pad = np.ones(width // 2)
     padded = np.concatenate((pad * y[0], y, pad * y[-1]))
     return np.convolve(padded, np.ones(width) / width, mode="valid")
@@ -121,7 +126,7 @@ def best_f1_precision_recall(curves: ClassCurves) -> tuple[float, float, float]:
     """(mean precision, mean recall, confidence) at the peak of the smoothed mean F1 over classes."""
     if curves.classes.size == 0:
         return 0.0, 0.0, 0.0
-    i = int(_smooth(curves.f1.mean(0), 0.1).argmax())
+    i = int(smooth(curves.f1.mean(0), 0.1).argmax())
     return float(curves.precision[:, i].mean()), float(curves.recall[:, i].mean()), float(CONFIDENCE_GRID[i])
 
 

@@ -17,6 +17,7 @@ import torch
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (after the backend is chosen)
 
+from yolo11.evaluation.matching import smooth  # noqa: E402
 from yolo11.evaluation.results import read_results  # noqa: E402
 
 # Ultralytics' results.png grid: train losses and P/R on the top row, val losses and mAPs below.
@@ -33,11 +34,6 @@ def _palette(index: int) -> tuple[int, int, int]:
     return int(r * 255), int(g * 255), int(b * 255)
 
 
-def _smooth(y: np.ndarray, fraction: float = 0.05) -> np.ndarray:
-    width = round(len(y) * fraction * 2) // 2 + 1
-    pad = np.ones(width // 2)
-    return np.convolve(np.concatenate((pad * y[0], y, pad * y[-1])), np.ones(width) / width, mode="valid")
-
 
 def plot_results(csv_path: Path, out_path: Path) -> Path:
     """results.png: each column of ``RESULTS_GRID`` against the epoch, raw and smoothed."""
@@ -49,7 +45,7 @@ def plot_results(csv_path: Path, out_path: Path) -> Path:
             x, y = np.asarray(points).T
             ax.plot(x, y, marker=".", linewidth=2, markersize=8, label="results")
             if len(y) > 2:
-                ax.plot(x, _smooth(y), ":", linewidth=2, label="smooth")
+                ax.plot(x, smooth(y), ":", linewidth=2, label="smooth")
         ax.set_title(column, fontsize=12)
     axes[0, 0].legend()
     fig.savefig(out_path, dpi=200)
