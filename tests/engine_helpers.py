@@ -24,6 +24,7 @@ def launch(args: list[str], *, config: str = "cpu.yaml", script: Path = ROOT / "
            launch_args: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
     """``accelerate launch --config_file accelerate_configs/<config> <launch_args> <script> <args>``."""
     environment = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1", **(env or {})}
+    environment = {k: v for k, v in environment.items() if v is not None}  # None in `env` removes a variable
     environment.pop("ACCELERATE_USE_CPU", None)
     if cpu_ddp:
         environment["ACCELERATE_USE_CPU"] = "1"

@@ -125,3 +125,29 @@ def test_crash_while_saving_leaves_previous_checkpoint_loadable(tmp_path):
     resumed = launch([*common, "--resume", "auto"])
     assert resumed.returncode == 0, describe(resumed)
     assert "at epoch 2, batch 0" in resumed.stdout
+
+
+def test_wandb_offline_one_run_under_ddp_continued_on_resume(tmp_path):
+    """2 CPU processes, --report-to wandb without an API key: one offline run, with per-step and per-epoch keys
+    and validation images; --resume continues the same W&B run id."""
+    import wandb_reader
+
+    env = {"HOME": str(tmp_path), "WANDB_SILENT": "true", "WANDB_API_KEY": None, "WANDB_MODE": None}
+    common = [*TINY_FLAGS, "--output-dir", str(tmp_path), "--name", "run", "--batch-size", "8", "--epochs", "2",
+              "--report-to", "wandb", "--val-images", "2"]
+    first = launch([*common, "--max-steps", "4"], config="2gpu.yaml", cpu_ddp=True, env=env,
+                   launch_args=("--mixed_precision", "no"))
+    assert first.returncode == 0, describe(first)
+    runs = sorted((tmp_path / "run" / "wandb").glob("offline-run-*"))
+    assert len(runs) == 1, runs
+    assert "wandb sync" in first.stdout
+    rows = wandb_reader.history(wandb_reader.find_stream(tmp_path / "run" / "wandb"))
+    keys = set().union(*rows)
+    assert {"train/box_loss", "lr/pg0", "throughput/img_s", "metrics/mAP50(B)", "val/box_loss"} <= keys
+    assert any(k.startswith("val/images") for k in keys)
+    run_id = runs[0].name.rsplit("-", 1)[1]
+    second = launch([*common, "--resume", "auto"], config="2gpu.yaml", cpu_ddp=True, env=env,
+                    launch_args=("--mixed_precision", "no"))
+    assert second.returncode == 0, describe(second)
+    streams = sorted((tmp_path / "run" / "wandb").glob("offline-run-*/run-*.wandb"))
+    assert {s.name for s in streams} == {f"run-{run_id}.wandb"}, streams

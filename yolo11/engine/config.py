@@ -122,7 +122,7 @@ class RunConfig:
     patience: int = _opt(100, "stop after N epochs without a better fitness (0 disables)")
     max_steps: int | None = _opt(None, "stop after this many optimizer steps (smoke runs); state is saved")
     report_to: str = _opt("none", "trackers: wandb, tensorboard, all or none (comma lists allowed)")
-    project: str = _opt("yolo11-accelerate", "tracker project name")
+    tracker_project: str = _opt("yolo11-accelerate", "W&B / TensorBoard project (the run folder: --output-dir/--name)")
     sync_bn: bool = _opt(False, "convert BatchNorm to SyncBatchNorm (multi-process CUDA runs only)")
     compile: bool = _opt(False, "torch.compile the model and the loss")
     channels_last: bool = _opt(True, "channels_last memory format on CUDA")

@@ -45,7 +45,8 @@ class RunOutputs:
         report_to = tracking.resolve_report_to(config.run.report_to)
         if report_to:
             init_kwargs = tracking.tracker_init_kwargs(report_to, run_dir, config.run.name, state.tracker_run_id)
-            accelerator.init_trackers(config.run.project, config=_flatten(config.to_dict()), init_kwargs=init_kwargs)
+            accelerator.init_trackers(config.run.tracker_project, config=_flatten(config.to_dict()),
+                                      init_kwargs=init_kwargs)
             state.tracker_run_id = tracking.current_run_id(accelerator) or state.tracker_run_id
         self.report_to = report_to
 
