@@ -77,7 +77,9 @@ def main(argv: list[str] | None = None) -> int:
     train_loader = build_dataloader(train_source, **build_train_loader_kwargs(config, plan))
     validator = Validator.build(config, val_source, accelerator)
     if config.run.compile:
-        model, criterion = torch.compile(model), torch.compile(criterion)
+        model = torch.compile(model)
+    if config.run.compile_loss:
+        criterion = torch.compile(criterion)
     model, optimizer, train_loader = accelerator.prepare(model, optimizer, train_loader)
     if ema is not None:
         ema.module.to(accelerator.device)

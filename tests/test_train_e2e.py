@@ -151,3 +151,18 @@ def test_wandb_offline_one_run_under_ddp_continued_on_resume(tmp_path):
     assert second.returncode == 0, describe(second)
     streams = sorted((tmp_path / "run" / "wandb").glob("offline-run-*/run-*.wandb"))
     assert {s.name for s in streams} == {f"run-{run_id}.wandb"}, streams
+
+
+def test_resume_on_a_different_process_count(tmp_path):
+    """Stop a 2-process run mid-epoch, resume it on 1 process with the same global batch: the resumed epoch skips
+    exactly the global batches already trained (the sample order is a function of seed and epoch only)."""
+    common = [*TINY_FLAGS, "--output-dir", str(tmp_path), "--name", "run", "--batch-size", "8", "--epochs", "2",
+              "--nominal-batch", "8"]
+    first = launch([*common, "--max-steps", "4"], config="2gpu.yaml", cpu_ddp=True,
+                   launch_args=("--mixed_precision", "no"))
+    assert first.returncode == 0, describe(first)
+    second = launch([*common, "--resume", "auto"])
+    assert second.returncode == 0, describe(second)
+    assert "1 process(es) x batch 8" in second.stdout and "at epoch 2, batch 1" in second.stdout
+    rows = read_results(tmp_path / "run")
+    assert [row["epoch"] for row in rows] == ["1", "2"]
