@@ -18,7 +18,7 @@ import torch
 from accelerate import PartialState
 from accelerate.utils import parse_flag_from_env, set_seed
 
-from yolo11.data import build_dataloader, load_source
+from yolo11.data import build_dataloader, load_source, save_batch_preview
 from yolo11.engine import tracking
 from yolo11.engine.checkpoint import TrainState, resolve_resume, run_dir_of_checkpoint, save_checkpoint
 from yolo11.engine.config import parse_config, save_config
@@ -74,7 +74,12 @@ def main(argv: list[str] | None = None) -> int:
     schedule = WarmupSchedule(optimizer, lr_lambda(config.optim.schedule, config.run.epochs, config.optim.lrf),
                               plan.warmup_iters, config.optim.warmup_bias_lr if plan.optimizer.name == "SGD" else 0.0,
                               config.optim.warmup_momentum, config.optim.momentum, plan.optimizer.lr)
-    train_loader = build_dataloader(train_source, **build_train_loader_kwargs(config, plan))
+    loader_kwargs = build_train_loader_kwargs(config, plan)
+    train_loader = build_dataloader(train_source, **loader_kwargs)
+    if config.run.plots and state.is_main_process and not config.run.resume:
+        # Augmentation is a function of (seed, epoch, index): this is exactly the first training batch.
+        first = next(iter(build_dataloader(train_source, **{**loader_kwargs, "workers": 0})))
+        save_batch_preview(first, train_source.class_names, run_dir / "train_batch0.jpg")
     validator = Validator.build(config, val_source, accelerator)
     if config.run.compile:
         model = torch.compile(model)
