@@ -18,7 +18,7 @@ import torch
 from accelerate import PartialState
 from accelerate.utils import parse_flag_from_env, set_seed
 
-from yolo11.data import build_dataloader, load_source, save_batch_preview
+from yolo11.data import DataSourceError, build_dataloader, load_source, save_batch_preview
 from yolo11.engine import tracking
 from yolo11.engine.checkpoint import TrainState, resolve_resume, run_dir_of_checkpoint, save_checkpoint
 from yolo11.engine.config import parse_config, save_config
@@ -45,19 +45,18 @@ def main(argv: list[str] | None = None) -> int:
     config = parse_config(argv)
     # As AcceleratorState would: the process group is created here, once, for the Accelerator built later.
     state = PartialState(cpu=parse_flag_from_env("ACCELERATE_USE_CPU"))
-    try:
+    data = config.data
+    try:  # everything that can be wrong with the launch, the data or --resume, before any training
         check_launch(state)
-    except LaunchError as err:
+        if config.run.resume and config.run.resume != "auto":
+            run_dir = run_dir_of_checkpoint(resolve_resume(config.run.resume, Path(config.run.resume)))
+        else:
+            run_dir = resolve_run_dir(config, state)
+        train_source = load_source(data.data, split=data.train_split, cache_dir=data.cache_dir)
+        val_source = load_source(data.data, split=data.val_split, cache_dir=data.cache_dir)
+    except (LaunchError, DataSourceError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    if config.run.resume and config.run.resume != "auto":
-        run_dir = run_dir_of_checkpoint(resolve_resume(config.run.resume, Path(config.run.resume)))
-    else:
-        run_dir = resolve_run_dir(config, state)
-
-    data = config.data
-    train_source = load_source(data.data, split=data.train_split, cache_dir=data.cache_dir)
-    val_source = load_source(data.data, split=data.val_split, cache_dir=data.cache_dir)
     num_classes = len(train_source.class_names)
     plan = plan_run(config, state.num_processes, len(train_source.dataset), num_classes)
     accelerator = build_accelerator(config, plan, run_dir, tracking.resolve_report_to(config.run.report_to))
@@ -140,7 +139,8 @@ def main(argv: list[str] | None = None) -> int:
         exit_code = 130
     except NonFiniteLossError as err:
         save_checkpoint(accelerator, run_dir, train_state, config.run.keep_checkpoints)
-        accelerator.print(f"error: {err}\nthe last good state is saved in {run_dir / 'checkpoints'}")
+        if accelerator.is_main_process:
+            print(f"error: {err}\nthe last good state is saved in {run_dir / 'checkpoints'}", file=sys.stderr)
         exit_code = 1
     print_summary(accelerator, time.perf_counter() - start, images_seen, outputs.best_summary())
     outputs.finish()

@@ -102,6 +102,9 @@ def test_wrong_flag_and_wrong_config_file_get_clear_errors(tmp_path):
     assert bad_yaml.returncode != 0 and "unknown key 'lr_zero'" in bad_yaml.stderr
     missing = launch([*TINY_FLAGS], config=str(tmp_path / "missing.yaml"))
     assert missing.returncode != 0 and "missing.yaml" in missing.stderr
+    no_data = launch([*TINY_FLAGS, "--data", str(tmp_path / "nowhere.yaml"), "--output-dir", str(tmp_path)])
+    assert no_data.returncode != 0 and "error: " in no_data.stderr and "nowhere.yaml" in no_data.stderr
+    assert 'train_accelerate.py", line' not in no_data.stderr  # our message, not our stack (accelerate adds its own)
 
 
 def test_failing_rank_ends_every_rank(tmp_path):

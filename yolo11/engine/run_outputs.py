@@ -39,7 +39,7 @@ class RunOutputs:
         self.make_plots = config.run.plots
         self.weights_dir = run_dir / "weights"
         self.epoch_start = time.perf_counter()
-        self.last_metrics: dict | None = None
+        self.best_metrics: dict | None = None
         self.csv = ResultsCSV(run_dir / "results.csv", keep_epochs=state.epoch) if accelerator.is_main_process \
             else None
         report_to = tracking.resolve_report_to(config.run.report_to)
@@ -64,8 +64,8 @@ class RunOutputs:
             score = fitness(m)
             if score > state.best_fitness:
                 state.best_fitness, state.best_epoch = score, epoch
+                self.best_metrics = m
                 self._save(model, "best")
-            self.last_metrics = m
         row.update({f"lr/pg{i}": lr for i, lr in enumerate(lrs)})
         row.update({"throughput/img_s": result.images / max(result.seconds, 1e-9),
                     "memory/peak_gb": peak_memory_gb(accelerator.device)})
@@ -90,8 +90,8 @@ class RunOutputs:
         if self.state.best_epoch < 0:
             return None
         summary = {"epoch": self.state.best_epoch + 1, "fitness": self.state.best_fitness}
-        if self.last_metrics is not None:
-            summary.update(map50_95=self.last_metrics["map50_95"], map50=self.last_metrics["map50"])
+        if self.best_metrics is not None:  # unknown when the best epoch was before a resume
+            summary.update(map50_95=self.best_metrics["map50_95"], map50=self.best_metrics["map50"])
         return summary
 
     def finish(self) -> None:
