@@ -27,27 +27,32 @@ class ModelEMA:
         self.updates = updates
         self._float_keys = [k for k, v in self.module.state_dict().items() if v.dtype.is_floating_point]
         self._other_keys = [k for k, v in self.module.state_dict().items() if not v.dtype.is_floating_point]
+        self._pairs: tuple | None = None  # (source model, ema floats, model floats, ema others, model others)
 
     def current_decay(self) -> float:
         return self.decay * (1 - math.exp(-self.updates / self.tau))
 
+    def _tensor_lists(self, model: nn.Module) -> tuple:
+        # state_dict() builds ~700-entry dicts; the tensors themselves never change identity, so pair them once.
+        if self._pairs is None or self._pairs[0] is not model:
+            source, target = model.state_dict(), self.module.state_dict()
+            self._pairs = (model, [target[k] for k in self._float_keys], [source[k] for k in self._float_keys],
+                           [target[k] for k in self._other_keys], [source[k] for k in self._other_keys])
+        return self._pairs[1:]
+
     @torch.no_grad()
     def update(self, model: nn.Module) -> None:
         self.updates += 1
-        weight = 1.0 - self.current_decay()
-        source, target = model.state_dict(), self.module.state_dict()
-        ema_tensors = [target[k] for k in self._float_keys]
-        model_tensors = [source[k].detach().to(target[k].dtype) for k in self._float_keys]
-        # One fused launch for all tensors: ema += (model - ema) * (1 - d).
-        torch._foreach_lerp_(ema_tensors, model_tensors, weight)
-        for key in self._other_keys:
-            target[key].copy_(source[key])
+        ema_floats, model_floats, ema_others, model_others = self._tensor_lists(model)
+        # One fused launch per chunk of tensors: ema += (model - ema) * (1 - d).
+        torch._foreach_lerp_(ema_floats, model_floats, 1.0 - self.current_decay())
+        torch._foreach_copy_(ema_others, model_others)
 
     def state_dict(self) -> dict:
         return {"module": self.module.state_dict(), "updates": self.updates, "decay": self.decay, "tau": self.tau}
 
     def load_state_dict(self, state: dict) -> None:
-        self.module.load_state_dict(state["module"])
+        self.module.load_state_dict(state["module"])  # copies into the same tensors: cached pairs stay valid
         self.updates = int(state["updates"])
         self.decay = float(state["decay"])
         self.tau = float(state["tau"])
