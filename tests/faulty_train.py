@@ -1,10 +1,12 @@
 """train_accelerate.py with a failure injected, for tests/test_train_e2e.py (run through accelerate launch).
 
 FAULT_RANK=r FAULT_STEP=n: the loss raises on rank r at its n-th call.
+FAULT_RANK=r FAULT_STEP=n FAULT_KILL=1: rank r kills itself with SIGKILL instead (a crashed or OOM-killed rank).
 FAULT_IN_SAVE=n: the n-th accelerator.save_state writes part of a checkpoint, then raises.
 """
 
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -22,6 +24,8 @@ def inject_loss_failure(rank: int, step: int) -> None:
     def forward(self, *args, **kwargs):
         calls[0] += 1
         if int(os.environ.get("RANK", "0")) == rank and calls[0] == step:
+            if os.environ.get("FAULT_KILL"):
+                os.kill(os.getpid(), signal.SIGKILL)
             raise RuntimeError(f"injected failure on rank {rank}")
         return original(self, *args, **kwargs)
 

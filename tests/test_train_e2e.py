@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import subprocess
+import time
 
 import pytest
 import torch
@@ -115,6 +116,18 @@ def test_failing_rank_ends_every_rank(tmp_path):
                     timeout=300)
     assert result.returncode != 0, describe(result)
     assert "injected failure on rank 1" in result.stderr
+
+
+def test_killed_rank_ends_every_rank_within_a_minute(tmp_path):
+    """Rank 1 is SIGKILLed mid-epoch (no Python exception, no cleanup): the launcher must end rank 0 too."""
+    script = ROOT / "tests" / "faulty_train.py"
+    started = time.monotonic()
+    result = launch([*TINY_FLAGS, "--output-dir", str(tmp_path), "--batch-size", "8", "--epochs", "3"],
+                    script=script, config="2gpu.yaml", cpu_ddp=True,
+                    env={"FAULT_RANK": "1", "FAULT_STEP": "3", "FAULT_KILL": "1"}, timeout=300)
+    assert result.returncode != 0, describe(result)
+    assert "SIGKILL" in result.stderr or "Signal 9" in result.stderr, describe(result)
+    assert time.monotonic() - started < 60 + 30  # 60 s to notice, plus start-up of two processes on 2 cores
 
 
 def test_crash_while_saving_leaves_previous_checkpoint_loadable(tmp_path):
