@@ -152,7 +152,7 @@ def ours_e2e(args, data: Path, out: Path) -> dict:
                str(args.imgsz), "--batch-size", str(args.batch), "--workers", str(args.workers), "--epochs", "1",
                "--max-steps", str(args.steps), "--val-interval", "0", "--log-interval", "5", "--plots", "false",
                "--output-dir", str(out), "--name", "ours", "--optimizer", "SGD", "--cache-dir", str(out / "cache"),
-               "--grad-accum", "1", *args.ours_args]
+               "--grad-accum", "1", "--close-mosaic", "0", *args.ours_args]
     started = time.perf_counter()
     result = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
     (out / "ours.log").write_text(result.stdout + result.stderr)
@@ -178,7 +178,7 @@ def ultralytics_e2e(args, data: Path, out: Path) -> dict:
     try:
         model.train(data=str(data), epochs=1, batch=args.batch, imgsz=args.imgsz, workers=args.workers, val=False,
                     plots=False, amp=True, project=str(out), name="ultralytics", exist_ok=True, verbose=False,
-                    optimizer="SGD", seed=0, deterministic=False)
+                    optimizer="SGD", seed=0, deterministic=False, close_mosaic=0)
     except KeyboardInterrupt:
         pass
     gaps = [b - a for a, b in zip(stamps[len(stamps) // 2:], stamps[len(stamps) // 2 + 1:])]
@@ -198,7 +198,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--workers", type=int, default=16)
-    parser.add_argument("--images", type=int, default=1024)
+    parser.add_argument("--images", type=int, default=4096, help="replicated coco128 size (>= steps x batch)")
     parser.add_argument("--skip-ultralytics", action="store_true")
     parser.add_argument("--ours-args", nargs=argparse.REMAINDER, default=[], help="extra flags for our trainer")
     args = parser.parse_args(argv)

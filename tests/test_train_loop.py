@@ -36,7 +36,7 @@ def make_batch(images: torch.Tensor, seed: int) -> dict:
     return {"images": images, "boxes": boxes, "labels": torch.randint(0, 3, (n, 2), generator=g)}
 
 
-def run(batches: list[dict], accumulation: int, model: torch.nn.Module, criterion=None, max_steps=None):
+def run(batches: list[dict], accumulation: int, model: torch.nn.Module, criterion=None, max_steps=None, ema=None):
     reset_accelerate_state()  # each run is a fresh process as far as Accelerate is concerned
     accelerator = Accelerator(cpu=True, gradient_accumulation_steps=accumulation)
     optimizer = build_optimizer(model, OptimizerChoice("SGD", 0.05, 0.9), 5e-4)
@@ -45,7 +45,7 @@ def run(batches: list[dict], accumulation: int, model: torch.nn.Module, criterio
     state = TrainState()
     result = train_one_epoch(
         accelerator=accelerator, model=model, criterion=criterion or DetectionLoss(3), optimizer=optimizer,
-        schedule=schedule, ema=None, loader=batches, state=state, epoch=0,
+        schedule=schedule, ema=ema, loader=batches, state=state, epoch=0,
         loss_scale=LossScale(1, accumulation), clip_grad=10.0, channels_last=False, max_steps=max_steps,
         progress=Progress(accelerator, interval=1, epochs=1, steps_per_epoch=len(batches)))
     return model, state, result
@@ -105,3 +105,20 @@ def test_max_steps_stops_and_counts():
     batches = [make_batch(images, seed=i) for i in range(5)]
     _, state, result = run(batches, 2, model, max_steps=2)
     assert result.reached_max_steps and state.optimizer_steps == 2 and state.batches_in_epoch == 4
+
+
+def test_compiled_model_trains_and_updates_ema():
+    """--compile wraps the model (state-dict keys gain ``_orig_mod.``); the EMA must follow the real weights.
+    Dynamo's eager backend traces the model the way inductor would, without compiling kernels on the CI box."""
+    from yolo11.engine.ema import ModelEMA
+
+    torch.manual_seed(0)
+    model = yolo11.create_model("yolo11n", num_classes=3)
+    ema = ModelEMA(model, decay=0.5, tau=1.0)
+    before = {k: v.clone() for k, v in ema.module.state_dict().items()}
+    images = torch.randint(0, 256, (2, 3, 64, 64), dtype=torch.uint8)
+    trained, state, _ = run([make_batch(images, seed=0)], 1, torch.compile(model, backend="eager"), ema=ema)
+    assert state.optimizer_steps == 1 and ema.updates == 1
+    moved = max((ema.module.state_dict()[k] - before[k]).abs().max().item() for k in before
+                if before[k].dtype.is_floating_point)
+    assert moved > 0

@@ -112,7 +112,7 @@ class RunOutputs:
         if self.accelerator.is_main_process:
             final = self.weights_dir / f"{name}.safetensors"
             tmp = final.with_name(f".{final.name}.tmp")
-            save_weights(self.accelerator.unwrap_model(model), tmp)
+            save_weights(self.accelerator.unwrap_model(model, keep_torch_compile=False), tmp)
             os.replace(tmp, final)
 
 

@@ -65,7 +65,7 @@ def train_one_epoch(
 ) -> EpochResult:
     """Train over ``loader`` (already skipped to ``state.batches_in_epoch`` on resume); updates ``state``."""
     model.train()
-    unwrapped = accelerator.unwrap_model(model)
+    unwrapped = accelerator.unwrap_model(model, keep_torch_compile=False)  # EMA keys without _orig_mod.
     check_grad_norm = accelerator.mixed_precision != "fp16"  # fp16's scaler skips inf steps by design
     loss_sum = torch.zeros(3, device=accelerator.device)
     if state.loss_sum is not None:  # resumed mid-epoch
