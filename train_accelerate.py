@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     num_classes = len(train_source.class_names)
     plan = plan_run(config, state.num_processes, len(train_source.dataset), num_classes)
-    accelerator = build_accelerator(config, plan, run_dir, tracking.resolve_report_to(config.run.report_to))
+    accelerator = build_accelerator(plan, run_dir, tracking.resolve_report_to(config.run.report_to))
     set_seed(config.run.seed)
 
     model = build_model(config.model, num_classes)

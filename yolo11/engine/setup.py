@@ -109,7 +109,7 @@ def resolve_run_dir(config: TrainConfig, state: PartialState) -> Path:
     return Path(choice[0])
 
 
-def build_accelerator(config: TrainConfig, plan: RunPlan, run_dir: Path, log_with: list[str]) -> Accelerator:
+def build_accelerator(plan: RunPlan, run_dir: Path, log_with: list[str]) -> Accelerator:
     return Accelerator(
         gradient_accumulation_steps=plan.accumulation_steps,
         log_with=log_with or None,
