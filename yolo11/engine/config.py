@@ -19,6 +19,9 @@ from typing import Any
 
 import yaml
 
+from yolo11.data.transforms import AugmentParams
+
+_AUGMENT = AugmentParams()  # the augmentation defaults (Ultralytics' values) live with the transforms
 _BOOL_STRINGS = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
 
 
@@ -48,18 +51,18 @@ class DataConfig:
     workers: int = _opt(8, "data-loader worker processes per training process")
     cache_dir: str | None = _opt(None, "where converted Arrow datasets are cached (default ~/.cache/yolo11)")
     max_boxes: int | None = _opt(None, "pad targets to this many boxes per image (static shapes for --compile)")
-    mosaic: float = _opt(1.0, "mosaic probability")
-    mixup: float = _opt(0.0, "mixup probability")
-    degrees: float = _opt(0.0, "random rotation (+/- degrees)")
-    translate: float = _opt(0.1, "random translation (+/- fraction)")
-    scale: float = _opt(0.5, "random scale gain (+/- fraction)")
-    shear: float = _opt(0.0, "random shear (+/- degrees)")
-    perspective: float = _opt(0.0, "random perspective (+/- fraction)")
-    flipud: float = _opt(0.0, "vertical flip probability")
-    fliplr: float = _opt(0.5, "horizontal flip probability")
-    hsv_h: float = _opt(0.015, "HSV hue gain (fraction)")
-    hsv_s: float = _opt(0.7, "HSV saturation gain (fraction)")
-    hsv_v: float = _opt(0.4, "HSV value gain (fraction)")
+    mosaic: float = _opt(_AUGMENT.mosaic, "mosaic probability")
+    mixup: float = _opt(_AUGMENT.mixup, "mixup probability")
+    degrees: float = _opt(_AUGMENT.degrees, "random rotation (+/- degrees)")
+    translate: float = _opt(_AUGMENT.translate, "random translation (+/- fraction)")
+    scale: float = _opt(_AUGMENT.scale, "random scale gain (+/- fraction)")
+    shear: float = _opt(_AUGMENT.shear, "random shear (+/- degrees)")
+    perspective: float = _opt(_AUGMENT.perspective, "random perspective (+/- fraction)")
+    flipud: float = _opt(_AUGMENT.flipud, "vertical flip probability")
+    fliplr: float = _opt(_AUGMENT.fliplr, "horizontal flip probability")
+    hsv_h: float = _opt(_AUGMENT.hsv_h, "HSV hue gain (fraction)")
+    hsv_s: float = _opt(_AUGMENT.hsv_s, "HSV saturation gain (fraction)")
+    hsv_v: float = _opt(_AUGMENT.hsv_v, "HSV value gain (fraction)")
     close_mosaic: int = _opt(10, "train the last N epochs without mosaic and mixup")
 
     def __post_init__(self) -> None:
