@@ -59,7 +59,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     num_classes = len(train_source.class_names)
     plan = plan_run(config, state.num_processes, len(train_source.dataset), num_classes)
-    accelerator = build_accelerator(plan, run_dir, tracking.resolve_report_to(config.run.report_to))
+    report_to = tracking.resolve_report_to(config.run.report_to)
+    accelerator = build_accelerator(plan, run_dir, report_to)
     set_seed(config.run.seed)
 
     model = build_model(config.model, num_classes)
@@ -96,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
                           f"batch {train_state.batches_in_epoch}")
     if accelerator.is_main_process:
         save_config(config, run_dir / "config.yaml")
-    outputs = RunOutputs(accelerator, run_dir, train_source.class_names, config, train_state)
+    outputs = RunOutputs(accelerator, run_dir, train_source.class_names, config, train_state, report_to)
     accelerator.print(f"{config.model.model}: {sum(p.numel() for p in model.parameters()):,} parameters | "
                       f"{plan.num_processes} process(es) x batch {plan.per_process_batch} x accumulation "
                       f"{plan.accumulation_steps} | {plan.optimizer.name} lr {plan.optimizer.lr:g} | "

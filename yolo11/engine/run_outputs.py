@@ -30,7 +30,7 @@ def fitness(metrics: dict) -> float:
 
 class RunOutputs:
     def __init__(self, accelerator: Accelerator, run_dir: Path, class_names: list[str], config: TrainConfig,
-                 state: TrainState):
+                 state: TrainState, report_to: list[str]):
         self.accelerator = accelerator
         self.run_dir = run_dir
         self.class_names = class_names
@@ -42,7 +42,6 @@ class RunOutputs:
         self.best_metrics: dict | None = None
         self.csv = ResultsCSV(run_dir / "results.csv", keep_epochs=state.epoch) if accelerator.is_main_process \
             else None
-        report_to = tracking.resolve_report_to(config.run.report_to)
         if report_to:
             init_kwargs = tracking.tracker_init_kwargs(report_to, run_dir, config.run.name, state.tracker_run_id)
             accelerator.init_trackers(config.run.tracker_project, config=_flatten(config.to_dict()),
