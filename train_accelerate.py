@@ -25,6 +25,7 @@ from yolo11.engine.config import parse_config, save_config
 from yolo11.engine.ema import ModelEMA
 from yolo11.engine.evaluate import Validator
 from yolo11.engine.optim import WarmupSchedule, build_optimizer, lr_lambda
+from yolo11.engine.profiling import StepProfiler
 from yolo11.engine.progress import Progress, print_summary
 from yolo11.engine.run_outputs import RunOutputs
 from yolo11.engine.setup import (
@@ -70,7 +71,8 @@ def main(argv: list[str] | None = None) -> int:
         model = model.to(memory_format=torch.channels_last)
     ema = ModelEMA(model, config.optim.ema_decay, config.optim.ema_tau) if config.optim.ema else None
     criterion = DetectionLoss(num_classes, strides=model.strides, reg_max=model.reg_max)
-    optimizer = build_optimizer(model, plan.optimizer, plan.weight_decay)
+    optimizer = build_optimizer(model, plan.optimizer, plan.weight_decay,
+                                fused=accelerator.device.type in ("cuda", "cpu"))
     schedule = WarmupSchedule(optimizer, lr_lambda(config.optim.schedule, config.run.epochs, config.optim.lrf),
                               plan.warmup_iters, config.optim.warmup_bias_lr if plan.optimizer.name == "SGD" else 0.0,
                               config.optim.warmup_momentum, config.optim.momentum, plan.optimizer.lr)
@@ -104,6 +106,7 @@ def main(argv: list[str] | None = None) -> int:
                       f"{len(train_source.dataset)} train / {len(val_source.dataset)} val images | {run_dir}")
 
     progress = Progress(accelerator, config.run.log_interval, config.run.epochs, plan.steps_per_epoch)
+    profiler = StepProfiler(run_dir / "profile", config.run.profile and accelerator.is_main_process, accelerator.device)
     loss_scale = LossScale(accelerator.num_processes, plan.accumulation_steps)
     start, images_seen, exit_code = time.perf_counter(), 0, 0
     try:
@@ -118,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
                 accelerator=accelerator, model=model, criterion=criterion, optimizer=optimizer, schedule=schedule,
                 ema=ema, loader=loader, state=train_state, epoch=epoch, loss_scale=loss_scale,
                 clip_grad=config.optim.clip_grad, channels_last=channels_last, max_steps=config.run.max_steps,
-                progress=progress)
+                progress=progress, profiler=profiler)
             images_seen += result.images
             if result.reached_max_steps and train_state.batches_in_epoch < plan.batches_per_epoch:
                 save_checkpoint(accelerator, run_dir, train_state, config.run.keep_checkpoints)
@@ -143,6 +146,7 @@ def main(argv: list[str] | None = None) -> int:
         if accelerator.is_main_process:
             print(f"error: {err}\nthe last good state is saved in {run_dir / 'checkpoints'}", file=sys.stderr)
         exit_code = 1
+    profiler.close(train_state.optimizer_steps)
     print_summary(accelerator, time.perf_counter() - start, images_seen, outputs.best_summary())
     outputs.finish()
     accelerator.end_training()

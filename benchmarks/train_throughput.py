@@ -7,6 +7,10 @@
 backward, optimizer step; median over timed steps after warm-up; peak memory. ``e2e``: coco128 replicated to
 ``--images`` images (symlinks), mosaic on, 640 px: our ``train_accelerate.py`` through ``accelerate launch`` and
 Ultralytics' trainer, each for ``--steps`` batches, img/s over the steady-state window. Prints both and the ratio.
+
+``--variants`` runs our side several times in one call, Ultralytics once; each variant is a string of flags:
+step mode takes ``--compile``, ``--compile-loss``, ``--compile-mode MODE``; e2e mode passes the string to
+``train_accelerate.py``, e.g. ``--variants "" "--compile" "--compile --compile-loss --workers 12"``.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import argparse
 import json
 import os
 import re
+import shlex
 import statistics
 import subprocess
 import sys
@@ -52,6 +57,15 @@ def time_steps(step, warmup: int, steps: int) -> list[float]:
     return times
 
 
+def step_variant(args, flags: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="step variant")
+    parser.add_argument("--compile", action="store_true")
+    parser.add_argument("--compile-loss", action="store_true")
+    parser.add_argument("--compile-mode", default=None)
+    variant = parser.parse_args(shlex.split(flags))
+    return argparse.Namespace(**{**vars(args), **{k: v or getattr(args, k, None) for k, v in vars(variant).items()}})
+
+
 def ours_step(args) -> dict:
     import yolo11
     from yolo11.engine.optim import OptimizerChoice, build_optimizer
@@ -64,9 +78,9 @@ def ours_step(args) -> dict:
     criterion = DetectionLoss(80)
     optimizer = build_optimizer(model, OptimizerChoice("SGD", 0.01, 0.937), 5e-4)
     if args.compile:
-        model = torch.compile(model)
+        model = torch.compile(model, mode=args.compile_mode)
     if args.compile_loss:
-        criterion = torch.compile(criterion)
+        criterion = torch.compile(criterion, mode=args.compile_mode)
     g = torch.Generator().manual_seed(0)
     images = torch.randint(0, 256, (args.batch, 3, args.imgsz, args.imgsz), dtype=torch.uint8, generator=g)
     images = images.to(device)
@@ -85,9 +99,13 @@ def ours_step(args) -> dict:
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
 
+    torch._dynamo.reset()
+    torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats()
+    started = time.perf_counter()
     times = time_steps(step, args.warmup, args.steps)
-    return {"img_s": args.batch / statistics.median(times), "peak_gb": torch.cuda.max_memory_allocated() / 2**30}
+    return {"img_s": args.batch / statistics.median(times), "peak_gb": torch.cuda.max_memory_allocated() / 2**30,
+            "wall_s": time.perf_counter() - started}
 
 
 def ultralytics_step(args) -> dict:
@@ -146,21 +164,31 @@ def replicated_coco128(images: int, root: Path) -> Path:
     return yaml_path
 
 
-def ours_e2e(args, data: Path, out: Path) -> dict:
+def ours_e2e(args, data: Path, out: Path, flags: str, index: int) -> dict:
     command = ["accelerate", "launch", "--config_file", str(ROOT / "accelerate_configs" / "1gpu.yaml"),
                str(ROOT / "train_accelerate.py"), "--model", args.model, "--data", str(data), "--imgsz",
                str(args.imgsz), "--batch-size", str(args.batch), "--workers", str(args.workers), "--epochs", "1",
                "--max-steps", str(args.steps), "--val-interval", "0", "--log-interval", "5", "--plots", "false",
                "--output-dir", str(out), "--name", "ours", "--optimizer", "SGD", "--cache-dir", str(out / "cache"),
-               "--grad-accum", "1", "--close-mosaic", "0", *args.ours_args]
+               "--grad-accum", "1", "--close-mosaic", "0", "--exist-ok", "true", *shlex.split(flags)]
     started = time.perf_counter()
     result = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    (out / "ours.log").write_text(result.stdout + result.stderr)
+    log = out / f"ours{index}.log"
+    log.write_text(result.stdout + result.stderr)
+    if os.environ.get("OUT"):  # the device tool brings $OUT back
+        Path(os.environ["OUT"], log.name).write_text(result.stdout + result.stderr)
+        summary = out / "ours" / "profile" / "summary.txt"
+        if summary.exists():  # --profile true
+            Path(os.environ["OUT"], f"profile{index}.txt").write_text(summary.read_text())
+            summary.unlink()
     if result.returncode:
-        raise RuntimeError(f"our trainer failed (see {out / 'ours.log'}):\n{result.stderr[-3000:]}")
+        print(f"our trainer failed with {flags!r} (see {log}):\n{result.stderr[-3000:]}", file=sys.stderr)
+        return {"error": result.stderr[-500:], "wall_s": time.perf_counter() - started}
     rates = [float(m) for m in re.findall(r"\| ([\d.]+) img/s", result.stdout)]
-    steady = rates[len(rates) // 2:] or rates  # skip compile/warm-up lines
-    return {"img_s": statistics.median(steady), "wall_s": time.perf_counter() - started, "windows": rates}
+    waits = [float(m) / 100 for m in re.findall(r"\| data (\d+)%", result.stdout)]
+    half = len(rates) // 2  # skip compile/warm-up lines
+    return {"img_s": statistics.median(rates[half:] or rates), "data_wait": statistics.median(waits[half:] or [0]),
+            "wall_s": time.perf_counter() - started, "windows": rates}
 
 
 def ultralytics_e2e(args, data: Path, out: Path) -> dict:
@@ -193,14 +221,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--imgsz", type=int, default=640)
     parser.add_argument("--precision", choices=("bf16", "fp16"), default="bf16")
     parser.add_argument("--channels-last", action=argparse.BooleanOptionalAction, default=True)
-    parser.add_argument("--compile", action="store_true", help="torch.compile our model (step mode)")
-    parser.add_argument("--compile-loss", action="store_true", help="torch.compile our loss too (step mode)")
+    parser.add_argument("--variants", nargs="+", default=[""], help="our side's flag strings (see above)")
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--workers", type=int, default=16)
     parser.add_argument("--images", type=int, default=4096, help="replicated coco128 size (>= steps x batch)")
     parser.add_argument("--skip-ultralytics", action="store_true")
-    parser.add_argument("--ours-args", nargs=argparse.REMAINDER, default=[], help="extra flags for our trainer")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         raise SystemExit("this benchmark needs a CUDA GPU")
@@ -212,21 +238,37 @@ def main(argv: list[str] | None = None) -> None:
         have_ultralytics = False
     report = {"mode": args.mode, "model": args.model, "batch": args.batch, "imgsz": args.imgsz,
               "gpu": torch.cuda.get_device_name(), "torch": torch.__version__}
+    report["ours"] = {}
     if args.mode == "step":
-        report.update(precision=args.precision, channels_last=args.channels_last, compile=args.compile,
-                      compile_loss=args.compile_loss)
-        report["ours"] = ours_step(args)
+        report.update(precision=args.precision, channels_last=args.channels_last)
+        for flags in args.variants:
+            try:
+                report["ours"][flags or "eager"] = ours_step(step_variant(args, flags))
+            except Exception as err:  # one failing variant (a compiler error) must not lose the others
+                report["ours"][flags or "eager"] = {"error": f"{type(err).__name__}: {str(err)[-800:]}"}
+            print(flags or "eager", report["ours"][flags or "eager"], flush=True)
         if have_ultralytics:
             report["ultralytics"] = ultralytics_step(args)
     else:
         with tempfile.TemporaryDirectory() as tmp:
             data = replicated_coco128(args.images, Path(tmp) / "data")
-            report["ours"] = ours_e2e(args, data, Path(tmp))
+            for index, flags in enumerate(args.variants):
+                report["ours"][flags or "default"] = ours_e2e(args, data, Path(tmp), flags, index)
+                print(flags or "default", report["ours"][flags or "default"], flush=True)
             if have_ultralytics:
                 report["ultralytics"] = ultralytics_e2e(args, data, Path(tmp))
-    if "ultralytics" in report:
-        report["ratio"] = report["ours"]["img_s"] / report["ultralytics"]["img_s"]
     print(json.dumps(report, indent=1))
+    reference = report.get("ultralytics", {}).get("img_s")
+    print(f"\n{args.mode} {args.model} batch {args.batch} {args.imgsz}px on {report['gpu']}")
+    for name, result in report["ours"].items():
+        ratio = f"{result['img_s'] / reference:.2f}x" if reference and "img_s" in result else "-"
+        figure = f"{result['img_s']:.0f} img/s" if "img_s" in result else "FAILED"
+        extra = f", peak {result['peak_gb']:.1f} GiB" if "peak_gb" in result else ""
+        extra += f", data wait {result['data_wait']:.0%}" if "data_wait" in result else ""
+        print(f"  ours {name or 'default':40s} {figure:>12s} {ratio:>7s}{extra}")
+    if reference:
+        extra = f", peak {report['ultralytics']['peak_gb']:.1f} GiB" if "peak_gb" in report["ultralytics"] else ""
+        print(f"  {'ultralytics':45s} {reference:>8.0f} img/s{extra}")
 
 
 if __name__ == "__main__":

@@ -175,3 +175,19 @@ def test_captures_as_one_graph():
     labels[1, 1:] = -1
     loss, parts = compiled(feats, boxes, labels)
     torch.testing.assert_close(parts, DetectionLoss(NUM_CLASSES)(feats, boxes, labels)[1])
+
+
+def test_channels_last_maps_give_the_same_loss_and_gradients():
+    """Training on CUDA feeds channels_last maps; the anchor-major flattening must not depend on the layout."""
+    feats = random_feats(2, 64, seed=7)
+    boxes, labels = random_targets(2, 4, 64, seed=7)
+    results = []
+    for layout in (torch.contiguous_format, torch.channels_last):
+        maps = [f.clone().contiguous(memory_format=layout).requires_grad_() for f in feats]
+        loss, parts = DetectionLoss(NUM_CLASSES)(maps, boxes, labels)
+        loss.backward()
+        results.append((parts, [m.grad for m in maps]))
+    (parts_a, grads_a), (parts_b, grads_b) = results
+    torch.testing.assert_close(parts_a, parts_b)
+    for grad_a, grad_b in zip(grads_a, grads_b, strict=True):
+        torch.testing.assert_close(grad_a, grad_b)

@@ -36,13 +36,14 @@ def make_batch(images: torch.Tensor, seed: int) -> dict:
     return {"images": images, "boxes": boxes, "labels": torch.randint(0, 3, (n, 2), generator=g)}
 
 
-def run(batches: list[dict], accumulation: int, model: torch.nn.Module, criterion=None, max_steps=None, ema=None):
+def run(batches: list[dict], accumulation: int, model: torch.nn.Module, criterion=None, max_steps=None, ema=None,
+        state: TrainState | None = None):
     reset_accelerate_state()  # each run is a fresh process as far as Accelerate is concerned
     accelerator = Accelerator(cpu=True, gradient_accumulation_steps=accumulation)
     optimizer = build_optimizer(model, OptimizerChoice("SGD", 0.05, 0.9), 5e-4)
     schedule = WarmupSchedule(optimizer, lr_lambda("linear", 10, 0.01), -1, 0.0, 0.8, 0.9, 0.05)
     model, optimizer = accelerator.prepare(model, optimizer)
-    state = TrainState()
+    state = TrainState() if state is None else state
     result = train_one_epoch(
         accelerator=accelerator, model=model, criterion=criterion or DetectionLoss(3), optimizer=optimizer,
         schedule=schedule, ema=ema, loader=batches, state=state, epoch=0,
@@ -96,6 +97,54 @@ def test_nan_loss_stops_before_the_update():
     for p_victim, p_ref in zip(victim.parameters(), after_one.parameters()):
         assert torch.isfinite(p_victim).all()
         torch.testing.assert_close(p_victim, p_ref, rtol=0, atol=0)  # step 2 was never applied
+
+
+@pytest.mark.parametrize("bad_step", [3, 4])  # read back one step later / at the end of the epoch
+def test_deferred_nan_check_rolls_back_to_the_last_applied_step(bad_step):
+    """After the first step the check is deferred: the fused SGD kernels and the EMA skip on a device flag, read
+    back a step later. Weights, EMA and counters must be those of a run that never saw the bad batch."""
+    from yolo11.engine.ema import ModelEMA
+
+    torch.manual_seed(0)
+    model = yolo11.create_model("yolo11n", num_classes=3)
+    images = torch.randint(0, 256, (2, 3, 64, 64), dtype=torch.uint8)
+    batches = [make_batch(images, seed=i) for i in range(4)]
+    good_model = copy.deepcopy(model)
+    good_ema = ModelEMA(good_model, decay=0.5, tau=1.0)
+    _, good_state, _ = run(batches[:bad_step - 1], 1, good_model, ema=good_ema)
+    victim = copy.deepcopy(model)
+    victim_ema, victim_state = ModelEMA(victim, decay=0.5, tau=1.0), TrainState()
+    with pytest.raises(NonFiniteLossError, match=f"iteration {bad_step};"):
+        run(batches, 1, victim, criterion=NaNOnCall(bad_step), ema=victim_ema, state=victim_state)
+    for p_victim, p_good in zip(victim.parameters(), good_model.parameters(), strict=True):
+        torch.testing.assert_close(p_victim, p_good, rtol=0, atol=0)
+    for key, value in good_ema.module.state_dict().items():
+        if value.dtype.is_floating_point:
+            torch.testing.assert_close(victim_ema.module.state_dict()[key], value, rtol=0, atol=0, msg=key)
+    assert victim_ema.updates == good_ema.updates == bad_step - 1
+    assert (victim_state.iteration, victim_state.optimizer_steps) == (good_state.iteration, good_state.optimizer_steps)
+    torch.testing.assert_close(victim_state.loss_sum, good_state.loss_sum, rtol=0, atol=0)
+
+
+def test_ema_skip_flag_on_the_device():
+    from yolo11.engine.ema import ModelEMA
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4))
+    reference, gated = ModelEMA(model, decay=0.9, tau=1.0), ModelEMA(model, decay=0.9, tau=1.0)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(1.0)
+    before = copy.deepcopy(gated.module.state_dict())
+    gated.update(model, skip=torch.ones(()))
+    for key, value in gated.module.state_dict().items():
+        torch.testing.assert_close(value, before[key], rtol=0, atol=0)
+    gated.updates = 0
+    gated.update(model, skip=torch.zeros(()))
+    reference.update(model)
+    for key, value in reference.module.state_dict().items():
+        torch.testing.assert_close(gated.module.state_dict()[key], value, rtol=1e-6, atol=1e-7)
+    assert (reference.module[0].weight - before["0.weight"]).abs().min() > 0.01  # the update did move
 
 
 def test_max_steps_stops_and_counts():

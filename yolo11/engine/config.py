@@ -131,6 +131,7 @@ class RunConfig:
     compile_loss: bool = _opt(False, "torch.compile the loss and assigner too (pad targets with --max-boxes)")
     channels_last: bool = _opt(True, "channels_last memory format on CUDA")
     log_interval: int = _opt(20, "print progress every N optimizer steps")
+    profile: bool = _opt(False, "trace optimizer steps 10-14 with torch.profiler into <run>/profile")
     val_conf: float = _opt(0.001, "confidence threshold for validation NMS")
     val_iou: float = _opt(0.7, "IoU threshold for validation NMS")
     max_det: int = _opt(300, "maximum detections per image in validation")

@@ -41,11 +41,21 @@ class ModelEMA:
         return self._pairs[1:]
 
     @torch.no_grad()
-    def update(self, model: nn.Module) -> None:
+    def update(self, model: nn.Module, skip: torch.Tensor | None = None) -> None:
+        """``skip``: a device tensor, 1.0 to leave the EMA as it is (a step the optimizer skipped on the device),
+        read by the kernels, so no host sync."""
         self.updates += 1
         ema_floats, model_floats, ema_others, model_others = self._tensor_lists(model)
-        # One fused launch per chunk of tensors: ema += (model - ema) * (1 - d).
-        torch._foreach_lerp_(ema_floats, model_floats, 1.0 - self.current_decay())
+        weight = 1.0 - self.current_decay()
+        if skip is None:  # one fused launch per chunk of tensors: ema += (model - ema) * (1 - d)
+            torch._foreach_lerp_(ema_floats, model_floats, weight)
+            torch._foreach_copy_(ema_others, model_others)
+            return
+        # lerp takes its weight as a host scalar; a device weight needs the three-step form.
+        step = torch._foreach_sub(model_floats, ema_floats)
+        torch._foreach_mul_(step, (1.0 - skip) * weight)
+        torch._foreach_add_(ema_floats, step)
+        # Integer buffers (num_batches_tracked) are counters of the model, copied as they are.
         torch._foreach_copy_(ema_others, model_others)
 
     def state_dict(self) -> dict:

@@ -55,18 +55,25 @@ def resolve_optimizer(config: OptimConfig, num_classes: int, total_iterations: i
     return OptimizerChoice("AdamW", round(0.002 * 5 / (4 + num_classes), 6), 0.9)
 
 
-def build_optimizer(model: nn.Module, choice: OptimizerChoice, weight_decay: float) -> torch.optim.Optimizer:
+def build_optimizer(model: nn.Module, choice: OptimizerChoice, weight_decay: float,
+                    fused: bool = True) -> torch.optim.Optimizer:
+    """SGD (Nesterov) or AdamW over the three parameter groups.
+
+    ``fused`` (CUDA and CPU have the kernels): one kernel per group for the whole update, and the kernels take a
+    device-side ``found_inf`` flag that skips the update without a host sync (``NonFiniteGuard``). Otherwise
+    ``foreach``: one launch per operation for all tensors of a group.
+    """
     biases, weights, norms = parameter_groups(model)
     groups = [
         {"params": biases, "weight_decay": 0.0},
         {"params": weights, "weight_decay": weight_decay},
         {"params": norms, "weight_decay": 0.0},
     ]
-    # foreach kernels: one launch per op for all tensors of a group instead of one per tensor.
+    kernels = {"fused": True} if fused else {"foreach": True}
     if choice.name == "SGD":
-        optimizer = torch.optim.SGD(groups, lr=choice.lr, momentum=choice.momentum, nesterov=True, foreach=True)
+        optimizer = torch.optim.SGD(groups, lr=choice.lr, momentum=choice.momentum, nesterov=True, **kernels)
     elif choice.name == "AdamW":
-        optimizer = torch.optim.AdamW(groups, lr=choice.lr, betas=(choice.momentum, 0.999), foreach=True)
+        optimizer = torch.optim.AdamW(groups, lr=choice.lr, betas=(choice.momentum, 0.999), **kernels)
     else:
         raise ValueError(f"unknown optimizer {choice.name!r}; expected auto, SGD or AdamW")
     for group in optimizer.param_groups:

@@ -26,7 +26,9 @@ def format_duration(seconds: float) -> str:
 class Progress:
     """Prints a line every ``interval`` optimizer steps and logs the same values to the trackers.
 
-    Reading the running losses is the only host sync it causes, once per interval.
+    Reading the running losses is the only host sync it causes, once per interval. ``data`` is the share of the
+    window the training loop spent waiting for the next batch: near 0 the GPU (or the Python launching work for
+    it) is the limit, well above 0 the loader is: add ``--workers`` or lighten the augmentation.
     """
 
     def __init__(self, accelerator: Accelerator, interval: int, epochs: int, steps_per_epoch: int):
@@ -36,10 +38,11 @@ class Progress:
         self.steps_per_epoch = steps_per_epoch
         self.start = time.perf_counter()
         self.steps_at_start: int | None = None
-        self._window: tuple[int, float] | None = None  # (images, time) at the previous line
+        self._window: tuple[int, float, float] | None = None  # (images, time, data wait) at the previous line
 
     def step(self, state: TrainState, epoch: int, mean_losses: torch.Tensor, lrs: list[float], images: int,
-             epoch_seconds: float) -> None:
+             epoch_seconds: float, data_seconds: float) -> None:
+        """``data_seconds``: time this epoch's loop spent waiting for the loader (host clock)."""
         if self.steps_at_start is None:
             self.steps_at_start = state.optimizer_steps - 1
         if state.optimizer_steps % self.interval:
@@ -48,21 +51,26 @@ class Progress:
         now = time.perf_counter()
         if self._window is None or images < self._window[0]:  # first line of the run or of an epoch
             throughput = images / max(epoch_seconds, 1e-9)
-        else:  # images/s since the previous line, measured after the sync
-            throughput = (images - self._window[0]) / max(now - self._window[1], 1e-9)
-        self._window = (images, now)
+            data_share = data_seconds / max(epoch_seconds, 1e-9)
+        else:  # since the previous line, measured after the sync
+            elapsed = max(now - self._window[1], 1e-9)
+            throughput = (images - self._window[0]) / elapsed
+            data_share = (data_seconds - self._window[2]) / elapsed
+        self._window = (images, now, data_seconds)
         memory = peak_memory_gb(self.accelerator.device)
         done = state.optimizer_steps - self.steps_at_start
         remaining = self.epochs * self.steps_per_epoch - state.optimizer_steps
         eta = (now - self.start) / max(done, 1) * remaining
         values = {f"train/{name}": value for name, value in zip(LOSS_NAMES, losses, strict=True)}
         values.update({f"lr/pg{i}": lr for i, lr in enumerate(lrs)})
-        values.update({"throughput/img_s": throughput, "memory/peak_gb": memory, "epoch": epoch})
+        values.update({"throughput/img_s": throughput, "throughput/data_wait": data_share, "memory/peak_gb": memory,
+                       "epoch": epoch})
         self.accelerator.log(values, step=state.optimizer_steps)
         if self.accelerator.is_main_process:
             loss_text = " ".join(f"{name.split('_')[0]} {value:.4f}" for name, value in zip(LOSS_NAMES, losses))
             print(f"epoch {epoch + 1}/{self.epochs} step {state.optimizer_steps} | {loss_text} | lr {lrs[1]:.6f} | "
-                  f"{throughput:.1f} img/s | mem {memory:.2f} GiB | ETA {format_duration(eta)}", flush=True)
+                  f"{throughput:.1f} img/s | data {data_share:.0%} | mem {memory:.2f} GiB | "
+                  f"ETA {format_duration(eta)}", flush=True)
 
 
 def print_summary(accelerator: Accelerator, seconds: float, images: int, best: dict | None) -> None:

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import copy
 import time
 from dataclasses import dataclass
 
 import torch
 from accelerate import Accelerator
+from accelerate.utils import DistributedType
 from torch import nn
 
 from yolo11.engine.checkpoint import TrainState
 from yolo11.engine.ema import ModelEMA
 from yolo11.engine.optim import WarmupSchedule
+from yolo11.engine.profiling import StepProfiler
 from yolo11.engine.progress import Progress
 
 
@@ -62,21 +65,26 @@ def train_one_epoch(
     channels_last: bool,
     max_steps: int | None,
     progress: Progress,
+    profiler: StepProfiler | None = None,
 ) -> EpochResult:
-    """Train over ``loader`` (already skipped to ``state.batches_in_epoch`` on resume); updates ``state``."""
+    """Train over ``loader`` (already skipped to ``state.batches_in_epoch`` on resume); updates ``state``.
+
+    No host sync per step: the non-finite check stays on the device (``NonFiniteGuard``) and the progress line
+    reads the losses once per interval.
+    """
     model.train()
     unwrapped = accelerator.unwrap_model(model, keep_torch_compile=False)  # EMA keys without _orig_mod.
-    check_grad_norm = accelerator.mixed_precision != "fp16"  # fp16's scaler skips inf steps by design
+    guard = NonFiniteGuard(accelerator, optimizer, ema)
     loss_sum = torch.zeros(3, device=accelerator.device)
     if state.loss_sum is not None:  # resumed mid-epoch
         loss_sum += torch.as_tensor(state.loss_sum, dtype=loss_sum.dtype, device=loss_sum.device)
     applied = state.loss_batches  # batches of this epoch whose losses are in `loss_sum` as of the last step
-    bad_loss = torch.zeros((), dtype=torch.bool, device=accelerator.device)
     images_seen = 0
     pending = 0  # micro-batches since the last optimizer step: counted into `state` only once applied
     reached_max_steps = False
     start = time.perf_counter()
-    for batch in loader:
+    timed = _TimedIterable(loader)
+    for batch in timed:
         schedule.step(epoch, state.iteration + pending)
         images = batch["images"].float().div_(255.0)  # uint8 travelled to the device; normalise there
         if channels_last:
@@ -85,13 +93,11 @@ def train_one_epoch(
             with accelerator.autocast():
                 feats = model(images)
             loss, parts = criterion([f.float() for f in feats], batch["boxes"], batch["labels"])
-            bad_loss |= ~torch.isfinite(loss.detach())
+            guard.observe_loss(loss.detach())
             accelerator.backward(loss * loss_scale.factor)
             if accelerator.sync_gradients:
                 grad_norm = accelerator.clip_grad_norm_(model.parameters(), clip_grad) if clip_grad > 0 else None
-                bad = bad_loss | (~torch.isfinite(grad_norm) if check_grad_norm and grad_norm is not None else False)
-                _raise_if_nonfinite(accelerator, bad, state, loss.detach())
-                bad_loss.zero_()
+                guard.before_update(grad_norm, state)
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
         pending += 1
@@ -107,20 +113,124 @@ def train_one_epoch(
             state.loss_sum, state.loss_batches = loss_sum.clone(), applied
             state.optimizer_steps += 1
             if ema is not None:
-                ema.update(unwrapped)
-            progress.step(state, epoch, loss_sum / applied, schedule.lrs(), images_seen, time.perf_counter() - start)
+                ema.update(unwrapped, skip=guard.skip_flag)
+            guard.after_update(state)
+            progress.step(state, epoch, loss_sum / applied, schedule.lrs(), images_seen, time.perf_counter() - start,
+                          timed.seconds)
+            if profiler is not None:
+                profiler.step(state.optimizer_steps)
             if max_steps is not None and state.optimizer_steps >= max_steps:
                 reached_max_steps = True
                 break
+    guard.flush(state)
     return EpochResult(loss_sum / max(applied + pending, 1), images_seen, time.perf_counter() - start,
                        reached_max_steps)
 
 
-def _raise_if_nonfinite(accelerator: Accelerator, bad: torch.Tensor, state: TrainState, loss: torch.Tensor) -> None:
-    """One host sync per optimizer step; the flag is summed over ranks so that every rank stops together."""
-    if accelerator.num_processes > 1:
-        bad = accelerator.reduce(bad.to(torch.int32), reduction="sum")
-    if bool(bad):
+class NonFiniteGuard:
+    """Stops training at the first non-finite loss or gradient norm, before that update is applied, without a
+    host sync per step.
+
+    Deferred mode (a fused optimizer, as ``build_optimizer`` makes on CUDA and CPU, without fp16's GradScaler): a
+    sticky device flag is raised by the first bad step; the optimizer kernels read it as ``found_inf`` and skip
+    the update, the EMA skips too, and the flag is copied to pinned host memory and read one step later, when
+    the device has long computed it. Training then stops with ``state`` (and the EMA's update count) rolled back
+    to the last applied step. The forward passes of the skipped steps (at most two) still updated the raw model's
+    BatchNorm running statistics, as the bad step's own forward always does; the EMA's are untouched.
+
+    Immediate mode (fp16, whose GradScaler owns ``found_inf``; DeepSpeed; foreach optimizers; and the very first
+    step, where fused SGD would leave its new momentum buffer uninitialised if it skipped): the flag is read at
+    once, one host sync per step. The flag is summed over ranks so that every rank stops at the same step.
+    """
+
+    def __init__(self, accelerator: Accelerator, optimizer: torch.optim.Optimizer, ema: ModelEMA | None):
+        self.accelerator = accelerator
+        self.optimizer = getattr(optimizer, "optimizer", optimizer)  # under Accelerate's wrapper
+        self.ema = ema
+        self.check_grad_norm = accelerator.mixed_precision != "fp16"  # fp16's scaler skips inf steps by design
+        self.deferred = (bool(self.optimizer.defaults.get("fused")) and accelerator.scaler is None
+                         and accelerator.distributed_type != DistributedType.DEEPSPEED)
+        device = accelerator.device
+        self._bad = torch.zeros((), device=device)  # this optimizer step's micro-batches
+        self._halted = torch.zeros((), device=device)  # sticky: 1.0 from the first bad step on
+        self._host = torch.zeros((), pin_memory=device.type == "cuda")
+        self._in_flight: tuple | None = None  # (event, state and EMA count before the step the copy belongs to)
+        self._before: tuple | None = None
+        self.skip_flag: torch.Tensor | None = None  # for ModelEMA.update
+
+    def observe_loss(self, loss: torch.Tensor) -> None:
+        """Every micro-batch, before backward."""
+        self._bad = torch.maximum(self._bad, (~torch.isfinite(loss)).float())
+
+    def before_update(self, grad_norm: torch.Tensor | None, state: TrainState) -> None:
+        """After backward and clipping, before ``optimizer.step()``."""
+        bad = self._bad
+        if self.check_grad_norm and grad_norm is not None:
+            bad = torch.maximum(bad, (~torch.isfinite(grad_norm)).float())
+        if self.accelerator.num_processes > 1:
+            bad = self.accelerator.reduce(bad, reduction="sum").clamp(max=1.0)
+        self._bad = torch.zeros_like(self._bad)
+        if not self.deferred or not self.optimizer.state:
+            self.skip_flag = None
+            self.optimizer.__dict__.pop("found_inf", None)
+            if bool(bad):  # the host sync of immediate mode
+                self._raise(state)
+            return
+        torch.maximum(self._halted, bad, out=self._halted)
+        self.optimizer.found_inf = self._halted  # read by the fused kernels when they run
+        self.skip_flag = self._halted
+        self._before = (copy.copy(state), self.ema.updates if self.ema is not None else 0)
+
+    def after_update(self, state: TrainState) -> None:
+        """After the step's counters were advanced: read the previous step's flag, send this one's."""
+        if self.skip_flag is None:
+            return
+        self._check_in_flight(state)
+        self._host.copy_(self._halted, non_blocking=True)
+        event = None
+        if self._halted.device.type == "cuda":
+            event = torch.cuda.Event()
+            event.record()
+        self._in_flight = (event, self._before)
+
+    def flush(self, state: TrainState) -> None:
+        """End of the epoch: the last step's flag."""
+        self._check_in_flight(state)
+
+    def _check_in_flight(self, state: TrainState) -> None:
+        if self._in_flight is None:
+            return
+        event, (before, ema_updates) = self._in_flight
+        self._in_flight = None
+        if event is not None:
+            event.synchronize()
+        if self._host.item():
+            state.load_state_dict(vars(before))
+            if self.ema is not None:
+                self.ema.updates = ema_updates
+            self._raise(state)
+
+    @staticmethod
+    def _raise(state: TrainState) -> None:
         raise NonFiniteLossError(
-            f"non-finite loss or gradient at epoch {state.epoch}, iteration {state.iteration} (loss={loss.item()}); "
-            "the update was not applied. Lower --lr0, check the data, or try --mixed-precision bf16/no.")
+            f"non-finite loss or gradient at epoch {state.epoch + 1}, iteration {state.iteration + 1}; the update "
+            "was not applied. Lower --lr0, check the data, or try --mixed-precision bf16/no.")
+
+
+class _TimedIterable:
+    """Iterates ``iterable`` and adds up the host time spent waiting in ``next``: the loader's share of a step."""
+
+    def __init__(self, iterable):
+        self.iterable = iterable
+        self.seconds = 0.0
+
+    def __iter__(self):
+        iterator = iter(self.iterable)
+        while True:
+            started = time.perf_counter()
+            try:
+                item = next(iterator)
+            except StopIteration:
+                return
+            self.seconds += time.perf_counter() - started
+            yield item

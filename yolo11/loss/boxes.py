@@ -47,6 +47,16 @@ def flatten_levels(feats: Sequence[Tensor]) -> Tensor:
     return torch.cat([f.reshape(batch, channels, -1) for f in feats], dim=2)
 
 
+def flatten_levels_anchor_major(feats: Sequence[Tensor]) -> Tensor:
+    """The same values as ``flatten_levels(feats).transpose(1, 2)``, ``(B, A, C)`` and contiguous.
+
+    For channels_last maps (the training layout on CUDA) each level is already ``(B, H, W, C)`` in memory, so the
+    only copy is the concatenation.
+    """
+    batch, channels = feats[0].shape[:2]
+    return torch.cat([f.permute(0, 2, 3, 1).reshape(batch, -1, channels) for f in feats], dim=1)
+
+
 def dfl_expectation(distribution: Tensor, reg_max: int = 16) -> Tensor:
     """Expected distance of each side under the softmax over ``reg_max`` bins (Distribution Focal Loss decoding).
 

@@ -9,7 +9,14 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from yolo11.loss.assigner import TaskAlignedAssigner
-from yolo11.loss.boxes import complete_iou, dfl_expectation, flatten_levels, ltrb_to_xyxy, make_anchors, xyxy_to_ltrb
+from yolo11.loss.boxes import (
+    complete_iou,
+    dfl_expectation,
+    flatten_levels_anchor_major,
+    ltrb_to_xyxy,
+    make_anchors,
+    xyxy_to_ltrb,
+)
 
 
 def distribution_focal_loss(distribution: Tensor, target: Tensor, reg_max: int = 16) -> Tensor:
@@ -92,7 +99,7 @@ class DetectionLoss(nn.Module):
 
     def _parts(self, feats: list[Tensor], boxes: Tensor, labels: Tensor) -> Tensor:
         """``(3,)`` gained ``[box, cls, dfl]`` terms; see ``forward``."""
-        raw = flatten_levels(feats).transpose(1, 2)  # (B, A, 4 * reg_max + C)
+        raw = flatten_levels_anchor_major(feats)  # (B, A, 4 * reg_max + C)
         pred_dist, pred_logits = raw.split((4 * self.reg_max, self.num_classes), dim=-1)
         points, stride = make_anchors([f.shape[2:] for f in feats], self.strides, raw.dtype, raw.device)
         pred_boxes = ltrb_to_xyxy(dfl_expectation(pred_dist, self.reg_max), points)  # grid cells of each level
