@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
         save_batch_preview(first, train_source.class_names, run_dir / "train_batch0.jpg")
     validator = Validator.build(config, val_source, accelerator)
     if config.run.compile:
-        model = torch.compile(model)
+        model = torch.compile(model, mode=config.run.compile_mode)
     if config.run.compile_loss:
         criterion = torch.compile(criterion)
     model, optimizer, train_loader = accelerator.prepare(model, optimizer, train_loader)

@@ -10,7 +10,8 @@ Ultralytics' trainer, each for ``--steps`` batches, img/s over the steady-state 
 
 ``--variants`` runs our side several times in one call, Ultralytics once; each variant is a string of flags:
 step mode takes ``--compile``, ``--compile-loss``, ``--compile-mode MODE``; e2e mode passes the string to
-``train_accelerate.py``, e.g. ``--variants "" "--compile" "--compile --compile-loss --workers 12"``.
+``train_accelerate.py``, e.g. ``--variants="; --compile; --compile --compile-loss --workers 12"`` (with ``=``:
+the value starts with dashes).
 """
 
 from __future__ import annotations
@@ -62,6 +63,7 @@ def step_variant(args, flags: str) -> argparse.Namespace:
     parser.add_argument("--compile", action="store_true")
     parser.add_argument("--compile-loss", action="store_true")
     parser.add_argument("--compile-mode", default=None)
+    parser.add_argument("--boxes", type=int, default=8, help="synthetic boxes per image (target rows M)")
     variant = parser.parse_args(shlex.split(flags))
     return argparse.Namespace(**{**vars(args), **{k: v or getattr(args, k, None) for k, v in vars(variant).items()}})
 
@@ -84,7 +86,7 @@ def ours_step(args) -> dict:
     g = torch.Generator().manual_seed(0)
     images = torch.randint(0, 256, (args.batch, 3, args.imgsz, args.imgsz), dtype=torch.uint8, generator=g)
     images = images.to(device)
-    boxes, labels = (t.to(device) for t in synthetic_targets(args.batch, args.imgsz, 8, g))
+    boxes, labels = (t.to(device) for t in synthetic_targets(args.batch, args.imgsz, args.boxes, g))
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[args.precision]
 
     def step():
@@ -221,13 +223,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--imgsz", type=int, default=640)
     parser.add_argument("--precision", choices=("bf16", "fp16"), default="bf16")
     parser.add_argument("--channels-last", action=argparse.BooleanOptionalAction, default=True)
-    parser.add_argument("--variants", nargs="+", default=[""], help="our side's flag strings (see above)")
+    parser.add_argument("--variants", default="", help="our side's flag strings separated by ';' (see above)")
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--workers", type=int, default=16)
     parser.add_argument("--images", type=int, default=4096, help="replicated coco128 size (>= steps x batch)")
     parser.add_argument("--skip-ultralytics", action="store_true")
     args = parser.parse_args(argv)
+    args.variants = [flags.strip() for flags in args.variants.split(";")]
     if not torch.cuda.is_available():
         raise SystemExit("this benchmark needs a CUDA GPU")
     try:
@@ -241,14 +244,14 @@ def main(argv: list[str] | None = None) -> None:
     report["ours"] = {}
     if args.mode == "step":
         report.update(precision=args.precision, channels_last=args.channels_last)
+        if have_ultralytics:  # first: its peak memory is then not inflated by our variants' leftovers
+            report["ultralytics"] = ultralytics_step(args)
         for flags in args.variants:
             try:
                 report["ours"][flags or "eager"] = ours_step(step_variant(args, flags))
             except Exception as err:  # one failing variant (a compiler error) must not lose the others
                 report["ours"][flags or "eager"] = {"error": f"{type(err).__name__}: {str(err)[-800:]}"}
             print(flags or "eager", report["ours"][flags or "eager"], flush=True)
-        if have_ultralytics:
-            report["ultralytics"] = ultralytics_step(args)
     else:
         with tempfile.TemporaryDirectory() as tmp:
             data = replicated_coco128(args.images, Path(tmp) / "data")

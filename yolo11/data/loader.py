@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import random
 
 import cv2
@@ -68,13 +69,21 @@ def rect_batches(sizes_hw: np.ndarray, imgsz: int, batch_size: int, pad: float =
     return order, shapes
 
 
+WORKER_NICENESS = 10
+
+
 def seed_worker(worker_id: int) -> None:
-    """Seed the libraries' global RNGs per worker (our augmentation does not use them, user code might), and
-    keep OpenCV single-threaded inside each worker: the workers are the parallelism."""
+    """Seed the libraries' global RNGs per worker (our augmentation does not use them, user code might), keep
+    OpenCV single-threaded inside each worker (the workers are the parallelism), and lower the worker's CPU
+    priority: with as many workers as cores, the training process's Python thread, which launches every GPU
+    kernel, would otherwise queue behind them and leave the GPU idle (measured on an H200 with 16 workers on 16
+    cores: half the step time). The workers still get every cycle the main process does not use."""
     seed = torch.initial_seed() % 2**32
     np.random.seed(seed)
     random.seed(seed)
     cv2.setNumThreads(0)
+    if hasattr(os, "nice"):  # POSIX
+        os.nice(WORKER_NICENESS)
 
 
 def build_dataloader(source: DetectionSource, split: str = "train", imgsz: int = 640, batch_size: int = 16,

@@ -128,6 +128,8 @@ class RunConfig:
     tracker_project: str = _opt("yolo11-accelerate", "W&B / TensorBoard project (the run folder: --output-dir/--name)")
     sync_bn: bool = _opt(False, "convert BatchNorm to SyncBatchNorm (multi-process CUDA runs only)")
     compile: bool = _opt(False, "torch.compile the model")
+    compile_mode: str = _opt("default", "torch.compile mode of the model (reduce-overhead: CUDA graphs)",
+                             ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"))
     compile_loss: bool = _opt(False, "torch.compile the loss and assigner too (pad targets with --max-boxes)")
     channels_last: bool = _opt(True, "channels_last memory format on CUDA")
     log_interval: int = _opt(20, "print progress every N optimizer steps")
