@@ -77,12 +77,16 @@ def main(argv: list[str] | None = None) -> int:
                               plan.warmup_iters, config.optim.warmup_bias_lr if plan.optimizer.name == "SGD" else 0.0,
                               config.optim.warmup_momentum, config.optim.momentum, plan.optimizer.lr)
     loader_kwargs = build_train_loader_kwargs(config, plan)
-    train_loader = build_dataloader(train_source, **loader_kwargs)
+    try:
+        train_loader = build_dataloader(train_source, **loader_kwargs)
+        validator = Validator.build(config, val_source, accelerator)
+    except MemoryError as err:  # --cache-images that does not fit
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     if config.run.plots and state.is_main_process and not config.run.resume:
         # Augmentation is a function of (seed, epoch, index): this is exactly the first training batch.
-        first = next(iter(build_dataloader(train_source, **{**loader_kwargs, "workers": 0})))
+        first = next(iter(build_dataloader(train_source, **{**loader_kwargs, "workers": 0, "cache_images": False})))
         save_batch_preview(first, train_source.class_names, run_dir / "train_batch0.jpg")
-    validator = Validator.build(config, val_source, accelerator)
     if config.run.compile:
         model = torch.compile(model, mode=config.run.compile_mode)
     if config.run.compile_loss:

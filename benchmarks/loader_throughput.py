@@ -55,7 +55,8 @@ def time_loader(loader, max_batches: int | None) -> tuple[float, int]:
 def ours(yaml_path: Path, cache: Path, args: argparse.Namespace) -> float:
     source = load_source(os.fspath(yaml_path), "train", cache_dir=cache)
     loader = build_dataloader(source, "train", imgsz=args.imgsz, batch_size=args.batch_size, workers=args.workers,
-                              epochs=100, close_mosaic=10, seed=0)  # epoch 0 of 100: mosaic on
+                              epochs=100, close_mosaic=10, seed=0,  # epoch 0 of 100: mosaic on
+                              cache_images=args.cache_images)
     loader.set_epoch(0)
     rate, images = time_loader(loader, args.max_batches)
     print(f"yolo11 loader:      {rate:7.1f} images/s ({images} images, {len(source.dataset)} in the dataset)")
@@ -72,7 +73,7 @@ def ultralytics_loader(yaml_path: Path, args: argparse.Namespace) -> float | Non
         print("ultralytics loader: skipped (ultralytics is not installed)")
         return None
     cfg = get_cfg(overrides={"imgsz": args.imgsz, "data": os.fspath(yaml_path), "batch": args.batch_size,
-                             "workers": args.workers})
+                             "workers": args.workers, "cache": "ram" if args.cache_images else False})
     data = check_det_dataset(os.fspath(yaml_path))
     dataset = build_yolo_dataset(cfg, data["train"], args.batch_size, data, mode="train", rect=False, stride=32)
     loader = ul_build_dataloader(dataset, args.batch_size, args.workers, shuffle=True, rank=-1)
@@ -88,6 +89,7 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--copies", type=int, default=8, help="coco128 replicas (8 -> 1024 images)")
     parser.add_argument("--max-batches", type=int, default=None, help="stop early (default: one epoch)")
+    parser.add_argument("--cache-images", action="store_true", help="both loaders cache decoded images in RAM")
     args = parser.parse_args()
     if not (DATA / "coco128.yaml").is_file():
         raise SystemExit(f"coco128 not found in {DATA}")

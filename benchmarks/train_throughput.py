@@ -173,24 +173,26 @@ def ours_e2e(args, data: Path, out: Path, flags: str, index: int) -> dict:
                "--max-steps", str(args.steps), "--val-interval", "0", "--log-interval", "5", "--plots", "false",
                "--output-dir", str(out), "--name", "ours", "--optimizer", "SGD", "--cache-dir", str(out / "cache"),
                "--grad-accum", "1", "--close-mosaic", "0", "--exist-ok", "true", *shlex.split(flags)]
+    log = Path(os.environ.get("OUT") or out, f"ours{index}.log")  # $OUT: the device tool brings it back
     started = time.perf_counter()
-    result = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    log = out / f"ours{index}.log"
-    log.write_text(result.stdout + result.stderr)
-    if os.environ.get("OUT"):  # the device tool brings $OUT back
-        Path(os.environ["OUT"], log.name).write_text(result.stdout + result.stderr)
-        summary = out / "ours" / "profile" / "summary.txt"
-        if summary.exists():  # --profile true
-            Path(os.environ["OUT"], f"profile{index}.txt").write_text(summary.read_text())
-            summary.unlink()
+    with log.open("w") as stream:  # streamed, so that a run cut short still leaves its lines
+        result = subprocess.run(command, stdout=stream, stderr=subprocess.STDOUT, text=True,
+                                env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    text = log.read_text()
+    summary = out / "ours" / "profile" / "summary.txt"
+    if summary.exists():  # --profile true
+        (log.parent / f"profile{index}.txt").write_text(summary.read_text())
+        summary.unlink()
     if result.returncode:
-        print(f"our trainer failed with {flags!r} (see {log}):\n{result.stderr[-3000:]}", file=sys.stderr)
-        return {"error": result.stderr[-500:], "wall_s": time.perf_counter() - started}
-    rates = [float(m) for m in re.findall(r"\| ([\d.]+) img/s", result.stdout)]
-    waits = [float(m) / 100 for m in re.findall(r"\| data (\d+)%", result.stdout)]
-    half = len(rates) // 2  # skip compile/warm-up lines
-    return {"img_s": statistics.median(rates[half:] or rates), "data_wait": statistics.median(waits[half:] or [0]),
-            "wall_s": time.perf_counter() - started, "windows": rates}
+        print(f"our trainer failed with {flags!r} (see {log}):\n{text[-3000:]}", file=sys.stderr)
+        return {"error": text[-500:], "wall_s": time.perf_counter() - started}
+    rates = [float(m) for m in re.findall(r"\| ([\d.]+) img/s", text)]
+    waits = [float(m) / 100 for m in re.findall(r"\| data (\d+)%", text)]
+    half = len(rates) // 2  # skip compile/warm-up lines and the batches the loader queued meanwhile
+    steady = rates[half:] or rates
+    return {"img_s": statistics.median(steady), "mean_img_s": statistics.harmonic_mean(steady),
+            "data_wait": statistics.median(waits[half:] or [0]), "wall_s": time.perf_counter() - started,
+            "windows": rates}
 
 
 def ultralytics_e2e(args, data: Path, out: Path) -> dict:
@@ -208,11 +210,14 @@ def ultralytics_e2e(args, data: Path, out: Path) -> dict:
     try:
         model.train(data=str(data), epochs=1, batch=args.batch, imgsz=args.imgsz, workers=args.workers, val=False,
                     plots=False, amp=True, project=str(out), name="ultralytics", exist_ok=True, verbose=False,
-                    optimizer="SGD", seed=0, deterministic=False, close_mosaic=0)
+                    optimizer="SGD", seed=0, deterministic=False, close_mosaic=0,
+                    cache="ram" if args.ultralytics_cache else False)
     except KeyboardInterrupt:
         pass
     gaps = [b - a for a, b in zip(stamps[len(stamps) // 2:], stamps[len(stamps) // 2 + 1:])]
-    return {"img_s": args.batch / statistics.median(gaps) if gaps else float("nan")}
+    if not gaps:
+        return {"img_s": float("nan")}
+    return {"img_s": args.batch / statistics.median(gaps), "mean_img_s": args.batch / statistics.mean(gaps)}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -229,6 +234,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--workers", type=int, default=16)
     parser.add_argument("--images", type=int, default=4096, help="replicated coco128 size (>= steps x batch)")
     parser.add_argument("--skip-ultralytics", action="store_true")
+    parser.add_argument("--ultralytics-cache", action="store_true", help="Ultralytics with cache='ram' (e2e), "
+                        "to compare with our --cache-images")
     args = parser.parse_args(argv)
     args.variants = [flags.strip() for flags in args.variants.split(";")]
     if not torch.cuda.is_available():
@@ -268,9 +275,12 @@ def main(argv: list[str] | None = None) -> None:
         figure = f"{result['img_s']:.0f} img/s" if "img_s" in result else "FAILED"
         extra = f", peak {result['peak_gb']:.1f} GiB" if "peak_gb" in result else ""
         extra += f", data wait {result['data_wait']:.0%}" if "data_wait" in result else ""
+        extra += f", mean {result['mean_img_s']:.0f} img/s" if "mean_img_s" in result else ""
         print(f"  ours {name or 'default':40s} {figure:>12s} {ratio:>7s}{extra}")
     if reference:
-        extra = f", peak {report['ultralytics']['peak_gb']:.1f} GiB" if "peak_gb" in report["ultralytics"] else ""
+        theirs = report["ultralytics"]
+        extra = f", peak {theirs['peak_gb']:.1f} GiB" if "peak_gb" in theirs else ""
+        extra += f", mean {theirs['mean_img_s']:.0f} img/s" if "mean_img_s" in theirs else ""
         print(f"  {'ultralytics':45s} {reference:>8.0f} img/s{extra}")
 
 

@@ -177,3 +177,27 @@ def test_val_preprocessing_equals_ultralytics_reference(tmp_path: Path) -> None:
                                / 640], 1)
         theirs = targets[targets[:, 0] == i][:, 1:]
         np.testing.assert_allclose(ours[np.lexsort(ours.T[::-1])], theirs[np.lexsort(theirs.T[::-1])], atol=1e-5)
+
+
+@pytest.mark.parametrize("imgsz", [96, 64])  # 96: cached images are the originals (no resize), 64: resized
+def test_image_cache_gives_the_same_batches_and_stays_unchanged(source, imgsz) -> None:
+    """--cache-images must be invisible in the batches (train with mosaic, mixup, HSV, and the no-mosaic epochs;
+    val) and no transform may write into the shared cache."""
+    kwargs = dict(imgsz=imgsz, batch_size=6, epochs=3, close_mosaic=1, seed=5, hyp=augment_preset("yolo", mixup=0.5))
+    plain = build_dataloader(source, "train", workers=0, **kwargs)
+    cached = build_dataloader(source, "train", workers=2, cache_images=True, **kwargs)
+    snapshot = cached.dataset.cache.buffer.copy()
+    for epoch in (0, 2):  # mosaic on, then off
+        assert_same_batches(batches(plain, epoch), batches(cached, epoch))
+    val_plain = build_dataloader(source, "val", imgsz=imgsz, batch_size=4, workers=0)
+    val_cached = build_dataloader(source, "val", imgsz=imgsz, batch_size=4, workers=0, cache_images=True)
+    assert_same_batches(batches(val_plain), batches(val_cached))
+    np.testing.assert_array_equal(cached.dataset.cache.buffer, snapshot)
+
+
+def test_image_cache_refuses_what_does_not_fit(source, monkeypatch) -> None:
+    import yolo11.data.dataset as dataset_module
+
+    monkeypatch.setattr(dataset_module, "_available_memory", lambda: 1000)
+    with pytest.raises(MemoryError, match="--cache-images needs about .* GiB for 24 images"):
+        build_dataloader(source, "train", imgsz=64, batch_size=6, workers=0, cache_images=True)

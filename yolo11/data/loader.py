@@ -89,12 +89,13 @@ def seed_worker(worker_id: int) -> None:
 def build_dataloader(source: DetectionSource, split: str = "train", imgsz: int = 640, batch_size: int = 16,
                      workers: int = 8, augment: bool | None = None, epochs: int = 1, close_mosaic: int = 10,
                      seed: int = 0, hyp: AugmentParams | None = None, max_boxes: int | None = None,
-                     rect: bool = False, shuffle: bool | None = None) -> DataLoader:
+                     rect: bool = False, shuffle: bool | None = None, cache_images: bool = False) -> DataLoader:
     """The train or val DataLoader of ``source``; ``batch_size`` is per process.
 
     ``augment`` and ``shuffle`` default to ``split == "train"``. The batch sampler yields ``(epoch, index)`` keys:
     call ``loader.set_epoch(epoch)`` (or Accelerate's, after ``prepare``) before each epoch. ``rect`` (val only)
-    groups images of similar aspect ratio and letterboxes each batch to its own shape.
+    groups images of similar aspect ratio and letterboxes each batch to its own shape. ``cache_images`` decodes
+    every image once into RAM shared by the workers (``ImageCache``).
     """
     if split not in ("train", "val"):
         raise ValueError(f"split must be 'train' or 'val', got {split!r}")
@@ -108,7 +109,7 @@ def build_dataloader(source: DetectionSource, split: str = "train", imgsz: int =
         sizes = np.stack([source.dataset["height"], source.dataset["width"]], 1)
         order, shapes = rect_batches(sizes, imgsz, batch_size)
     dataset = DetectionDataset(source.dataset, imgsz, augment, hyp or AugmentParams(), epochs=epochs,
-                               close_mosaic=close_mosaic, seed=seed, shapes=shapes)
+                               close_mosaic=close_mosaic, seed=seed, shapes=shapes, cache_images=cache_images)
     sampler = EpochKeySampler(len(dataset), shuffle=shuffle, seed=seed, order=order)
     loader = DataLoader(dataset, batch_sampler=BatchSampler(sampler, batch_size, drop_last=False),
                         num_workers=workers, collate_fn=DetectionCollate(max_boxes),

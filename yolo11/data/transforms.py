@@ -206,7 +206,8 @@ class RandomPerspective:
 
 @dataclass(frozen=True)
 class RandomHSV:
-    """Hue, saturation and value gains in ``[1 - g, 1 + g]``, applied with ``cv2.LUT`` in place (BGR input)."""
+    """Hue, saturation and value gains in ``[1 - g, 1 + g]``, applied with ``cv2.LUT`` (BGR input, new output:
+    the input may be a read-only view of the RAM image cache)."""
 
     hgain: float = 0.015
     sgain: float = 0.7
@@ -225,9 +226,7 @@ class RandomHSV:
         lut_sat[0] = 0
         lut_val = np.clip(x * (gains[2] + 1), 0, 255).astype(np.uint8)
         hsv = cv2.merge((cv2.LUT(hue, lut_hue), cv2.LUT(sat, lut_sat), cv2.LUT(val, lut_val)))
-        image = np.ascontiguousarray(image)  # cvtColor writes into dst: it must own contiguous memory
-        cv2.cvtColor(hsv, cv2.COLOR_HSV2BGR, dst=image)
-        return image, target
+        return cv2.cvtColor(hsv, cv2.COLOR_HSV2BGR), target
 
 
 @dataclass(frozen=True)

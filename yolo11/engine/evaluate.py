@@ -99,7 +99,8 @@ class Validator:
         global_batch = run.val_batch_size or 2 * run.batch_size
         loader = build_dataloader(
             source, split="val", imgsz=data.imgsz, batch_size=max(global_batch // accelerator.num_processes, 1),
-            workers=data.workers, augment=False, seed=run.seed, max_boxes=data.max_boxes)
+            workers=data.workers, augment=False, seed=run.seed, max_boxes=data.max_boxes,
+            cache_images=data.cache_images)
         postprocessor = Postprocessor(conf=run.val_conf, iou=run.val_iou, max_det=run.max_det)
         evaluator = CocoEvaluator(source.dataset, source.class_names)
         channels_last = run.channels_last and accelerator.device.type == "cuda"

@@ -158,4 +158,4 @@ def build_train_loader_kwargs(config: TrainConfig, plan: RunPlan) -> dict:
     hyp = AugmentParams(**{f.name: getattr(data, f.name) for f in dataclasses.fields(AugmentParams)})
     return dict(split="train", imgsz=data.imgsz, batch_size=plan.per_process_batch, workers=data.workers,
                 augment=True, epochs=config.run.epochs, close_mosaic=data.close_mosaic, seed=config.run.seed,
-                hyp=hyp, max_boxes=data.max_boxes)
+                hyp=hyp, max_boxes=data.max_boxes, cache_images=data.cache_images)
