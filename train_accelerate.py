@@ -29,6 +29,7 @@ from yolo11.engine.profiling import StepProfiler
 from yolo11.engine.progress import Progress, print_summary
 from yolo11.engine.run_outputs import RunOutputs
 from yolo11.engine.setup import (
+    CompiledLoss,
     LaunchError,
     build_accelerator,
     build_model,
@@ -90,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     if config.run.compile:
         model = torch.compile(model, mode=config.run.compile_mode)
     if config.run.compile_loss:
-        criterion = torch.compile(criterion)
+        criterion = CompiledLoss(criterion)
     model, optimizer, train_loader = accelerator.prepare(model, optimizer, train_loader)
     if ema is not None:
         ema.module.to(accelerator.device)

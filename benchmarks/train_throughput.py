@@ -82,7 +82,9 @@ def ours_step(args) -> dict:
     if args.compile:
         model = torch.compile(model, mode=args.compile_mode)
     if args.compile_loss:
-        criterion = torch.compile(criterion, mode=args.compile_mode)
+        from yolo11.engine.setup import CompiledLoss
+
+        criterion = CompiledLoss(criterion)  # as train_accelerate.py --compile-loss
     g = torch.Generator().manual_seed(0)
     images = torch.randint(0, 256, (args.batch, 3, args.imgsz, args.imgsz), dtype=torch.uint8, generator=g)
     images = images.to(device)

@@ -152,6 +152,27 @@ def build_model(config: ModelConfig, num_classes: int) -> YOLO11Detector:
     return model
 
 
+class CompiledLoss(nn.Module):
+    """``torch.compile`` of the loss with the box-row dimension dynamic from the first call.
+
+    Every batch pads its targets to its own largest box count M, so M changes from batch to batch. Left to
+    itself, dynamo first compiles for the first batch's M as a constant, then recompiles once M changes; marking
+    M dynamic up front gives one graph for every M, and no kernel specialised to a small constant M (on torch
+    2.11 / triton 3.6, inductor's kernels for a constant M = 8 failed to compile on an H200, while the dynamic
+    graph compiled and trained).
+    """
+
+    def __init__(self, loss: nn.Module, **compile_kwargs):
+        super().__init__()
+        self.loss = loss
+        self.compiled = torch.compile(loss, **compile_kwargs)
+
+    def forward(self, feats: list[torch.Tensor], boxes: torch.Tensor, labels: torch.Tensor):
+        torch._dynamo.maybe_mark_dynamic(boxes, 1)
+        torch._dynamo.maybe_mark_dynamic(labels, 1)
+        return self.compiled(feats, boxes, labels)
+
+
 def build_train_loader_kwargs(config: TrainConfig, plan: RunPlan) -> dict:
     """Arguments of ``yolo11.data.build_dataloader`` for the training split (per-process batch)."""
     data = config.data
