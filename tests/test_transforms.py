@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import cv2
 import numpy as np
 import pytest
 
@@ -190,3 +191,21 @@ def test_presets() -> None:
     assert augment_preset("yolo", mixup=0.2).mixup == 0.2
     with pytest.raises(ValueError, match="unknown augmentation preset 'strong'"):
         augment_preset("strong")
+
+
+def test_hsv_single_lut_pass_equals_per_channel_luts() -> None:
+    """The 3-channel LUT must give exactly Ultralytics' split / LUT per channel / merge result."""
+    image = np.random.default_rng(3).integers(0, 256, (48, 64, 3), dtype=np.uint8)
+    image[:4] = 255  # whites and greys: saturation 0 must stay 0
+    image[4:8] = 128
+    for seed in range(5):
+        out, _ = RandomHSV()(image, {}, np.random.default_rng(seed))
+        gains = np.random.default_rng(seed).uniform(-1, 1, 3) * [0.015, 0.7, 0.4]
+        x = np.arange(256, dtype=np.float64)
+        luts = [((x + gains[0] * 180) % 180).astype(np.uint8), np.clip(x * (gains[1] + 1), 0, 255).astype(np.uint8),
+                np.clip(x * (gains[2] + 1), 0, 255).astype(np.uint8)]
+        luts[1][0] = 0
+        channels = cv2.split(cv2.cvtColor(image, cv2.COLOR_BGR2HSV))
+        expected = cv2.cvtColor(cv2.merge([cv2.LUT(c, lut) for c, lut in zip(channels, luts)]), cv2.COLOR_HSV2BGR)
+        np.testing.assert_array_equal(out, expected)
+        assert not np.array_equal(out, image)
