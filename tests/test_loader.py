@@ -199,5 +199,5 @@ def test_image_cache_refuses_what_does_not_fit(source, monkeypatch) -> None:
     import yolo11.data.dataset as dataset_module
 
     monkeypatch.setattr(dataset_module, "_available_memory", lambda: 1000)
-    with pytest.raises(MemoryError, match="--cache-images needs about .* GiB for 24 images"):
+    with pytest.raises(MemoryError, match=r"--cache-images needs about .* GiB for 24 images at 64 px in each of 1 "):
         build_dataloader(source, "train", imgsz=64, batch_size=6, workers=0, cache_images=True)

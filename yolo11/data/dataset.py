@@ -145,11 +145,13 @@ class DetectionDataset(torch.utils.data.Dataset):
 
     def _build_cache(self) -> ImageCache:
         needed = ImageCache.estimate_bytes(self.orig_sizes[:, 0], self.orig_sizes[:, 1], self.imgsz)
+        processes = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))  # every training process of this machine caches
         available = _available_memory()
-        if available is not None and needed > 0.7 * available:
+        if available is not None and needed * processes > 0.7 * available:
             raise MemoryError(f"--cache-images needs about {needed / 2**30:.1f} GiB for {len(self)} images at "
-                              f"{self.imgsz} px, but only {available / 2**30:.1f} GiB of RAM is available: "
-                              "train without it, or at a smaller --imgsz")
+                              f"{self.imgsz} px in each of {processes} process(es), but only "
+                              f"{available / 2**30:.1f} GiB of RAM is available: train without it, or at a "
+                              "smaller --imgsz")
         LOGGER.info("caching %d images (%.1f GiB) in RAM", len(self), needed / 2**30)
         return ImageCache(self.images, self.imgsz)
 

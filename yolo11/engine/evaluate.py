@@ -100,7 +100,7 @@ class Validator:
         loader = build_dataloader(
             source, split="val", imgsz=data.imgsz, batch_size=max(global_batch // accelerator.num_processes, 1),
             workers=data.workers, augment=False, seed=run.seed, max_boxes=data.max_boxes,
-            cache_images=data.cache_images)
+            cache_images=data.cache_images and run.val_interval > 0)
         postprocessor = Postprocessor(conf=run.val_conf, iou=run.val_iou, max_det=run.max_det)
         evaluator = CocoEvaluator(source.dataset, source.class_names)
         channels_last = run.channels_last and accelerator.device.type == "cuda"
