@@ -110,6 +110,10 @@ def main(argv: list[str] | None = None) -> int:
                       f"{plan.accumulation_steps} | {plan.optimizer.name} lr {plan.optimizer.lr:g} | "
                       f"{len(train_source.dataset)} train / {len(val_source.dataset)} val images | {run_dir}")
 
+    if accelerator.device.type == "cuda" and not config.run.compile:
+        accelerator.print("note: the eager step is bound by Python launching its kernels; --compile true "
+                          "--compile-loss true --compile-mode reduce-overhead trains about 2x faster after a few "
+                          "minutes of compilation (README, 'Fast training on a GPU')")
     progress = Progress(accelerator, config.run.log_interval, config.run.epochs, plan.steps_per_epoch)
     profiler = StepProfiler(run_dir / "profile", config.run.profile and accelerator.is_main_process, accelerator.device)
     loss_scale = LossScale(accelerator.num_processes, plan.accumulation_steps)
