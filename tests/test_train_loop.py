@@ -192,3 +192,23 @@ def test_compiled_loss_is_one_graph_for_every_box_count():
         labels = torch.randint(0, 3, (2, rows), generator=gen)
         torch.testing.assert_close(compiled(feats, boxes, labels)[1], loss_fn(feats, boxes, labels)[1])
     assert counter.frame_count == 1
+
+
+def test_step_profiler_window_and_early_close(tmp_path):
+    from yolo11.engine.profiling import StepProfiler
+
+    net = torch.nn.Linear(8, 8)
+    for name, last_step in (("full", 6), ("early", 3)):
+        profiler = StepProfiler(tmp_path / name, enabled=True, device=torch.device("cpu"), start=2, steps=3)
+        for step in range(1, last_step + 1):
+            net(torch.randn(4, 8)).sum().backward()
+            profiler.step(step)
+        profiler.close(last_step)  # end of training: a no-op once the window has closed on time
+        summary = (tmp_path / name / "summary.txt").read_text()
+        expected = 3 if name == "full" else 1
+        assert summary.startswith(f"{expected} optimizer steps in") and "aten::addmm" in summary
+        assert (tmp_path / name / "trace.json").stat().st_size > 0
+    disabled = StepProfiler(tmp_path / "off", enabled=False, device=torch.device("cpu"), start=1, steps=1)
+    disabled.step(1)
+    disabled.close(2)
+    assert not (tmp_path / "off").exists()
