@@ -186,6 +186,7 @@ def test_image_cache_gives_the_same_batches_and_stays_unchanged(source, imgsz) -
     kwargs = dict(imgsz=imgsz, batch_size=6, epochs=3, close_mosaic=1, seed=5, hyp=augment_preset("yolo", mixup=0.5))
     plain = build_dataloader(source, "train", workers=0, **kwargs)
     cached = build_dataloader(source, "train", workers=2, cache_images=True, **kwargs)
+    assert (cached.dataset.cache.shapes[:, 1] > 0).all()  # every image came from the cache
     snapshot = cached.dataset.cache.buffer.copy()
     for epoch in (0, 2):  # mosaic on, then off
         assert_same_batches(batches(plain, epoch), batches(cached, epoch))
