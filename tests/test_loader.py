@@ -202,3 +202,51 @@ def test_image_cache_refuses_what_does_not_fit(source, monkeypatch) -> None:
     monkeypatch.setattr(dataset_module, "_available_memory", lambda: 1000)
     with pytest.raises(MemoryError, match=r"--cache-images needs about .* GiB for 24 images at 64 px in each of 1 "):
         build_dataloader(source, "train", imgsz=64, batch_size=6, workers=0, cache_images=True)
+
+
+def ring_loader(source, hyp_seed: int = 5):
+    """A train loader whose workers use the shared batch ring, as on CUDA (where pin_memory is on)."""
+    from torch.utils.data import DataLoader
+
+    from yolo11.data.loader import DetectionCollate
+
+    reference = build_dataloader(source, "train", imgsz=64, batch_size=6, workers=0, epochs=3, seed=hyp_seed)
+    ring = DataLoader(reference.dataset, batch_sampler=reference.batch_sampler, num_workers=2,
+                      collate_fn=DetectionCollate(ring_slots=3), persistent_workers=True)
+    ring.batch_sampler.sampler.set_epoch(0)
+    return reference, ring
+
+
+def test_batch_ring_reuses_buffers_only_after_they_are_handed_back(source, monkeypatch) -> None:
+    """The pin-memory thread's copy (simulated: Tensor.pin_memory is unavailable without CUDA) hands each slot
+    back; later batches then reuse slots, and no pinned batch is changed by them."""
+    from yolo11.data.loader import ReusableBatch
+
+    monkeypatch.setattr(torch.Tensor, "pin_memory", lambda self, *args, **kwargs: self.clone())
+    reference, ring = ring_loader(source)
+    expected = batches(reference) + batches(reference, epoch=1)
+    received = []
+    for epoch in (0, 1):
+        ring.batch_sampler.sampler.set_epoch(epoch)
+        for item in ring:
+            assert isinstance(item, ReusableBatch)
+            received.append((item.pin_memory(), item.reused))
+    assert_same_batches(expected, [batch for batch, _ in received])
+    assert sum(reused for _, reused in received) >= len(received) - 2 * 3  # at most 3 new slots per worker
+    assert any(reused for _, reused in received)
+
+
+def test_batch_ring_never_overwrites_a_batch_not_handed_back(source) -> None:
+    """A consumer that keeps every batch and never pins: each worker fills its 3 slots, then allocates fresh
+    buffers; every batch stays intact."""
+    reference, ring = ring_loader(source)
+    kept = []
+    for epoch in (0, 1):  # 8 batches: 4 per worker, one more than its slots
+        ring.batch_sampler.sampler.set_epoch(epoch)
+        kept += list(ring)
+    from yolo11.data.loader import ReusableBatch
+
+    in_slots = [item for item in kept if isinstance(item, ReusableBatch)]
+    assert len(in_slots) == 6 and not any(item.reused for item in in_slots)  # 3 slots x 2 workers, then fresh
+    plain = [item.batch if isinstance(item, ReusableBatch) else item for item in kept]
+    assert_same_batches(batches(reference) + batches(reference, epoch=1), plain)
