@@ -135,7 +135,7 @@ def test_mosaic_then_perspective_moves_boxes_with_pixels(seed: int) -> None:
     images, targets = [], []
     for _ in range(4):
         h, w = rng.integers(200, 500, 2)
-        image, _, _ = resize_long_side(rng.integers(0, 255, (h, w, 3), dtype=np.uint8), imgsz)
+        image = resize_long_side(rng.integers(0, 255, (h, w, 3), dtype=np.uint8), imgsz)
         images.append(image)
         targets.append(random_target(rng, *image.shape[:2], count=2, min_size=0.3))
 

@@ -9,6 +9,7 @@ builds it, and a resumed epoch replays exactly. The epoch in the key also switch
 from __future__ import annotations
 
 import logging
+import math
 import os
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -24,6 +25,7 @@ from yolo11.data.transforms import (
     RandomFlip,
     RandomHSV,
     RandomPerspective,
+    long_side_shape,
     mixup,
     mosaic4,
     resize_long_side,
@@ -87,7 +89,7 @@ class ImageCache:
                 decoded = decode_image(images[i]["image"])
             except ValueError:
                 return
-            resized, _, _ = resize_long_side(decoded, imgsz)
+            resized = resize_long_side(decoded, imgsz)
             if resized.size != nbytes[i]:
                 return
             self.buffer[offsets[i]:offsets[i] + resized.size] = resized.reshape(-1)
@@ -100,11 +102,7 @@ class ImageCache:
     @staticmethod
     def resized_bytes(sizes_hw: np.ndarray, imgsz: int) -> np.ndarray:
         """Bytes of each image of ``(N, 2)`` (height, width) once ``resize_long_side`` has resized it."""
-        heights, widths = sizes_hw[:, 0], sizes_hw[:, 1]
-        gain = imgsz / np.maximum(np.maximum(heights, widths), 1)
-        resized_w = np.where(gain == 1, widths, np.minimum(np.ceil(widths * gain), imgsz))
-        resized_h = np.where(gain == 1, heights, np.minimum(np.ceil(heights * gain), imgsz))
-        return (resized_w * resized_h * 3).astype(np.int64)
+        return np.array([math.prod(long_side_shape(int(h), int(w), imgsz)) * 3 for h, w in sizes_hw], np.int64)
 
     def get(self, index: int) -> tuple[np.ndarray, tuple[int, int]] | None:
         """``(resized BGR image, decoded (h, w))`` as a read-only view, or ``None`` when it was not cached."""
@@ -179,7 +177,7 @@ class DetectionDataset(torch.utils.data.Dataset):
                                err, (i + 1) % len(self), self.decode_failures)
         else:
             raise RuntimeError(f"{MAX_DECODE_FALLBACKS} consecutive images from index {index} failed to decode")
-        resized, _, _ = resize_long_side(image, self.imgsz)
+        resized = resize_long_side(image, self.imgsz)
         return resized, self._target(i, resized.shape[:2], image.shape[:2]), i
 
     def _target(self, index: int, resized_hw: tuple[int, int], decoded_hw: tuple[int, int]) -> dict:

@@ -54,14 +54,20 @@ def empty_target() -> Target:
     return {"boxes": np.zeros((0, 4), np.float32), "labels": np.zeros(0, np.int64)}
 
 
-def resize_long_side(image: np.ndarray, imgsz: int) -> tuple[np.ndarray, float, float]:
-    """Ultralytics ``load_image``: long side to ``imgsz`` (aspect kept). Returns image and (gain_h, gain_w)."""
-    h0, w0 = image.shape[:2]
+def long_side_shape(h0: int, w0: int, imgsz: int) -> tuple[int, int]:
+    """``(h, w)`` of an ``h0 x w0`` image once ``resize_long_side`` has brought its long side to ``imgsz``."""
     r = imgsz / max(h0, w0)
     if r == 1:
-        return image, 1.0, 1.0
-    w, h = min(math.ceil(w0 * r), imgsz), min(math.ceil(h0 * r), imgsz)
-    return cv2.resize(image, (w, h), interpolation=cv2.INTER_LINEAR), h / h0, w / w0
+        return h0, w0
+    return min(math.ceil(h0 * r), imgsz), min(math.ceil(w0 * r), imgsz)
+
+
+def resize_long_side(image: np.ndarray, imgsz: int) -> np.ndarray:
+    """Ultralytics ``load_image``: long side to ``imgsz``, aspect kept (the same array when already there)."""
+    h, w = long_side_shape(*image.shape[:2], imgsz)
+    if (h, w) == image.shape[:2]:
+        return image
+    return cv2.resize(image, (w, h), interpolation=cv2.INTER_LINEAR)
 
 
 def scale_target(target: Target, gain_w: float, gain_h: float, pad_left: float = 0.0, pad_top: float = 0.0) -> Target:
