@@ -82,11 +82,12 @@ class DetectionCollate:
         sizes = {s["image"].shape[:2] for s in samples}
         height, width = max(h for h, _ in sizes), max(w for _, w in sizes)
         shape = (len(samples), 3, height, width)
+        nbytes = math.prod(shape)
         slot = None
         if self.ring_slots and torch.utils.data.get_worker_info() is not None:
             self._ring = self._ring or BatchRing(self.ring_slots)
-            slot = self._ring.take(math.prod(shape))
-        batch_images = slot[0][:math.prod(shape)].view(shape) if slot else torch.empty(shape, dtype=torch.uint8)
+            slot = self._ring.take(nbytes)
+        batch_images = slot[0][:nbytes].view(shape) if slot else torch.empty(shape, dtype=torch.uint8)
         images = batch_images.numpy()
         if len(sizes) > 1:  # rect batches padded by Accelerate's even_batches with first-batch samples: pad
             images.fill(PAD_VALUE)

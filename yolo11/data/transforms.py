@@ -230,7 +230,8 @@ class RandomHSV:
         lut_sat = np.clip(x * (gains[1] + 1), 0, 255).astype(np.uint8)
         lut_sat[0] = 0
         lut_val = np.clip(x * (gains[2] + 1), 0, 255).astype(np.uint8)
-        # One 3-channel LUT pass instead of split + three LUTs + merge: the same bytes, 2.7x faster per image.
+        # One 3-channel LUT pass instead of split + three LUTs + merge: the same bytes in fewer passes (a cached
+        # mosaic sample on the CI box: 3.07 -> 2.64 ms).
         lut = np.stack((lut_hue, lut_sat, lut_val), -1).reshape(1, 256, 3)
         hsv = cv2.LUT(cv2.cvtColor(image, cv2.COLOR_BGR2HSV), lut)
         return cv2.cvtColor(hsv, cv2.COLOR_HSV2BGR), target

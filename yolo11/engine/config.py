@@ -51,7 +51,7 @@ class DataConfig:
     workers: int = _opt(8, "data-loader worker processes per training process")
     cache_dir: str | None = _opt(None, "where converted Arrow datasets are cached (default ~/.cache/yolo11)")
     cache_images: bool = _opt(False, "decode and resize every image once into RAM shared by the loader workers "
-                                     "(Ultralytics' cache=ram): about twice the loader throughput")
+                                     "(Ultralytics' cache=ram); the main process needs the RAM for it")
     max_boxes: int | None = _opt(None, "pad targets to this many boxes per image (static shapes for --compile)")
     mosaic: float = _opt(_AUGMENT.mosaic, "mosaic probability")
     mixup: float = _opt(_AUGMENT.mixup, "mixup probability")
