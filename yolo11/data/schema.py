@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 import datasets
 
@@ -52,8 +52,7 @@ class BadSampleSummary:
         return len(self.skipped_images) + len(self.skipped_lines)
 
     def to_dict(self) -> dict:
-        return {"skipped_images": self.skipped_images, "skipped_lines": self.skipped_lines,
-                "clipped_boxes": self.clipped_boxes, "backgrounds": self.backgrounds}
+        return asdict(self)
 
     @classmethod
     def from_dict(cls, data: dict) -> BadSampleSummary:

@@ -50,10 +50,6 @@ def augment_preset(name: str, **overrides) -> AugmentParams:
     return replace(PRESETS[name], **overrides)
 
 
-def empty_target() -> Target:
-    return {"boxes": np.zeros((0, 4), np.float32), "labels": np.zeros(0, np.int64)}
-
-
 def long_side_shape(h0: int, w0: int, imgsz: int) -> tuple[int, int]:
     """``(h, w)`` of an ``h0 x w0`` image once ``resize_long_side`` has brought its long side to ``imgsz``."""
     r = imgsz / max(h0, w0)

@@ -62,8 +62,3 @@ def objects_row(boxes_xyxy: list[np.ndarray], categories: list[int], first_id: i
     bbox = [[float(b[0]), float(b[1]), float(b[2] - b[0]), float(b[3] - b[1])] for b in boxes_xyxy]
     return {"id": list(range(first_id, first_id + len(bbox))), "area": [w * h for _, _, w, h in bbox],
             "bbox": bbox, "category": list(categories)}
-
-
-def image_id_of(path: Path, fallback: int) -> int:
-    """COCO-style numeric file stems (``000000000009.jpg`` -> 9) become the image id; other names get ``fallback``."""
-    return int(path.stem) if path.stem.isdigit() else fallback
