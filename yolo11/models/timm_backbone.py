@@ -8,10 +8,9 @@ part of the native backbone, not of the neck.
 
 from __future__ import annotations
 
-import os
-
 import timm
 import torch
+from huggingface_hub import constants as hub_constants
 from torch import nn
 
 REDUCTIONS = (8, 16, 32)
@@ -38,8 +37,7 @@ def _create_features(name: str, pretrained: bool, out_indices: tuple[int, ...]) 
     try:
         return timm.create_model(name, pretrained=True, features_only=True, out_indices=out_indices)
     except OSError as error:  # huggingface_hub's offline, not-cached and HTTP errors are all OSErrors
-        offline = os.environ.get("HF_HUB_OFFLINE", "0") not in ("", "0")
-        reason = str(error).rstrip(".") + (" (HF_HUB_OFFLINE is set)" if offline else "")
+        reason = str(error).rstrip(".") + (" (HF_HUB_OFFLINE is set)" if hub_constants.HF_HUB_OFFLINE else "")
         raise RuntimeError(
             f"could not download pretrained weights for timm backbone {name!r}: {reason}. Run once with network "
             "access to fill the Hugging Face cache, or pass pretrained=False (random init) / load our weights with "

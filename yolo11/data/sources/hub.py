@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 import datasets
+from huggingface_hub import constants as hub_constants
 from PIL import Image
 
 from yolo11.data.schema import DataSourceError, detection_features
@@ -17,7 +18,6 @@ CATEGORY_NAMES = ("category", "categories", "label", "labels", "class", "classes
 
 def load_hub(repo_id: str, split: str) -> datasets.Dataset:
     """``datasets.load_dataset(repo_id, split=split)`` with a clear error when the Hub cannot be reached."""
-    offline = os.environ.get("HF_HUB_OFFLINE", "0") not in ("", "0", "false", "False")
     try:
         return datasets.load_dataset(repo_id, split=split)
     except ValueError as err:
@@ -25,7 +25,7 @@ def load_hub(repo_id: str, split: str) -> datasets.Dataset:
             raise DataSourceError(f"Hub dataset {repo_id!r} has no split {split!r}: {err}") from None
         raise
     except Exception as err:  # connection errors come as many types (ConnectionError, HfHubHTTPError, OSError...)
-        reason = "HF_HUB_OFFLINE is set" if offline else f"{type(err).__name__}: {err}"
+        reason = "HF_HUB_OFFLINE is set" if hub_constants.HF_HUB_OFFLINE else f"{type(err).__name__}: {err}"
         raise DataSourceError(
             f"could not load {repo_id!r} from the Hugging Face Hub ({reason}). To use a local copy, save it once "
             f"with datasets.load_dataset({repo_id!r}).save_to_disk('DIR') on a machine with network and pass "
@@ -82,7 +82,7 @@ def normalise(dataset: datasets.Dataset, where: str) -> tuple[datasets.Dataset, 
             source = io.BytesIO(image["bytes"]) if image.get("bytes") else image["path"]
             with Image.open(source) as im:
                 width, height = im.size
-        return {"image_id": int(row.get("image_id", index) if row.get("image_id") is not None else index),
+        return {"image_id": int(row["image_id"]) if row.get("image_id") is not None else index,
                 "image": row["image"], "width": width, "height": height,
                 "objects": {"id": list(objs.get("id", range(len(boxes)))), "area": [w * h for _, _, w, h in boxes],
                             "bbox": boxes, "category": list(objs.get(category_name, []))}}
