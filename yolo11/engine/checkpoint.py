@@ -71,7 +71,7 @@ def save_checkpoint(accelerator: Accelerator, run_dir: Path, state: TrainState, 
         if final.exists():  # the same iteration saved twice (e.g. Ctrl-C right after an epoch-end save)
             shutil.rmtree(final)
         os.replace(tmp, final)
-        _write_atomic(root / "latest", name)
+        write_text_atomic(root / "latest", name)
         _prune(root, keep)
     accelerator.wait_for_everyone()
     return final
@@ -94,7 +94,8 @@ def run_dir_of_checkpoint(checkpoint: Path) -> Path:
     return checkpoint.resolve().parent.parent
 
 
-def _write_atomic(path: Path, text: str) -> None:
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write through a temporary file and a rename: readers see the old or the new text, never half of one."""
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(text)
     os.replace(tmp, path)

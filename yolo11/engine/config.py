@@ -20,6 +20,7 @@ from typing import Any
 import yaml
 
 from yolo11.data.transforms import AugmentParams
+from yolo11.engine.checkpoint import write_text_atomic
 
 _AUGMENT = AugmentParams()  # the augmentation defaults (Ultralytics' values) live with the transforms
 _BOOL_STRINGS = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
@@ -264,6 +265,4 @@ def parse_config(argv: list[str] | None = None) -> TrainConfig:
 
 def save_config(config: TrainConfig, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))
-    tmp.replace(path)
+    write_text_atomic(path, yaml.safe_dump(config.to_dict(), sort_keys=False))
