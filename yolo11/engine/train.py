@@ -172,7 +172,6 @@ class NonFiniteGuard:
         self._bad = torch.zeros_like(self._bad)
         if not self.deferred or not self.optimizer.state:
             self.skip_flag = None
-            self.optimizer.__dict__.pop("found_inf", None)
             if bool(bad):  # the host sync of immediate mode
                 self._raise(state)
             return
