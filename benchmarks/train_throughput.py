@@ -65,7 +65,7 @@ def step_variant(args, flags: str) -> argparse.Namespace:
     parser.add_argument("--compile-mode", default=None)
     parser.add_argument("--boxes", type=int, default=8, help="synthetic boxes per image (target rows M)")
     variant = parser.parse_args(shlex.split(flags))
-    return argparse.Namespace(**{**vars(args), **{k: v or getattr(args, k, None) for k, v in vars(variant).items()}})
+    return argparse.Namespace(**vars(args), **vars(variant))
 
 
 def ours_step(args) -> dict:
@@ -256,17 +256,19 @@ def main(argv: list[str] | None = None) -> None:
         if have_ultralytics:  # first: its peak memory is then not inflated by our variants' leftovers
             report["ultralytics"] = ultralytics_step(args)
         for flags in args.variants:
+            name = flags or "eager"
             try:
-                report["ours"][flags or "eager"] = ours_step(step_variant(args, flags))
+                report["ours"][name] = ours_step(step_variant(args, flags))
             except Exception as err:  # one failing variant (a compiler error) must not lose the others
-                report["ours"][flags or "eager"] = {"error": f"{type(err).__name__}: {str(err)[-800:]}"}
-            print(flags or "eager", report["ours"][flags or "eager"], flush=True)
+                report["ours"][name] = {"error": f"{type(err).__name__}: {str(err)[-800:]}"}
+            print(name, report["ours"][name], flush=True)
     else:
         with tempfile.TemporaryDirectory() as tmp:
             data = replicated_coco128(args.images, Path(tmp) / "data")
             for index, flags in enumerate(args.variants):
-                report["ours"][flags or "default"] = ours_e2e(args, data, Path(tmp), flags, index)
-                print(flags or "default", report["ours"][flags or "default"], flush=True)
+                name = flags or "default"
+                report["ours"][name] = ours_e2e(args, data, Path(tmp), flags, index)
+                print(name, report["ours"][name], flush=True)
             if have_ultralytics:
                 report["ultralytics"] = ultralytics_e2e(args, data, Path(tmp))
     print(json.dumps(report, indent=1))
@@ -278,7 +280,7 @@ def main(argv: list[str] | None = None) -> None:
         extra = f", peak {result['peak_gb']:.1f} GiB" if "peak_gb" in result else ""
         extra += f", data wait {result['data_wait']:.0%}" if "data_wait" in result else ""
         extra += f", mean {result['mean_img_s']:.0f} img/s" if "mean_img_s" in result else ""
-        print(f"  ours {name or 'default':40s} {figure:>12s} {ratio:>7s}{extra}")
+        print(f"  ours {name:40s} {figure:>12s} {ratio:>7s}{extra}")
     if reference:
         theirs = report["ultralytics"]
         extra = f", peak {theirs['peak_gb']:.1f} GiB" if "peak_gb" in theirs else ""
