@@ -22,7 +22,7 @@ from accelerate import Accelerator, DataLoaderConfiguration
 from torch import nn
 
 from yolo11.data import DetectionSource, build_dataloader, load_source
-from yolo11.evaluation import CocoEvaluator, coco_ground_truth, gather_predictions, plots
+from yolo11.evaluation import CocoEvaluator, gather_predictions, plots
 from yolo11.evaluation.coco import coco_results
 from yolo11.postprocess import Postprocessor
 from yolo11.weights import load_weights
@@ -68,8 +68,9 @@ def predict_dataset(accelerator: Accelerator, model: nn.Module, loader, postproc
 
 def evaluate_weights(accelerator: Accelerator, model: nn.Module, source: DetectionSource, *, imgsz: int,
                      batch: int, workers: int, conf: float, iou: float, max_det: int, rect: bool = True,
-                     backend: str = "pycocotools") -> tuple[dict, list[tuple[int, torch.Tensor]]]:
-    """Metrics (same dict on every process) and all gathered predictions of ``model`` on ``source``.
+                     backend: str = "pycocotools") -> tuple[dict, list[tuple[int, torch.Tensor]], dict]:
+    """Metrics (same dict on every process), all gathered predictions of ``model`` on ``source`` and the COCO
+    ground truth they were scored against.
 
     With ``rect``, batches are formed per process (``batch // num_processes`` images): the padding, hence the
     predictions, are those of a single process with that batch size.
@@ -84,7 +85,7 @@ def evaluate_weights(accelerator: Accelerator, model: nn.Module, source: Detecti
     postprocessor = Postprocessor(conf=conf, iou=iou, max_det=max_det, strides=model.strides, reg_max=model.reg_max)
     predictions = gather_predictions(accelerator, predict_dataset(accelerator, model, loader, postprocessor))
     evaluator = CocoEvaluator(source.dataset, source.class_names, backend=backend)
-    return evaluator.compute(predictions, accelerator), predictions
+    return evaluator.compute(predictions, accelerator), predictions, evaluator.ground_truth
 
 
 def format_table(metrics: dict, class_names: list[str], ground_truth: dict) -> str:
@@ -113,11 +114,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     source = load_source(args.data, split=args.split, cache_dir=args.cache_dir, images=args.images)
     model = load_weights(args.weights).fuse()
     start = time.perf_counter()
-    metrics, predictions = evaluate_weights(accelerator, model, source, imgsz=args.imgsz, batch=args.batch,
-                                            workers=args.workers, conf=args.conf, iou=args.iou,
-                                            max_det=args.max_det, rect=args.rect, backend=args.backend)
+    metrics, predictions, ground_truth = evaluate_weights(
+        accelerator, model, source, imgsz=args.imgsz, batch=args.batch, workers=args.workers, conf=args.conf,
+        iou=args.iou, max_det=args.max_det, rect=args.rect, backend=args.backend)
     if accelerator.is_main_process:
-        print(format_table(metrics, source.class_names, coco_ground_truth(source.dataset, source.class_names)))
+        print(format_table(metrics, source.class_names, ground_truth))
         print(f"{len(predictions)} images in {time.perf_counter() - start:.1f} s on {accelerator.num_processes} "
               f"process(es); mAP50-95 {metrics['map50_95']:.5f} mAP50 {metrics['map50']:.5f}")
         if args.json:
