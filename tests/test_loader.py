@@ -41,6 +41,7 @@ def test_train_batch_contract(source) -> None:
     assert [len(b["image_ids"]) for b in all_batches] == [5, 5, 5, 5, 4]
     batch = all_batches[0]
     assert batch["images"].dtype == torch.uint8 and batch["images"].shape == (5, 3, 64, 64)
+    assert batch["images"].is_contiguous(memory_format=torch.channels_last)  # RGB rows: no transpose anywhere
     boxes, labels = batch["boxes"], batch["labels"]
     assert boxes.dtype == torch.float32 and labels.dtype == torch.int64 and boxes.shape[:2] == labels.shape
     valid = labels >= 0

@@ -212,3 +212,33 @@ def test_step_profiler_window_and_early_close(tmp_path):
     disabled.step(1)
     disabled.close(2)
     assert not (tmp_path / "off").exists()
+
+
+def test_device_feed_passes_host_batches_through_on_cpu():
+    from yolo11.engine.train import DeviceFeed
+
+    batches = [make_batch(torch.randint(0, 256, (2, 3, 32, 32), dtype=torch.uint8), seed=s) for s in range(3)]
+    fed = list(DeviceFeed(batches, torch.device("cpu")))
+    assert len(fed) == 3
+    for ours, theirs in zip(fed, batches, strict=True):
+        assert ours.keys() == theirs.keys() and all(torch.equal(ours[k], theirs[k]) for k in theirs)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_device_feed_copies_on_a_side_stream_without_races():
+    """Pinned host batches copied on the side stream, each consumed by a long kernel queue on the compute
+    stream: every batch arrives intact, although the next copy starts while the GPU is still busy."""
+    from yolo11.engine.train import DeviceFeed
+
+    device = torch.device("cuda")
+    host = [{"images": torch.full((8, 3, 256, 256), i, dtype=torch.uint8).pin_memory(),
+             "boxes": torch.full((8, 5, 4), float(i)).pin_memory(), "image_ids": list(range(8))} for i in range(6)]
+    busy = torch.randn(2048, 2048, device=device)
+    sums = []
+    for batch in DeviceFeed(host, device):
+        assert batch["images"].is_cuda and batch["image_ids"] == list(range(8))
+        for _ in range(20):  # keep the compute stream busy so that copies overlap it
+            busy = torch.tanh(busy @ busy)
+        sums.append((batch["images"].float().mean() + batch["boxes"].mean() / 2).item())
+    assert sums == [1.5 * i for i in range(6)]

@@ -119,11 +119,15 @@ class DetectionDataset(torch.utils.data.Dataset):
     Training (``augment``): mosaic (probability ``params.mosaic``, off in the last ``close_mosaic`` epochs) or
     letterbox, then random perspective, mixup, HSV and flips, as Ultralytics' ``v8_transforms``. Validation:
     long side to ``imgsz`` then letterbox to ``imgsz`` square, or to the sample's rect batch shape.
+
+    ``hsv_on_device``: the HSV gains are drawn but not applied; the sample carries them as ``"hsv_gains"``
+    (float64 ``(3,)``) for ``yolo11.data.device_hsv.BatchHSV`` on the training device. HSV is pixel-wise,
+    so applying it after the flips gives the same image.
     """
 
     def __init__(self, dataset: datasets.Dataset, imgsz: int, augment: bool, params: AugmentParams,
                  epochs: int = 1, close_mosaic: int = 0, seed: int = 0, shapes: np.ndarray | None = None,
-                 cache_images: bool = False):
+                 cache_images: bool = False, hsv_on_device: bool = False):
         self.images = dataset.select_columns(["image"])  # Arrow, memory-mapped: cheap to share with workers
         columns = dataset.select_columns(["image_id", "width", "height", "objects"]).to_dict()
         self.image_ids = np.asarray(columns["image_id"], np.int64)
@@ -138,6 +142,7 @@ class DetectionDataset(torch.utils.data.Dataset):
         self.imgsz, self.augment, self.params = imgsz, augment, params
         self.epochs, self.close_mosaic, self.seed = epochs, close_mosaic, seed
         self.shapes = shapes  # (N, 2) letterbox (h, w) per sample for rect validation batches
+        self.hsv_on_device = hsv_on_device
         self.decode_failures = 0  # per process: each worker counts its own
         self.cache = self._build_cache() if cache_images else None
 
@@ -209,21 +214,26 @@ class DetectionDataset(torch.utils.data.Dataset):
             if self.mosaic_enabled(epoch) and self.params.mixup and rng.random() < self.params.mixup:
                 other, other_target, _ = self._train_sample(epoch, int(rng.integers(len(self))), rng)
                 image, target = mixup(image, target, other, other_target, rng)
-            hsv = RandomHSV(self.params.hsv_h, self.params.hsv_s, self.params.hsv_v)
-            image, target = hsv(image, target, rng)
+            hsv_gains = RandomHSV(self.params.hsv_h, self.params.hsv_s, self.params.hsv_v).draw(rng)
+            if hsv_gains is not None and not self.hsv_on_device:
+                image = RandomHSV.apply(image, hsv_gains)
             image, target = RandomFlip(self.params.flipud, horizontal=False)(image, target, rng)
             image, target = RandomFlip(self.params.fliplr, horizontal=True)(image, target, rng)
             ratio_pad = (0.0, 0.0, 0.0, 0.0)
         else:
+            hsv_gains = None
             image, target, used = self._load(index)
             gain_h, gain_w = image.shape[0] / self.orig_sizes[used, 0], image.shape[1] / self.orig_sizes[used, 1]
             shape = tuple(self.shapes[index]) if self.shapes is not None else (self.imgsz, self.imgsz)
             image, target = LetterBox(shape, scaleup=False)(image, target)
             lb_h, lb_w, top, left = target.pop("letterbox")
             ratio_pad = (gain_h * lb_h, gain_w * lb_w, top, left)
-        return {"image": image, "boxes": target["boxes"], "labels": target["labels"],
-                "image_id": int(self.image_ids[used]), "orig_size": tuple(self.orig_sizes[used]),
-                "ratio_pad": ratio_pad}
+        sample = {"image": image, "boxes": target["boxes"], "labels": target["labels"],
+                  "image_id": int(self.image_ids[used]), "orig_size": tuple(self.orig_sizes[used]),
+                  "ratio_pad": ratio_pad}
+        if self.hsv_on_device and hsv_gains is not None:
+            sample["hsv_gains"] = hsv_gains
+        return sample
 
 
 def _available_memory() -> int | None:

@@ -66,11 +66,15 @@ class ReusableBatch:
 
 class DetectionCollate:
     """Stack samples into the batch dict; runs in the workers, so it is one copy per image and no Python loops
-    over pixels. BGR HWC becomes RGB CHW in that single copy.
+    over pixels.
 
-    ``max_boxes`` pads every batch to the same box count (static shapes); images with more boxes keep the first
-    ``max_boxes``. ``ring_slots`` > 0 (loaders that pin memory) builds the images in a ``BatchRing`` of that
-    many slots per worker and returns a ``ReusableBatch``.
+    The images are written as RGB rows (``(B, H, W, 3)`` in memory, BGR -> RGB in the same copy) and returned as
+    the ``(B, 3, H, W)`` view of that memory: channels_last strides, the layout the model runs in on a GPU, so
+    the copy is a plain row copy here and no transpose is needed on the device. ``max_boxes`` pads every batch
+    to the same box count (static shapes); images with more boxes keep the first ``max_boxes``. ``ring_slots``
+    > 0 (loaders that pin memory) builds the images in a ``BatchRing`` of that many slots per worker and returns
+    a ``ReusableBatch``. Samples that carry ``hsv_gains`` (HSV left to the device) give a float64 ``(B, 3)``
+    ``hsv_gains`` entry.
     """
 
     def __init__(self, max_boxes: int | None = None, ring_slots: int = 0):
@@ -81,19 +85,18 @@ class DetectionCollate:
     def __call__(self, samples: list[dict]) -> dict | ReusableBatch:
         sizes = {s["image"].shape[:2] for s in samples}
         height, width = max(h for h, _ in sizes), max(w for _, w in sizes)
-        shape = (len(samples), 3, height, width)
+        shape = (len(samples), height, width, 3)
         nbytes = math.prod(shape)
         slot = None
         if self.ring_slots and torch.utils.data.get_worker_info() is not None:
             self._ring = self._ring or BatchRing(self.ring_slots)
             slot = self._ring.take(nbytes)
-        batch_images = slot[0][:nbytes].view(shape) if slot else torch.empty(shape, dtype=torch.uint8)
-        images = batch_images.numpy()
+        rows = slot[0][:nbytes].view(shape) if slot else torch.empty(shape, dtype=torch.uint8)
+        images = rows.numpy()
         if len(sizes) > 1:  # rect batches padded by Accelerate's even_batches with first-batch samples: pad
             images.fill(PAD_VALUE)
         for i, sample in enumerate(samples):
-            h, w = sample["image"].shape[:2]
-            images[i, :, :h, :w] = sample["image"][:, :, ::-1].transpose(2, 0, 1)
+            copy_bgr_to_rgb(sample["image"], images[i])
         counts = [len(s["labels"]) for s in samples]
         num_rows = self.max_boxes if self.max_boxes is not None else max(counts, default=0)
         boxes = np.zeros((len(samples), num_rows, 4), np.float32)
@@ -102,11 +105,32 @@ class DetectionCollate:
             n = min(counts[i], num_rows)
             boxes[i, :n] = sample["boxes"][:n]
             labels[i, :n] = sample["labels"][:n]
-        batch = {"images": batch_images, "boxes": torch.from_numpy(boxes),
+        batch = {"images": rows.permute(0, 3, 1, 2), "boxes": torch.from_numpy(boxes),
                  "labels": torch.from_numpy(labels), "image_ids": [s["image_id"] for s in samples],
                  "orig_sizes": torch.tensor([s["orig_size"] for s in samples], dtype=torch.int64),
                  "ratio_pad": torch.tensor([s["ratio_pad"] for s in samples], dtype=torch.float32)}
+        if "hsv_gains" in samples[0]:
+            batch["hsv_gains"] = torch.from_numpy(np.stack([s["hsv_gains"] for s in samples]).astype(np.float64))
         return ReusableBatch(batch, slot[1], slot[2]) if slot else batch
+
+
+def model_input(images: torch.Tensor, channels_last: bool) -> torch.Tensor:
+    """The model's float ``[0, 1]`` input from a uint8 batch (on its device), in the memory format the model
+    runs in (the collate's batches are channels_last in memory)."""
+    memory_format = torch.channels_last if channels_last else torch.contiguous_format
+    return images.contiguous(memory_format=memory_format).float().div_(255.0)
+
+
+def copy_bgr_to_rgb(image: np.ndarray, out: np.ndarray) -> None:
+    """Write BGR ``image (h, w, 3)`` as RGB into the top-left corner of ``out (H, W, 3)``."""
+    h, w = image.shape[:2]
+    target = out[:h, :w]
+    if image.flags.c_contiguous and target.strides[1:] == (3, 1):
+        # cv2 writes into `target` in place (rows of a larger buffer are fine): one SIMD pass, half the time of
+        # numpy's strided copy (0.27 against 0.55 ms for a 640 px image on the CI box)
+        cv2.cvtColor(image, cv2.COLOR_BGR2RGB, dst=target)
+    else:  # a flipped view: numpy handles the negative strides
+        np.copyto(target, image[..., ::-1])
 
 
 def rect_batches(sizes_hw: np.ndarray, imgsz: int, batch_size: int, pad: float = 0.5) -> tuple[np.ndarray, np.ndarray]:
@@ -147,13 +171,15 @@ def seed_worker(worker_id: int) -> None:
 def build_dataloader(source: DetectionSource, split: str = "train", imgsz: int = 640, batch_size: int = 16,
                      workers: int = 8, augment: bool | None = None, epochs: int = 1, close_mosaic: int = 10,
                      seed: int = 0, hyp: AugmentParams | None = None, max_boxes: int | None = None,
-                     rect: bool = False, shuffle: bool | None = None, cache_images: bool = False) -> DataLoader:
+                     rect: bool = False, shuffle: bool | None = None, cache_images: bool = False,
+                     hsv_on_device: bool = False) -> DataLoader:
     """The train or val DataLoader of ``source``; ``batch_size`` is per process.
 
     ``augment`` and ``shuffle`` default to ``split == "train"``. The batch sampler yields ``(epoch, index)`` keys:
     call ``loader.set_epoch(epoch)`` (or Accelerate's, after ``prepare``) before each epoch. ``rect`` (val only)
     groups images of similar aspect ratio and letterboxes each batch to its own shape. ``cache_images`` decodes
-    every image once into RAM shared by the workers (``ImageCache``).
+    every image once into RAM shared by the workers (``ImageCache``). ``hsv_on_device`` leaves the HSV pixels to
+    the training device: batches then carry ``hsv_gains`` for ``BatchHSV``.
     """
     if split not in ("train", "val"):
         raise ValueError(f"split must be 'train' or 'val', got {split!r}")
@@ -167,7 +193,8 @@ def build_dataloader(source: DetectionSource, split: str = "train", imgsz: int =
         sizes = np.stack([source.dataset["height"], source.dataset["width"]], 1)
         order, shapes = rect_batches(sizes, imgsz, batch_size)
     dataset = DetectionDataset(source.dataset, imgsz, augment, hyp or AugmentParams(), epochs=epochs,
-                               close_mosaic=close_mosaic, seed=seed, shapes=shapes, cache_images=cache_images)
+                               close_mosaic=close_mosaic, seed=seed, shapes=shapes, cache_images=cache_images,
+                               hsv_on_device=hsv_on_device)
     sampler = EpochKeySampler(len(dataset), shuffle=shuffle, seed=seed, order=order)
     pin_memory = torch.cuda.is_available()
     # Training batches are all the same size: each worker reuses a few shared buffers (BatchRing), handed back

@@ -209,16 +209,28 @@ class RandomPerspective:
 @dataclass(frozen=True)
 class RandomHSV:
     """Hue, saturation and value gains in ``[1 - g, 1 + g]``, applied with ``cv2.LUT`` (BGR input, new output:
-    the input may be a read-only view of the RAM image cache)."""
+    the input may be a read-only view of the RAM image cache).
+
+    ``draw`` and ``apply`` split the call for loaders that leave the pixels to the training device
+    (``yolo11.data.device_hsv.BatchHSV``): the gains still come from the sample's generator.
+    """
 
     hgain: float = 0.015
     sgain: float = 0.7
     vgain: float = 0.4
 
     def __call__(self, image: np.ndarray, target: Target, rng: np.random.Generator):
+        gains = self.draw(rng)
+        return (image if gains is None else self.apply(image, gains)), target
+
+    def draw(self, rng: np.random.Generator) -> np.ndarray | None:
+        """``(3,)`` hue, saturation, value gains, or ``None`` (no draw) when every gain is 0."""
         if not (self.hgain or self.sgain or self.vgain):
-            return image, target
-        gains = rng.uniform(-1, 1, 3) * [self.hgain, self.sgain, self.vgain]
+            return None
+        return rng.uniform(-1, 1, 3) * [self.hgain, self.sgain, self.vgain]
+
+    @staticmethod
+    def apply(image: np.ndarray, gains: np.ndarray) -> np.ndarray:
         x = np.arange(0, 256, dtype=gains.dtype)
         # Ultralytics >= 8.3.79: additive hue shift (OpenCV hue is 0..179), and saturation 0 stays 0 so that
         # pure greys and whites keep no colour
@@ -230,7 +242,7 @@ class RandomHSV:
         # mosaic sample on the CI box: 3.07 -> 2.64 ms).
         lut = np.stack((lut_hue, lut_sat, lut_val), -1).reshape(1, 256, 3)
         hsv = cv2.LUT(cv2.cvtColor(image, cv2.COLOR_BGR2HSV), lut)
-        return cv2.cvtColor(hsv, cv2.COLOR_HSV2BGR), target
+        return cv2.cvtColor(hsv, cv2.COLOR_HSV2BGR)
 
 
 @dataclass(frozen=True)

@@ -53,6 +53,9 @@ class DataConfig:
     cache_dir: str | None = _opt(None, "where converted Arrow datasets are cached (default ~/.cache/yolo11)")
     cache_images: bool = _opt(False, "decode and resize every image once into RAM shared by the loader workers "
                                      "(Ultralytics' cache=ram); the main process needs the RAM for it")
+    hsv_on_device: bool | None = _opt(None, "apply the HSV augmentation to whole batches on the training device "
+                                            "instead of in the loader workers (default: on CUDA, where the "
+                                            "workers are the limit of a compiled step)")
     max_boxes: int | None = _opt(None, "pad targets to this many boxes per image (static shapes for --compile)")
     mosaic: float = _opt(_AUGMENT.mosaic, "mosaic probability")
     mixup: float = _opt(_AUGMENT.mixup, "mixup probability")

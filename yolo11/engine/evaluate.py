@@ -8,7 +8,7 @@ import torch
 from accelerate import Accelerator
 from torch import nn
 
-from yolo11.data import DetectionSource, build_dataloader
+from yolo11.data import DetectionSource, build_dataloader, model_input
 from yolo11.engine.config import TrainConfig
 from yolo11.evaluation import CocoEvaluator, gather_predictions
 from yolo11.postprocess import Postprocessor, scale_boxes
@@ -45,9 +45,7 @@ def evaluate(
     per_image: list[tuple[int, torch.Tensor]] = []
     samples: list[dict] = []
     for batch in loader:
-        images = batch["images"].float().div_(255.0)
-        if channels_last:
-            images = images.contiguous(memory_format=torch.channels_last)
+        images = model_input(batch["images"], channels_last)
         with accelerator.autocast():
             feats = model(images)
         feats = [f.float() for f in feats]

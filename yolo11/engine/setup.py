@@ -124,6 +124,15 @@ def build_accelerator(plan: RunPlan, run_dir: Path, log_with: list[str]) -> Acce
     )
 
 
+def prepare_training(accelerator: Accelerator, model: nn.Module, optimizer: torch.optim.Optimizer, loader):
+    """``accelerator.prepare`` of the three, the train loader without device placement: its batches stay on the
+    host and ``DeviceFeed`` copies them on a side CUDA stream. DeepSpeed allows no per-object placement (and sizes
+    its micro-batch from the loader, so the loader stays in this call): there the loader places its batches."""
+    if accelerator.distributed_type == DistributedType.DEEPSPEED:
+        return accelerator.prepare(model, optimizer, loader)
+    return accelerator.prepare(model, optimizer, loader, device_placement=[None, None, False])
+
+
 def maybe_sync_batchnorm(model: nn.Module, requested: bool, accelerator: Accelerator) -> nn.Module:
     """SyncBatchNorm only for multi-process CUDA runs (it raises on CPU/gloo); call before ``prepare``."""
     if not requested:
@@ -173,10 +182,12 @@ class CompiledLoss(nn.Module):
         return self.compiled(feats, boxes, labels)
 
 
-def build_train_loader_kwargs(config: TrainConfig, plan: RunPlan) -> dict:
+def build_train_loader_kwargs(config: TrainConfig, plan: RunPlan, device: torch.device) -> dict:
     """Arguments of ``yolo11.data.build_dataloader`` for the training split (per-process batch)."""
     data = config.data
+    hsv_on_device = data.hsv_on_device if data.hsv_on_device is not None else device.type == "cuda"
     hyp = AugmentParams(**{f.name: getattr(data, f.name) for f in dataclasses.fields(AugmentParams)})
     return dict(split="train", imgsz=data.imgsz, batch_size=plan.per_process_batch, workers=data.workers,
                 augment=True, epochs=config.run.epochs, close_mosaic=data.close_mosaic, seed=config.run.seed,
-                hyp=hyp, max_boxes=data.max_boxes, cache_images=data.cache_images)
+                hyp=hyp, max_boxes=data.max_boxes, cache_images=data.cache_images,
+                hsv_on_device=hsv_on_device)

@@ -21,7 +21,7 @@ import torch
 from accelerate import Accelerator, DataLoaderConfiguration
 from torch import nn
 
-from yolo11.data import DetectionSource, build_dataloader, load_source
+from yolo11.data import DetectionSource, build_dataloader, load_source, model_input
 from yolo11.evaluation import CocoEvaluator, gather_predictions, plots
 from yolo11.evaluation.coco import coco_results
 from yolo11.postprocess import Postprocessor
@@ -58,7 +58,7 @@ def predict_dataset(accelerator: Accelerator, model: nn.Module, loader, postproc
     """This process' ``(image_id, (n, 6))`` predictions in original pixels over its shard of ``loader``."""
     per_image = []
     for batch in loader:
-        images = batch["images"].float().div_(255.0)
+        images = model_input(batch["images"], channels_last=accelerator.device.type == "cuda")
         with accelerator.autocast():
             feats = model(images)
         detections = postprocessor(feats, batch["ratio_pad"], batch["orig_sizes"])
