@@ -63,6 +63,7 @@ def step_variant(args, flags: str) -> argparse.Namespace:
     parser.add_argument("--compile", action="store_true")
     parser.add_argument("--compile-loss", action="store_true")
     parser.add_argument("--compile-mode", default=None)
+    parser.add_argument("--cudnn-benchmark", action="store_true", help="cuDNN picks conv algorithms by timing them")
     parser.add_argument("--boxes", type=int, default=8, help="synthetic boxes per image (target rows M)")
     variant = parser.parse_args(shlex.split(flags))
     return argparse.Namespace(**vars(args), **vars(variant))
@@ -74,6 +75,7 @@ def ours_step(args) -> dict:
     from yolo11.loss import DetectionLoss
 
     device = torch.device("cuda")
+    torch.backends.cudnn.benchmark = args.cudnn_benchmark
     model = yolo11.create_model(args.model, num_classes=80).to(device).train()
     if args.channels_last:
         model = model.to(memory_format=torch.channels_last)
@@ -188,7 +190,7 @@ def ours_e2e(args, data: Path, out: Path, flags: str, index: int) -> dict:
     if result.returncode:
         print(f"our trainer failed with {flags!r} (see {log}):\n{text[-3000:]}", file=sys.stderr)
         return {"error": text[-500:], "wall_s": time.perf_counter() - started}
-    rates = [float(m) for m in re.findall(r"\| ([\d.]+) img/s", text)]
+    rates = [float(m) for m in re.findall(r"\| ([\d.]+) img/s \| data", text)]  # the progress windows
     waits = [float(m) / 100 for m in re.findall(r"\| data (\d+)%", text)]
     half = len(rates) // 2  # skip compile/warm-up lines and the batches the loader queued meanwhile
     steady = rates[half:] or rates
@@ -236,10 +238,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--workers", type=int, default=16)
     parser.add_argument("--images", type=int, default=4096, help="replicated coco128 size (>= steps x batch)")
     parser.add_argument("--skip-ultralytics", action="store_true")
+    parser.add_argument("--skip-ours", action="store_true", help="time Ultralytics alone")
     parser.add_argument("--ultralytics-cache", action="store_true", help="Ultralytics with cache='ram' (e2e), "
                         "to compare with our --cache-images")
     args = parser.parse_args(argv)
-    args.variants = [flags.strip() for flags in args.variants.split(";")]
+    args.variants = [] if args.skip_ours else [flags.strip() for flags in args.variants.split(";")]
     if not torch.cuda.is_available():
         raise SystemExit("this benchmark needs a CUDA GPU")
     try:
