@@ -27,7 +27,7 @@ from yolo11.data.transforms import (
     RandomPerspective,
     long_side_shape,
     mixup,
-    mosaic4,
+    mosaic_perspective,
     resize_long_side,
 )
 
@@ -197,13 +197,11 @@ class DetectionDataset(torch.utils.data.Dataset):
         if self.mosaic_enabled(epoch) and self.params.mosaic and rng.random() < self.params.mosaic:
             picks = [index, *rng.integers(0, len(self), 3)]
             loaded = [self._load(int(i)) for i in picks]
-            image, target, border = mosaic4([x[0] for x in loaded], [x[1] for x in loaded], s, rng)
-            used = loaded[0][2]
-        else:
-            image, target, used = self._load(index)
-            image, target = LetterBox((s, s))(image, target)
-            border = 0
-        image, target = RandomPerspective(self.params, border)(image, target, rng)
+            image, target = mosaic_perspective([x[0] for x in loaded], [x[1] for x in loaded], s, self.params, rng)
+            return image, target, loaded[0][2]
+        image, target, used = self._load(index)
+        image, target = LetterBox((s, s))(image, target)
+        image, target = RandomPerspective(self.params)(image, target, rng)
         return image, target, used
 
     def __getitem__(self, key: tuple[int, int] | int) -> dict:

@@ -110,34 +110,75 @@ def mosaic4(images: list[np.ndarray], targets: list[Target], imgsz: int, rng: np
 
     The centre is uniform in ``[imgsz / 2, 3 imgsz / 2]`` (Ultralytics' border ``-imgsz // 2``). Boxes are clipped
     to the canvas and zero-area ones removed; the caller then crops back to ``imgsz`` with ``RandomPerspective``
-    and ``border = -imgsz // 2``.
+    and ``border = -imgsz // 2`` (``mosaic_perspective`` does both and builds only what the warp reads).
     """
+    centre = mosaic_centre(imgsz, rng)
+    canvas, target = _mosaic_layout(images, targets, imgsz, centre)
+    return canvas, target, -imgsz // 2
+
+
+def mosaic_centre(imgsz: int, rng: np.random.Generator) -> tuple[int, int]:
+    """``(yc, xc)`` of ``mosaic4``'s random centre (two draws from ``rng``)."""
+    border = -imgsz // 2
+    yc, xc = (int(rng.uniform(-border, 2 * imgsz + border)) for _ in range(2))
+    return yc, xc
+
+
+def _mosaic_layout(images: list[np.ndarray], targets: list[Target], imgsz: int, centre: tuple[int, int],
+                   window: tuple[int, int, int, int] | None = None) -> tuple[np.ndarray, Target]:
+    """The mosaic canvas around ``centre`` and its target (boxes in canvas pixels). ``window`` ``(x0, y0, x1,
+    y1)`` builds only that part of the ``2 imgsz`` canvas; the boxes are the whole canvas's either way."""
     s = imgsz
-    border = -s // 2
-    yc, xc = (int(rng.uniform(-border, 2 * s + border)) for _ in range(2))
-    canvas = np.full((2 * s, 2 * s, images[0].shape[2]), PAD_VALUE, np.uint8)
+    yc, xc = centre
+    x0, y0, x1, y1 = window or (0, 0, 2 * s, 2 * s)
+    canvas = np.full((y1 - y0, x1 - x0, images[0].shape[2]), PAD_VALUE, np.uint8)
     boxes, labels = [], []
     for i, (image, target) in enumerate(zip(images, targets, strict=True)):
         h, w = image.shape[:2]
         if i == 0:  # top left
             x1a, y1a, x2a, y2a = max(xc - w, 0), max(yc - h, 0), xc, yc
-            x1b, y1b, x2b, y2b = w - (x2a - x1a), h - (y2a - y1a), w, h
+            x1b, y1b = w - (x2a - x1a), h - (y2a - y1a)
         elif i == 1:  # top right
             x1a, y1a, x2a, y2a = xc, max(yc - h, 0), min(xc + w, 2 * s), yc
-            x1b, y1b, x2b, y2b = 0, h - (y2a - y1a), min(w, x2a - x1a), h
+            x1b, y1b = 0, h - (y2a - y1a)
         elif i == 2:  # bottom left
             x1a, y1a, x2a, y2a = max(xc - w, 0), yc, xc, min(2 * s, yc + h)
-            x1b, y1b, x2b, y2b = w - (x2a - x1a), 0, w, min(y2a - y1a, h)
+            x1b, y1b = w - (x2a - x1a), 0
         else:  # bottom right
             x1a, y1a, x2a, y2a = xc, yc, min(xc + w, 2 * s), min(2 * s, yc + h)
-            x1b, y1b, x2b, y2b = 0, 0, min(w, x2a - x1a), min(y2a - y1a, h)
-        canvas[y1a:y2a, x1a:x2a] = image[y1b:y2b, x1b:x2b]
+            x1b, y1b = 0, 0
+        # canvas[y1a:y2a, x1a:x2a] = image[y1b:, x1b:], restricted to the window
+        cx1, cy1, cx2, cy2 = max(x1a, x0), max(y1a, y0), min(x2a, x1), min(y2a, y1)
+        if cx2 > cx1 and cy2 > cy1:
+            canvas[cy1 - y0:cy2 - y0, cx1 - x0:cx2 - x0] = image[y1b + cy1 - y1a:y1b + cy2 - y1a,
+                                                                 x1b + cx1 - x1a:x1b + cx2 - x1a]
         boxes.append(target["boxes"] + np.array([x1a - x1b, y1a - y1b] * 2, np.float32))
         labels.append(target["labels"])
     boxes_all = np.clip(np.concatenate(boxes), 0, 2 * s)
     labels_all = np.concatenate(labels)
     keep = (boxes_all[:, 2] > boxes_all[:, 0]) & (boxes_all[:, 3] > boxes_all[:, 1])
-    return canvas, {"boxes": boxes_all[keep], "labels": labels_all[keep]}, border
+    return canvas, {"boxes": boxes_all[keep], "labels": labels_all[keep]}
+
+
+def mosaic_perspective(images: list[np.ndarray], targets: list[Target], imgsz: int, params: AugmentParams,
+                       rng: np.random.Generator) -> tuple[np.ndarray, Target]:
+    """``mosaic4`` then ``RandomPerspective(params, -imgsz // 2)``, with the same random draws, building only the
+    part of the canvas that the warp reads. The boxes are the same; so is the image, bit for bit, with scale and
+    translation (Ultralytics' recipe; tested). With rotation, shear or perspective, OpenCV's fixed-point source
+    coordinates of the shifted matrix round differently on a few pixels in 10,000, by 1 grey level.
+
+    The warp's output covers a window of the ``2 imgsz`` canvas of about ``(imgsz / scale)^2`` pixels: on
+    average a third of the canvas at Ultralytics' scale 0.5, so most of the canvas fill and tile copies are
+    skipped. A cached mosaic sample's mosaic and warp took 2.9 instead of 3.2 ms (medians of 10 runs of 150
+    samples of coco128 on the CI box).
+    """
+    centre = mosaic_centre(imgsz, rng)
+    perspective = RandomPerspective(params, -imgsz // 2)
+    canvas_size = (2 * imgsz, 2 * imgsz)
+    matrix, scale = perspective.draw(canvas_size, rng)
+    window = perspective.source_window(matrix, canvas_size)
+    canvas, target = _mosaic_layout(images, targets, imgsz, centre, window)
+    return perspective.apply(canvas, target, matrix, scale, canvas_size, origin=window[:2])
 
 
 def box_candidates(before: np.ndarray, after: np.ndarray, wh_thr: float = 2, ar_thr: float = 100,
@@ -182,15 +223,48 @@ class RandomPerspective:
     border: int = 0
 
     def __call__(self, image: np.ndarray, target: Target, rng: np.random.Generator):
-        in_size = image.shape[:2]
-        out_size = (in_size[0] + 2 * self.border, in_size[1] + 2 * self.border)
-        matrix, scale = affine_matrix(self.params, in_size, out_size, rng)
+        matrix, scale = self.draw(image.shape[:2], rng)
+        return self.apply(image, target, matrix, scale, image.shape[:2])
+
+    def out_size(self, in_size: tuple[int, int]) -> tuple[int, int]:
+        return in_size[0] + 2 * self.border, in_size[1] + 2 * self.border
+
+    def draw(self, in_size: tuple[int, int], rng: np.random.Generator) -> tuple[np.ndarray, float]:
+        """The ``(3, 3)`` matrix (input to output pixels) and scale for an input of ``in_size`` ``(h, w)``."""
+        return affine_matrix(self.params, in_size, self.out_size(in_size), rng)
+
+    def source_window(self, matrix: np.ndarray, in_size: tuple[int, int], margin: int = 2
+                      ) -> tuple[int, int, int, int]:
+        """``(x0, y0, x1, y1)``: the part of the input that the warp reads (the output's corners mapped back,
+        plus ``margin`` pixels for the bilinear neighbours), clipped to the input."""
+        out_h, out_w = self.out_size(in_size)
+        corners = np.array([[0, 0, 1], [out_w, 0, 1], [0, out_h, 1], [out_w, out_h, 1]], np.float64)
+        mapped = corners @ np.linalg.inv(matrix).T
+        if not (mapped[:, 2] > 0).all():  # a perspective that folds the output through infinity: all of it
+            return 0, 0, in_size[1], in_size[0]
+        xy = mapped[:, :2] / mapped[:, 2:]
+        x0, y0 = (max(int(v), 0) for v in np.floor(xy.min(0)) - margin)
+        x1, y1 = (min(int(v), size) for v, size in zip(np.ceil(xy.max(0)) + margin + 1, in_size[::-1]))
+        if x1 <= x0 or y1 <= y0:  # the output sees none of the input: warp the (grey) whole of it
+            return 0, 0, in_size[1], in_size[0]
+        return x0, y0, x1, y1
+
+    def apply(self, image: np.ndarray, target: Target, matrix: np.ndarray, scale: float, in_size: tuple[int, int],
+              origin: tuple[int, int] = (0, 0)) -> tuple[np.ndarray, Target]:
+        """Warp with a drawn ``matrix``. ``image`` may be the window of a larger input of ``in_size`` whose top
+        left corner is at ``origin`` ``(x, y)`` of that input; the target's boxes are in the input's pixels."""
+        out_size = self.out_size(in_size)
         if self.border or (matrix != np.eye(3)).any():
+            warp = matrix
+            if origin != (0, 0):
+                shift = np.eye(3)
+                shift[0, 2], shift[1, 2] = origin
+                warp = matrix @ shift
             if self.params.perspective:
-                image = cv2.warpPerspective(image, matrix, dsize=(out_size[1], out_size[0]),
+                image = cv2.warpPerspective(image, warp, dsize=(out_size[1], out_size[0]),
                                             borderValue=(PAD_VALUE,) * 3)
             else:
-                image = cv2.warpAffine(image, matrix[:2], dsize=(out_size[1], out_size[0]),
+                image = cv2.warpAffine(image, warp[:2], dsize=(out_size[1], out_size[0]),
                                        borderValue=(PAD_VALUE,) * 3)
         boxes = target["boxes"]
         if not len(boxes):
