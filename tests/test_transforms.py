@@ -129,16 +129,21 @@ def test_translate_scale_moves_boxes_with_pixels(seed: int) -> None:
     assert check_boxes_follow_pixels(transform, [image], [target], seed=seed) >= 1
 
 
+def mosaic_inputs(rng: np.random.Generator, imgsz: int, sides: tuple[int, int], count: int, min_size: float):
+    """Four random images of sides in ``sides``, resized to long side ``imgsz``, with their random targets."""
+    images, targets = [], []
+    for _ in range(4):
+        h, w = rng.integers(*sides, 2)
+        image = resize_long_side(rng.integers(0, 255, (h, w, 3), dtype=np.uint8), imgsz)
+        images.append(image)
+        targets.append(random_target(rng, *image.shape[:2], count=count, min_size=min_size))
+    return images, targets
+
+
 @pytest.mark.parametrize("seed", range(4))
 def test_mosaic_then_perspective_moves_boxes_with_pixels(seed: int) -> None:
     imgsz = 320
-    rng = np.random.default_rng(100 + seed)
-    images, targets = [], []
-    for _ in range(4):
-        h, w = rng.integers(200, 500, 2)
-        image = resize_long_side(rng.integers(0, 255, (h, w, 3), dtype=np.uint8), imgsz)
-        images.append(image)
-        targets.append(random_target(rng, *image.shape[:2], count=2, min_size=0.3))
+    images, targets = mosaic_inputs(np.random.default_rng(100 + seed), imgsz, (200, 500), count=2, min_size=0.3)
 
     def transform(images, targets, rng):
         canvas, target, border = mosaic4(images, targets, imgsz, rng)
@@ -163,16 +168,9 @@ def test_mosaic_perspective_builds_only_the_read_window_with_the_same_result(par
     fixed-point source coordinates of the shifted matrix round differently on a few pixels in 10,000: by 1."""
     imgsz = 160
     for seed in range(12):
-        rng = np.random.default_rng(seed)
-        images, targets = [], []
-        for _ in range(4):
-            h, w = rng.integers(60, 300, 2)
-            image = resize_long_side(rng.integers(0, 255, (h, w, 3), dtype=np.uint8), imgsz)
-            images.append(image)
-            targets.append(random_target(rng, *image.shape[:2], count=3, min_size=0.1))
-        canvas, target, border = mosaic4(images, targets, imgsz, np.random.default_rng(seed))
+        images, targets = mosaic_inputs(np.random.default_rng(seed), imgsz, (60, 300), count=3, min_size=0.1)
         expected_rng = np.random.default_rng(seed)
-        mosaic4(images, targets, imgsz, expected_rng)  # advance past the centre draws
+        canvas, target, border = mosaic4(images, targets, imgsz, expected_rng)
         expected, expected_target = RandomPerspective(params, border)(canvas, target, expected_rng)
         ours_rng = np.random.default_rng(seed)
         ours, ours_target = mosaic_perspective(images, targets, imgsz, params, ours_rng)
