@@ -47,11 +47,10 @@ class BatchHSV(nn.Module):
         self.register_buffer("hdiv", hdiv, persistent=False)
 
     def forward(self, images: torch.Tensor, gains: torch.Tensor) -> torch.Tensor:
-        memory_format = _memory_format(images)
         hsv = self.rgb_to_hsv(images)
         luts = hsv_luts(gains).to(torch.int32)  # (B, 3, 256)
         hsv = torch.gather(luts, 2, hsv.reshape(hsv.shape[0], 3, -1).long()).reshape(hsv.shape)
-        return hsv_to_rgb(hsv).contiguous(memory_format=memory_format)
+        return torch.empty_like(images).copy_(hsv_to_rgb(hsv))  # empty_like keeps the memory format
 
     def rgb_to_hsv(self, rgb: torch.Tensor) -> torch.Tensor:
         """OpenCV's 8-bit RGB -> HSV of uint8 ``(B, 3, H, W)``, as int32 (H 0..179, S and V 0..255)."""
@@ -96,8 +95,3 @@ def hsv_to_rgb(hsv: torch.Tensor) -> torch.Tensor:
     rgb = torch.stack([r, g, b], 1) * 255.0
     return torch.trunc(rgb).clamp_(0, 255).to(torch.uint8)
 
-
-def _memory_format(images: torch.Tensor) -> torch.memory_format:
-    if images.is_contiguous(memory_format=torch.channels_last) and not images.is_contiguous():
-        return torch.channels_last
-    return torch.contiguous_format

@@ -125,7 +125,7 @@ def copy_bgr_to_rgb(image: np.ndarray, out: np.ndarray) -> None:
     """Write BGR ``image (h, w, 3)`` as RGB into the top-left corner of ``out (H, W, 3)``."""
     h, w = image.shape[:2]
     target = out[:h, :w]
-    if image.flags.c_contiguous and target.strides[1:] == (3, 1):
+    if image.flags.c_contiguous:
         # cv2 writes into `target` in place (rows of a larger buffer are fine): one SIMD pass, half the time of
         # numpy's strided copy (0.27 against 0.55 ms for a 640 px image on the CI box)
         cv2.cvtColor(image, cv2.COLOR_BGR2RGB, dst=target)
