@@ -251,3 +251,17 @@ def test_batch_ring_never_overwrites_a_batch_not_handed_back(source) -> None:
     assert len(in_slots) == 6 and not any(item.reused for item in in_slots)  # 3 slots x 2 workers, then fresh
     plain = [item.batch if isinstance(item, ReusableBatch) else item for item in kept]
     assert_same_batches(batches(reference) + batches(reference, epoch=1), plain)
+
+
+def test_copy_bgr_to_rgb_writes_into_the_rows_of_a_larger_batch_buffer() -> None:
+    """cv2 must write into the given view (a silently reallocated output would leave the batch unwritten), also
+    for a smaller image in the corner of a rect batch and for a flipped (negative-stride) view."""
+    from yolo11.data.loader import copy_bgr_to_rgb
+
+    image = np.random.default_rng(0).integers(0, 256, (40, 50, 3), dtype=np.uint8)
+    rows = np.full((2, 64, 64, 3), 7, np.uint8)
+    copy_bgr_to_rgb(image, rows[1])
+    copy_bgr_to_rgb(image[:, ::-1], rows[0])
+    np.testing.assert_array_equal(rows[1, :40, :50], image[:, :, ::-1])
+    np.testing.assert_array_equal(rows[0, :40, :50], image[:, ::-1, ::-1])
+    assert (rows[:, 40:] == 7).all() and (rows[:, :, 50:] == 7).all()  # the padding is left alone
