@@ -65,6 +65,7 @@ def step_variant(args, flags: str) -> argparse.Namespace:
     parser.add_argument("--compile-mode", default=None)
     parser.add_argument("--cudnn-benchmark", action="store_true", help="cuDNN picks conv algorithms by timing them")
     parser.add_argument("--boxes", type=int, default=8, help="synthetic boxes per image (target rows M)")
+    parser.add_argument("--profile", action="store_true", help="after timing, print the kernels of 3 steps")
     variant = parser.parse_args(shlex.split(flags))
     return argparse.Namespace(**vars(args), **vars(variant))
 
@@ -93,13 +94,13 @@ def ours_step(args) -> dict:
     boxes, labels = (t.to(device) for t in synthetic_targets(args.batch, args.imgsz, args.boxes, g))
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[args.precision]
 
+    if args.channels_last:
+        images = images.contiguous(memory_format=torch.channels_last)
+
     def step():
-        x = images.float().div_(255)
-        if args.channels_last:
-            x = x.contiguous(memory_format=torch.channels_last)
         with torch.autocast("cuda", dtype=dtype):
-            feats = model(x)
-        loss, _ = criterion([f.float() for f in feats], boxes, labels)
+            feats = model(images)  # uint8: the model scales it (as in training)
+        loss, _ = criterion(feats, boxes, labels)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 10.0, foreach=True)
         optimizer.step()
@@ -110,8 +111,46 @@ def ours_step(args) -> dict:
     torch.cuda.reset_peak_memory_stats()
     started = time.perf_counter()
     times = time_steps(step, args.warmup, args.steps)
-    return {"img_s": args.batch / statistics.median(times), "peak_gb": torch.cuda.max_memory_allocated() / 2**30,
-            "wall_s": time.perf_counter() - started}
+    result = {"img_s": args.batch / statistics.median(times), "peak_gb": torch.cuda.max_memory_allocated() / 2**30,
+              "wall_s": time.perf_counter() - started}
+    if args.profile:
+        print_kernel_profile(step, statistics.median(times), steps=3)
+    return result
+
+
+KERNEL_GROUPS = (  # first match wins; lower-case substrings of kernel names
+    ("topk/sort", ("topk", "sort", "radix", "gatherTopK", "bitonic")),
+    ("Triton (inductor)", ("triton",)),
+    ("optimizer/clip/ema (foreach)", ("multi_tensor", "foreach", "sgd", "lerp")),
+    ("convolution (cuDNN/CUTLASS)", ("conv", "cudnn", "xmma", "implicit", "sm90", "sm80", "cutlass", "gemm",
+                                    "wgrad", "dgrad", "nhwc", "nchw")),
+    ("copy/fill", ("memcpy", "memset", "copy", "fill")),
+)
+
+
+def print_kernel_profile(step, step_seconds: float, steps: int) -> None:
+    """GPU kernels of ``steps`` steps: per-step time by group and the 30 busiest kernels."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            step()
+        torch.cuda.synchronize()
+    kernels = [e for e in prof.key_averages() if e.device_type == DeviceType.CUDA and e.self_device_time_total > 0]
+    kernels.sort(key=lambda e: -e.self_device_time_total)
+    total = sum(e.self_device_time_total for e in kernels) / 1e3 / steps
+    groups: dict[str, float] = {}
+    for event in kernels:
+        name = event.key.lower()
+        group = next((g for g, keys in KERNEL_GROUPS if any(k.lower() in name for k in keys)), "other")
+        groups[group] = groups.get(group, 0.0) + event.self_device_time_total / 1e3 / steps
+    print(f"kernel time {total:.2f} ms per step of {step_seconds * 1e3:.2f} ms (median timed step)")
+    for group, ms in sorted(groups.items(), key=lambda item: -item[1]):
+        print(f"  {group:34s} {ms:8.2f} ms")
+    for event in kernels[:30]:
+        print(f"  {event.self_device_time_total / 1e3 / steps:7.3f} ms x{event.count // steps:<4d} {event.key[:110]}")
 
 
 def ultralytics_step(args) -> dict:

@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 import yolo11
-from yolo11.models.blocks import Conv
+from yolo11.models.blocks import SPPF, Conv, SeparableMaxPool2d
 from yolo11.models.flops import count_gflops
 
 SCALE_NAMES = ["yolo11n", "yolo11s", "yolo11m", "yolo11l", "yolo11x"]
@@ -150,3 +150,97 @@ def test_config_rebuilds_the_same_architecture():
 def test_create_model_rejects_bad_arguments(kwargs, message):
     with pytest.raises(ValueError, match=message):
         yolo11.create_model(**kwargs)
+
+
+def test_uint8_images_are_scaled_inside_the_model():
+    model = yolo11.create_model("yolo11n", num_classes=3).eval()
+    images = torch.randint(0, 256, (2, 3, 64, 96), dtype=torch.uint8)
+    with torch.no_grad():
+        for from_uint8, from_float in zip(model(images), model(images.float() / 255), strict=True):
+            assert torch.equal(from_uint8, from_float)
+
+
+def window_maxima(x: torch.Tensor, pooled: torch.Tensor, kernel_size: int) -> torch.Tensor:
+    """``bool`` like ``x``: positions equal to the maximum of some stride-1 window that contains them."""
+    pad = kernel_size // 2
+    height, width = x.shape[-2:]
+    padded = nn.functional.pad(x, (pad,) * 4, value=float("-inf"))
+    hit = torch.zeros_like(padded, dtype=torch.bool)
+    for dy in range(kernel_size):
+        for dx in range(kernel_size):
+            hit[..., dy:dy + height, dx:dx + width] |= padded[..., dy:dy + height, dx:dx + width] == pooled
+    return hit[..., pad:pad + height, pad:pad + width]
+
+
+@pytest.mark.parametrize("ties", [False, True])
+def test_separable_max_pool_matches_max_pool(ties):
+    x = torch.randn(2, 4, 11, 13, dtype=torch.float64, generator=torch.Generator().manual_seed(0)) * 3
+    if ties:
+        x = x.round()  # many equal maxima in each window
+    x.requires_grad_()
+    upstream = torch.rand(2, 4, 11, 13, dtype=torch.float64, generator=torch.Generator().manual_seed(1)) + 0.1
+    for kernel_size in (3, 5):
+        reference = nn.MaxPool2d(kernel_size, 1, kernel_size // 2)(x)
+        separable = SeparableMaxPool2d(kernel_size)(x)
+        assert torch.equal(separable, reference)
+        grad_reference, = torch.autograd.grad(reference, x, upstream)
+        grad_separable, = torch.autograd.grad(separable, x, upstream)
+        if ties:  # shared between equal maxima instead of given to one: the same total, on window maxima only
+            assert torch.allclose(grad_separable.sum(), grad_reference.sum())
+            maxima = window_maxima(x.detach(), reference.detach(), kernel_size)
+            assert not (grad_separable != 0)[~maxima].any()
+            assert (grad_separable >= 0).all()
+            assert not torch.equal(grad_separable, grad_reference)  # the rounding did make ties
+        else:
+            assert torch.allclose(grad_separable, grad_reference, rtol=1e-12, atol=0)  # summed in another order
+
+
+def test_sppf_under_compile_pools_separably_with_the_same_output():
+    graphs = []
+
+    def capture(graph_module, example_inputs):
+        graphs.append(graph_module)
+        return graph_module.forward
+
+    torch.manual_seed(0)
+    block = SPPF(16, 16).train()
+    x = torch.randn(2, 16, 12, 12)
+    expected = block(x)
+    compiled = torch.compile(block, backend=capture, fullgraph=True)
+    assert torch.allclose(compiled(x), expected, atol=1e-6)
+    targets = [str(node.target) for node in graphs[0].graph.nodes]
+    assert sum("maximum" in t for t in targets) == 3 * 2 * 4  # 3 pools, rows and columns, 4 maxima each
+    assert not any("max_pool" in t for t in targets)
+    block.eval()
+    torch._dynamo.reset()
+    graphs.clear()
+    torch.compile(block, backend=capture, fullgraph=True)(x)
+    assert not any("maximum" in str(node.target) for node in graphs[0].graph.nodes)  # inference: nn.MaxPool2d
+
+
+def test_stem_conv_padded_to_8_channels_is_the_same_conv():
+    torch.manual_seed(0)
+    conv = Conv(3, 16, 3, 2).double()
+    x = torch.rand(2, 3, 32, 48, dtype=torch.float64).contiguous(memory_format=torch.channels_last)
+    upstream = torch.randn(2, 16, 16, 24, dtype=torch.float64)
+    expected = conv.conv(x)
+    grad_expected, = torch.autograd.grad(expected, conv.conv.weight, upstream)
+    padded = conv._conv_padded_to_8(x)
+    grad_padded, = torch.autograd.grad(padded, conv.conv.weight, upstream)
+    assert torch.allclose(padded, expected, atol=1e-12)
+    assert torch.allclose(grad_padded, grad_expected, atol=1e-10)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_compiled_training_forward_matches_eager_on_cuda():
+    """The compile-only paths (stem padded to 8 channels, separable SPPF pools) change no output."""
+    torch.manual_seed(0)
+    model = yolo11.create_model("yolo11n", num_classes=80).cuda().to(memory_format=torch.channels_last).train()
+    images = torch.randint(0, 256, (4, 3, 128, 160), dtype=torch.uint8, device="cuda")
+    images = images.contiguous(memory_format=torch.channels_last)
+    with torch.backends.cudnn.flags(allow_tf32=False):
+        expected = model(images)
+        compiled = torch.compile(model)(images)
+    for a, b in zip(compiled, expected, strict=True):
+        assert torch.allclose(a, b, rtol=1e-3, atol=1e-3), (a - b).abs().max()

@@ -115,10 +115,10 @@ class DetectionCollate:
 
 
 def model_input(images: torch.Tensor, channels_last: bool) -> torch.Tensor:
-    """The model's float ``[0, 1]`` input from a uint8 batch (on its device), in the memory format the model
-    runs in (the collate's batches are channels_last in memory)."""
+    """The model's input from a uint8 batch (on its device): still uint8, which ``YOLO11Detector`` scales to
+    ``[0, 1]`` itself, in the memory format the model runs in (the collate's batches are channels_last)."""
     memory_format = torch.channels_last if channels_last else torch.contiguous_format
-    return images.contiguous(memory_format=memory_format).float().div_(255.0)
+    return images.contiguous(memory_format=memory_format)
 
 
 def copy_bgr_to_rgb(image: np.ndarray, out: np.ndarray) -> None:

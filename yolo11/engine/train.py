@@ -99,7 +99,7 @@ def train_one_epoch(
         with accelerator.accumulate(model):
             with accelerator.autocast():
                 feats = model(images)
-            loss, parts = criterion([f.float() for f in feats], batch["boxes"], batch["labels"])
+            loss, parts = criterion(feats, batch["boxes"], batch["labels"])  # upcasts the maps itself
             guard.observe_loss(loss.detach())
             accelerator.backward(loss * loss_scale.factor)
             if accelerator.sync_gradients:

@@ -20,9 +20,13 @@ __all__ = ["SCALES", "YOLO11Detector", "create_model"]
 
 
 class YOLO11Detector(nn.Module):
-    """``forward(images (B, 3, H, W) in [0, 1], H and W multiples of 32)`` -> three raw maps
+    """``forward(images (B, 3, H, W), H and W multiples of 32)`` -> three raw maps
     ``(B, 4 * reg_max + num_classes, H / s, W / s)`` for strides 8, 16, 32, box-distribution channels first,
     in every mode (decoding and NMS are in ``yolo11.postprocess``).
+
+    ``images`` are float in ``[0, 1]`` or uint8 in ``[0, 255]``; uint8 images are scaled here, inside the model,
+    so that a compiled model reads the uint8 batch once, in the kernel that feeds the first conv, instead of
+    a separate float32 copy of the batch being written and read again.
     """
 
     def __init__(
@@ -45,6 +49,8 @@ class YOLO11Detector(nn.Module):
         self.head = Detect(num_classes, neck_channels, reg_max, self.strides)
 
     def forward(self, images: torch.Tensor) -> list[torch.Tensor]:
+        if images.dtype == torch.uint8:
+            images = images.float().div(255.0)
         return self.head(self.neck(self.backbone(images)))
 
     def fuse(self) -> YOLO11Detector:

@@ -1,0 +1,194 @@
+"""Forward + backward time of single pieces of the YOLO11 step on the GPU, compiled, in several implementations.
+
+    python benchmarks/block_speed.py --batch 128 --model yolo11n
+
+Pieces (shapes of the training step at 640 px):
+
+- ``sppf-pool``: SPPF's three chained 5x5 max-pools on the ``(B, C/2, 20, 20)`` map, as ``nn.MaxPool2d`` through
+  inductor, as the ``yolo11::max_pool2d`` op (aten's CUDA kernels, opaque to inductor) and eager;
+- ``stem``: the first Conv (3 input channels, 3x3, stride 2) with the uint8 -> float input step before it.
+
+Median of ``--repeats`` timed runs after warm-up (CUDA events); gradients are checked against eager.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+from torch import nn
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def time_fn(fn, warmup: int = 5, repeats: int = 20) -> float:
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+@torch.library.custom_op("yolo11_bench::max_pool2d", mutates_args=())
+def aten_max_pool(x: torch.Tensor, kernel_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    pad = kernel_size // 2
+    return torch.ops.aten.max_pool2d_with_indices(x, [kernel_size] * 2, [1, 1], [pad, pad])
+
+
+@aten_max_pool.register_fake
+def _(x, kernel_size):
+    return torch.empty_like(x), torch.empty_like(x, dtype=torch.long)
+
+
+@torch.library.custom_op("yolo11_bench::max_pool2d_backward", mutates_args=())
+def aten_max_pool_backward(
+    grad: torch.Tensor, x: torch.Tensor, indices: torch.Tensor, kernel_size: int
+) -> torch.Tensor:
+    pad = kernel_size // 2
+    return torch.ops.aten.max_pool2d_with_indices_backward(
+        grad, x, [kernel_size] * 2, [1, 1], [pad, pad], [1, 1], False, indices)
+
+
+@aten_max_pool_backward.register_fake
+def _(grad, x, indices, kernel_size):
+    return torch.empty_like(x)
+
+
+def _setup(ctx, inputs, output):
+    ctx.save_for_backward(inputs[0], output[1])
+    ctx.kernel_size = inputs[1]
+
+
+def _backward(ctx, grad, _):
+    x, indices = ctx.saved_tensors
+    return aten_max_pool_backward(grad.contiguous(memory_format=torch.channels_last) if x.is_contiguous(
+        memory_format=torch.channels_last) else grad.contiguous(), x, indices, ctx.kernel_size), None
+
+
+aten_max_pool.register_autograd(_backward, setup_context=_setup)
+
+
+class AtenPool(nn.Module):
+    def forward(self, x):
+        return aten_max_pool(x, 5)[0]
+
+
+class SeparablePool(nn.Module):
+    """5x5 stride-1 max-pool as a row max then a column max of shifted slices (-inf padding)."""
+
+    def forward(self, x):
+        k, p = 5, 2
+        h, w = x.shape[-2:]
+        padded = torch.nn.functional.pad(x, (p, p, 0, 0), value=float("-inf"))
+        rows = padded[..., 0:w]
+        for i in range(1, k):
+            rows = torch.maximum(rows, padded[..., i:i + w])
+        padded = torch.nn.functional.pad(rows, (0, 0, p, p), value=float("-inf"))
+        out = padded[..., 0:h, :]
+        for i in range(1, k):
+            out = torch.maximum(out, padded[..., i:i + h, :])
+        return out
+
+
+def chained_pools(pool):
+    def run(x):
+        y = [x]
+        for _ in range(3):
+            y.append(pool(y[-1]))
+        return torch.cat(y, 1)
+
+    return run
+
+
+def bench_pool(batch: int, channels: int, size: int) -> None:
+    x0 = torch.randn(batch, channels, size, size, device="cuda", dtype=torch.bfloat16)
+    x0 = x0.contiguous(memory_format=torch.channels_last)
+    grad = torch.randn(batch, channels * 4, size, size, device="cuda", dtype=torch.bfloat16)
+    grad = grad.contiguous(memory_format=torch.channels_last)
+    variants = {
+        "nn.MaxPool2d eager": chained_pools(nn.MaxPool2d(5, 1, 2)),
+        "nn.MaxPool2d compiled": torch.compile(chained_pools(nn.MaxPool2d(5, 1, 2))),
+        "aten op compiled": torch.compile(chained_pools(AtenPool())),
+        "separable compiled": torch.compile(chained_pools(SeparablePool())),
+    }
+    reference = None
+    for name, fn in variants.items():
+        x = x0.detach().requires_grad_()
+
+        def step(fn=fn, x=x):
+            x.grad = None
+            fn(x).backward(grad)
+
+        ms = time_fn(step)
+        out, = torch.autograd.grad(fn(x), x, grad)
+        if reference is None:
+            reference = (fn(x).detach(), out)
+        same_out = torch.equal(fn(x).detach(), reference[0])
+        same_grad = torch.equal(out, reference[1])
+        print(f"  sppf-pool {name:28s} {ms:7.3f} ms   output equal: {same_out}  grad equal: {same_grad}")
+
+
+def bench_stem(batch: int, width: int, imgsz: int) -> None:
+    from yolo11.models.blocks import Conv
+
+    images = torch.randint(0, 256, (batch, imgsz, imgsz, 3), dtype=torch.uint8, device="cuda").permute(0, 3, 1, 2)
+    conv = Conv(3, width, 3, 2).cuda().to(memory_format=torch.channels_last)
+
+    def eager(u8):
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            return conv(u8.contiguous(memory_format=torch.channels_last).float().div_(255))
+
+    def fused_input(u8):
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            return conv(u8.float() / 255)
+
+    def padded_input(channels):
+        def run(u8):
+            x = torch.nn.functional.pad(u8.float() / 255, (0, 0, 0, 0, 0, channels - 3))
+            x = x.contiguous(memory_format=torch.channels_last)
+            weight = torch.nn.functional.pad(conv.conv.weight, (0, 0, 0, 0, 0, channels - 3))
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                y = torch.nn.functional.conv2d(x, weight, None, 2, 1)
+            return conv.act(conv.bn(y))
+        return run
+
+    variants = {"float input eager": eager, "float input, compiled": torch.compile(fused_input),
+                "input padded to 4 channels, compiled": torch.compile(padded_input(4)),
+                "input padded to 8 channels, compiled": torch.compile(padded_input(8))}
+    for name, fn in variants.items():
+        grad = torch.randn_like(fn(images), dtype=torch.bfloat16)
+
+        def step(fn=fn, grad=grad):
+            conv.zero_grad(set_to_none=True)
+            fn(images).backward(grad)
+
+        print(f"  stem {name:33s} {time_fn(step):7.3f} ms")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--batch", type=int, default=128)
+    parser.add_argument("--imgsz", type=int, default=640)
+    parser.add_argument("--model", default="yolo11n")
+    args = parser.parse_args()
+    from yolo11.models.scales import get_scale
+
+    scale = get_scale(args.model.removeprefix("yolo11"))
+    print(f"{args.model} batch {args.batch} {args.imgsz}px on {torch.cuda.get_device_name()}, "
+          f"torch {torch.__version__}")
+    bench_pool(args.batch, scale.channels(1024) // 2, args.imgsz // 32)
+    bench_stem(args.batch, scale.channels(64), args.imgsz)
+
+
+if __name__ == "__main__":
+    main()
