@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 import yolo11
-from yolo11.models.blocks import SPPF, Conv, SeparableMaxPool2d
+from yolo11.models.blocks import SPPF, Conv, SeparableMaxPool2d, repeat_nearest_2x
 from yolo11.models.flops import count_gflops
 
 SCALE_NAMES = ["yolo11n", "yolo11s", "yolo11m", "yolo11l", "yolo11x"]
@@ -244,3 +244,19 @@ def test_compiled_training_forward_matches_eager_on_cuda():
         compiled = torch.compile(model)(images)
     for a, b in zip(compiled, expected, strict=True):
         assert torch.allclose(a, b, rtol=1e-3, atol=1e-3), (a - b).abs().max()
+
+
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_repeat_nearest_2x_is_nearest_upsampling(channels_last):
+    x = torch.randn(2, 5, 3, 4, dtype=torch.float64)
+    if channels_last:
+        x = x.contiguous(memory_format=torch.channels_last)
+    x.requires_grad_()
+    upstream = torch.randn(2, 5, 6, 8, dtype=torch.float64)
+    expected = nn.Upsample(scale_factor=2, mode="nearest")(x)
+    repeated = repeat_nearest_2x(x)
+    assert torch.equal(repeated, expected)
+    assert repeated.is_contiguous(memory_format=torch.channels_last if channels_last else torch.contiguous_format)
+    grad_expected, = torch.autograd.grad(expected, x, upstream)
+    grad_repeated, = torch.autograd.grad(repeated, x, upstream)
+    assert torch.allclose(grad_repeated, grad_expected, rtol=1e-12, atol=1e-12)
