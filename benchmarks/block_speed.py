@@ -4,11 +4,14 @@
 
 Pieces (shapes of the training step at 640 px):
 
-- ``sppf-pool``: SPPF's three chained 5x5 max-pools on the ``(B, C/2, 20, 20)`` map, as ``nn.MaxPool2d`` through
-  inductor, as the ``yolo11::max_pool2d`` op (aten's CUDA kernels, opaque to inductor) and eager;
-- ``stem``: the first Conv (3 input channels, 3x3, stride 2) with the uint8 -> float input step before it.
+- ``sppf-pool``: SPPF's three chained 5x5 max-pools on the ``(B, C/2, 20, 20)`` map: ``nn.MaxPool2d`` eager and
+  through inductor, a custom op that keeps aten's CUDA kernels (opaque to inductor), and ``SeparableMaxPool2d``
+  (what ``SPPF`` uses when training under ``torch.compile``);
+- ``stem``: the first Conv (3 input channels, 3x3, stride 2) with the uint8 -> float input step before it, as is
+  and on input zero-padded to 4 or 8 channels (``Conv._conv_padded_to_8``).
 
-Median of ``--repeats`` timed runs after warm-up (CUDA events); gradients are checked against eager.
+Median of 20 timed runs after 5 warm-up runs (CUDA events). The pool variants' outputs and input gradients are
+compared with eager ``nn.MaxPool2d`` (gradients differ where a window holds equal maxima).
 """
 
 from __future__ import annotations
@@ -83,23 +86,6 @@ class AtenPool(nn.Module):
         return aten_max_pool(x, 5)[0]
 
 
-class SeparablePool(nn.Module):
-    """5x5 stride-1 max-pool as a row max then a column max of shifted slices (-inf padding)."""
-
-    def forward(self, x):
-        k, p = 5, 2
-        h, w = x.shape[-2:]
-        padded = torch.nn.functional.pad(x, (p, p, 0, 0), value=float("-inf"))
-        rows = padded[..., 0:w]
-        for i in range(1, k):
-            rows = torch.maximum(rows, padded[..., i:i + w])
-        padded = torch.nn.functional.pad(rows, (0, 0, p, p), value=float("-inf"))
-        out = padded[..., 0:h, :]
-        for i in range(1, k):
-            out = torch.maximum(out, padded[..., i:i + h, :])
-        return out
-
-
 def chained_pools(pool):
     def run(x):
         y = [x]
@@ -111,6 +97,8 @@ def chained_pools(pool):
 
 
 def bench_pool(batch: int, channels: int, size: int) -> None:
+    from yolo11.models.blocks import SeparableMaxPool2d
+
     x0 = torch.randn(batch, channels, size, size, device="cuda", dtype=torch.bfloat16)
     x0 = x0.contiguous(memory_format=torch.channels_last)
     grad = torch.randn(batch, channels * 4, size, size, device="cuda", dtype=torch.bfloat16)
@@ -119,7 +107,7 @@ def bench_pool(batch: int, channels: int, size: int) -> None:
         "nn.MaxPool2d eager": chained_pools(nn.MaxPool2d(5, 1, 2)),
         "nn.MaxPool2d compiled": torch.compile(chained_pools(nn.MaxPool2d(5, 1, 2))),
         "aten op compiled": torch.compile(chained_pools(AtenPool())),
-        "separable compiled": torch.compile(chained_pools(SeparablePool())),
+        "separable compiled": torch.compile(chained_pools(SeparableMaxPool2d(5))),
     }
     reference = None
     for name, fn in variants.items():

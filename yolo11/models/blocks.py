@@ -40,12 +40,13 @@ class Conv(nn.Module):
         self.act = nn.SiLU() if act else nn.Identity()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.shape[1] < 8 and x.is_cuda and torch.compiler.is_compiling():
+        if x.shape[1] < 8 and x.is_cuda and self.training and torch.compiler.is_compiling():
             return self.act(self.bn(self._conv_padded_to_8(x)))
         return self.act(self.bn(self.conv(x)))
 
     def _conv_padded_to_8(self, x: torch.Tensor) -> torch.Tensor:
-        """The same conv with input and weight zero-padded to 8 input channels (the stem's RGB input).
+        """The same conv with input and weight zero-padded to 8 input channels (the stem's RGB input); for
+        training under ``torch.compile`` on CUDA.
 
         cuDNN runs a 3-channel conv with slow kernels (and pads it to 8 itself in every call); zero channels add
         exact zeros to the sums. Under ``torch.compile`` the input's padding fuses with the kernel that produces
