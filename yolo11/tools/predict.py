@@ -97,7 +97,8 @@ def predict_images(model: torch.nn.Module, files: list[Path], imgsz: int, postpr
     for start in range(0, len(files), batch):
         originals = [read_rgb(path) for path in files[start:start + batch]]
         boxed = [letterbox(image, imgsz) for image in originals]
-        images = torch.from_numpy(np.stack([b[0] for b in boxed])).permute(0, 3, 1, 2).to(device).float() / 255.0
+        # uint8 on the device (a quarter of float32's transfer); the model scales it to [0, 1]
+        images = torch.from_numpy(np.stack([b[0] for b in boxed])).permute(0, 3, 1, 2).to(device)
         ratio_pad = torch.tensor([b[1] for b in boxed], dtype=torch.float32)
         sizes = torch.tensor([image.shape[:2] for image in originals])
         feats = [f.cpu() for f in model(images)]
