@@ -5,7 +5,7 @@
 Pieces (shapes of the training step at 640 px):
 
 - ``sppf-pool``: SPPF's three chained 5x5 max-pools on the ``(B, C/2, 20, 20)`` map: ``nn.MaxPool2d`` eager and
-  through inductor, a custom op that keeps aten's CUDA kernels (opaque to inductor), and ``SeparableMaxPool2d``
+  through inductor, a custom op that keeps aten's CUDA kernels (opaque to inductor), and ``separable_max_pool2d``
   (what ``SPPF`` uses when training under ``torch.compile``);
 - ``stem``: the first Conv (3 input channels, 3x3, stride 2) with the uint8 -> float input step before it, as is
   and on input zero-padded to 4 or 8 channels (``Conv._conv_padded_to_8``).
@@ -17,6 +17,7 @@ compared with eager ``nn.MaxPool2d`` (gradients differ where a window holds equa
 from __future__ import annotations
 
 import argparse
+import functools
 import statistics
 import sys
 from pathlib import Path
@@ -97,7 +98,7 @@ def chained_pools(pool):
 
 
 def bench_pool(batch: int, channels: int, size: int) -> None:
-    from yolo11.models.blocks import SeparableMaxPool2d
+    from yolo11.models.blocks import separable_max_pool2d
 
     x0 = torch.randn(batch, channels, size, size, device="cuda", dtype=torch.bfloat16)
     x0 = x0.contiguous(memory_format=torch.channels_last)
@@ -107,7 +108,7 @@ def bench_pool(batch: int, channels: int, size: int) -> None:
         "nn.MaxPool2d eager": chained_pools(nn.MaxPool2d(5, 1, 2)),
         "nn.MaxPool2d compiled": torch.compile(chained_pools(nn.MaxPool2d(5, 1, 2))),
         "aten op compiled": torch.compile(chained_pools(AtenPool())),
-        "separable compiled": torch.compile(chained_pools(SeparableMaxPool2d(5))),
+        "separable compiled": torch.compile(chained_pools(functools.partial(separable_max_pool2d, kernel_size=5))),
     }
     reference = None
     for name, fn in variants.items():

@@ -8,6 +8,7 @@ ours by renaming only its ``model.N`` prefix (see ``yolo11.weights.ultralytics``
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -168,14 +169,14 @@ class SPPF(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         pool = self.m
         if self.training and torch.compiler.is_compiling():
-            pool = SeparableMaxPool2d(self.m.kernel_size)
+            pool = functools.partial(separable_max_pool2d, kernel_size=self.m.kernel_size)
         y = [self.cv1(x)]
         for _ in range(3):
             y.append(pool(y[-1]))
         return self.cv2(torch.cat(y, 1))
 
 
-class SeparableMaxPool2d(nn.Module):
+def separable_max_pool2d(x: torch.Tensor, kernel_size: int) -> torch.Tensor:
     """Stride-1 ``k x k`` max-pool with ``k // 2`` padding as a max over ``k`` shifted rows, then over ``k`` shifted
     columns: the same output as ``nn.MaxPool2d``, as pointwise maxima that ``torch.compile`` fuses.
 
@@ -184,23 +185,17 @@ class SeparableMaxPool2d(nn.Module):
     The gradient differs only where a window holds equal maxima: it is shared between them (``torch.maximum``)
     instead of going to one of them, whose choice already differs between PyTorch's own kernels.
     """
-
-    def __init__(self, kernel_size: int) -> None:
-        super().__init__()
-        self.kernel_size = kernel_size
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        k, pad = self.kernel_size, self.kernel_size // 2
-        height, width = x.shape[-2:]
-        padded = F.pad(x, (pad, pad, 0, 0), value=float("-inf"))
-        rows = padded[..., :width]
-        for shift in range(1, k):
-            rows = torch.maximum(rows, padded[..., shift:shift + width])
-        padded = F.pad(rows, (0, 0, pad, pad), value=float("-inf"))
-        out = padded[..., :height, :]
-        for shift in range(1, k):
-            out = torch.maximum(out, padded[..., shift:shift + height, :])
-        return out
+    pad = kernel_size // 2
+    height, width = x.shape[-2:]
+    padded = F.pad(x, (pad, pad, 0, 0), value=float("-inf"))
+    rows = padded[..., :width]
+    for shift in range(1, kernel_size):
+        rows = torch.maximum(rows, padded[..., shift:shift + width])
+    padded = F.pad(rows, (0, 0, pad, pad), value=float("-inf"))
+    out = padded[..., :height, :]
+    for shift in range(1, kernel_size):
+        out = torch.maximum(out, padded[..., shift:shift + height, :])
+    return out
 
 
 def repeat_nearest_2x(x: torch.Tensor) -> torch.Tensor:
