@@ -136,7 +136,7 @@ class RunConfig:
     compile: bool = _opt(False, "torch.compile the model")
     compile_mode: str = _opt("default", "torch.compile mode of the model (reduce-overhead: CUDA graphs)",
                              ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"))
-    compile_loss: bool = _opt(False, "torch.compile the loss and assigner too (pad targets with --max-boxes)")
+    compile_loss: bool = _opt(False, "torch.compile the loss and assigner too (one graph for every box count)")
     channels_last: bool = _opt(True, "channels_last memory format on CUDA")
     log_interval: int = _opt(20, "print progress every N optimizer steps")
     profile: bool = _opt(False, "trace optimizer steps 10-14 with torch.profiler into <run>/profile")
