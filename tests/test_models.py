@@ -11,6 +11,7 @@ from torch import nn
 import yolo11
 from yolo11.models.blocks import SPPF, Conv, repeat_nearest_2x, separable_max_pool2d
 from yolo11.models.flops import count_gflops
+from yolo11.models.neck import YOLO11Neck
 
 SCALE_NAMES = ["yolo11n", "yolo11s", "yolo11m", "yolo11l", "yolo11x"]
 # Ultralytics' model summaries with 80 classes (FIELD-NOTES): parameters and GFLOPs at 640.
@@ -216,6 +217,25 @@ def test_sppf_under_compile_pools_separably_with_the_same_output():
     graphs.clear()
     torch.compile(block, backend=capture, fullgraph=True)(x)
     assert not any("maximum" in str(node.target) for node in graphs[0].graph.nodes)  # inference: nn.MaxPool2d
+
+
+def test_neck_under_compile_upsamples_by_repeating_with_the_same_output():
+    graphs = []
+
+    def capture(graph_module, example_inputs):
+        graphs.append(graph_module)
+        return graph_module.forward
+
+    torch.manual_seed(0)
+    neck = YOLO11Neck((8, 16, 32), (8, 16, 32), 1, c3k=False).train()
+    features = [torch.randn(2, c, s, s) for c, s in ((8, 16), (16, 8), (32, 4))]
+    expected = neck(features)
+    compiled = torch.compile(neck, backend=capture, fullgraph=True)(features)
+    for a, b in zip(compiled, expected, strict=True):
+        assert torch.allclose(a, b, atol=1e-6)
+    targets = [str(node.target) for node in graphs[0].graph.nodes]
+    assert sum("expand" in t for t in targets) == 2
+    assert not any("interpolate" in t or "upsample" in t for t in targets)
 
 
 def test_stem_conv_padded_to_8_channels_is_the_same_conv():
