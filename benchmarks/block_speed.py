@@ -43,6 +43,8 @@ def time_fn(fn, warmup: int = 5, repeats: int = 20) -> float:
     return statistics.median(times)
 
 
+# The alternative to separable maxima that keeps aten's exact max-pool gradient: aten's forward and backward kernels
+# as custom ops, which inductor calls as they are instead of lowering them (measured, not used by the model).
 @torch.library.custom_op("yolo11_bench::max_pool2d", mutates_args=())
 def aten_max_pool(x: torch.Tensor, kernel_size: int) -> tuple[torch.Tensor, torch.Tensor]:
     pad = kernel_size // 2
