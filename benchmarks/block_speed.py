@@ -27,20 +27,12 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from train_throughput import time_steps  # noqa: E402  (this folder is on sys.path when run as a script)
 
-def time_fn(fn, warmup: int = 5, repeats: int = 20) -> float:
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
+
+def time_fn(fn) -> float:
+    """Median milliseconds of 20 runs after 5 warm-up runs."""
+    return statistics.median(time_steps(fn, warmup=5, steps=20)) * 1e3
 
 
 # The alternative to separable maxima that keeps aten's exact max-pool gradient: aten's forward and backward kernels
