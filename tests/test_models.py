@@ -196,44 +196,41 @@ def test_separable_max_pool_matches_max_pool(ties):
             assert torch.allclose(grad_separable, grad_reference, rtol=1e-12, atol=0)  # summed in another order
 
 
-def test_sppf_under_compile_pools_separably_with_the_same_output():
+def compiled_with_graph(module: nn.Module, *inputs):
+    """``torch.compile(module)(*inputs)`` with a backend that keeps dynamo's graph: (output, the graph's node
+    targets as strings)."""
     graphs = []
 
     def capture(graph_module, example_inputs):
         graphs.append(graph_module)
         return graph_module.forward
 
+    torch._dynamo.reset()
+    output = torch.compile(module, backend=capture, fullgraph=True)(*inputs)
+    return output, [str(node.target) for node in graphs[0].graph.nodes]
+
+
+def test_sppf_under_compile_pools_separably_with_the_same_output():
     torch.manual_seed(0)
     block = SPPF(16, 16).train()
     x = torch.randn(2, 16, 12, 12)
     expected = block(x)
-    compiled = torch.compile(block, backend=capture, fullgraph=True)
-    assert torch.allclose(compiled(x), expected, atol=1e-6)
-    targets = [str(node.target) for node in graphs[0].graph.nodes]
+    compiled, targets = compiled_with_graph(block, x)
+    assert torch.allclose(compiled, expected, atol=1e-6)
     assert sum("maximum" in t for t in targets) == 3 * 2 * 4  # 3 pools, rows and columns, 4 maxima each
     assert not any("max_pool" in t for t in targets)
-    block.eval()
-    torch._dynamo.reset()
-    graphs.clear()
-    torch.compile(block, backend=capture, fullgraph=True)(x)
-    assert not any("maximum" in str(node.target) for node in graphs[0].graph.nodes)  # inference: nn.MaxPool2d
+    _, targets = compiled_with_graph(block.eval(), x)
+    assert not any("maximum" in t for t in targets)  # inference: nn.MaxPool2d
 
 
 def test_neck_under_compile_upsamples_by_repeating_with_the_same_output():
-    graphs = []
-
-    def capture(graph_module, example_inputs):
-        graphs.append(graph_module)
-        return graph_module.forward
-
     torch.manual_seed(0)
     neck = YOLO11Neck((8, 16, 32), (8, 16, 32), 1, c3k=False).train()
     features = [torch.randn(2, c, s, s) for c, s in ((8, 16), (16, 8), (32, 4))]
     expected = neck(features)
-    compiled = torch.compile(neck, backend=capture, fullgraph=True)(features)
+    compiled, targets = compiled_with_graph(neck, features)
     for a, b in zip(compiled, expected, strict=True):
         assert torch.allclose(a, b, atol=1e-6)
-    targets = [str(node.target) for node in graphs[0].graph.nodes]
     assert sum("expand" in t for t in targets) == 2
     assert not any("interpolate" in t or "upsample" in t for t in targets)
 
