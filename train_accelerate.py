@@ -35,6 +35,7 @@ from yolo11.engine.setup import (
     build_model,
     build_train_loader_kwargs,
     check_launch,
+    compile_model,
     maybe_sync_batchnorm,
     plan_run,
     prepare_training,
@@ -93,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
             first["images"] = BatchHSV()(first["images"], first["hsv_gains"])
         save_batch_preview(first, train_source.class_names, run_dir / "train_batch0.jpg")
     if config.run.compile:
-        model = torch.compile(model, mode=config.run.compile_mode)
+        model = compile_model(model, config.run.compile_mode)
         batch_hsv = torch.compile(batch_hsv)  # one fused kernel instead of ~40 passes over the batch
     if config.run.compile_loss:
         criterion = CompiledLoss(criterion)

@@ -66,11 +66,18 @@ def step_variant(args, flags: str) -> argparse.Namespace:
     parser.add_argument("--cudnn-benchmark", action="store_true", help="cuDNN picks conv algorithms by timing them")
     parser.add_argument("--boxes", type=int, default=8, help="synthetic boxes per image (target rows M)")
     parser.add_argument("--profile", action="store_true", help="after timing, print the kernels of 3 steps")
+    parser.add_argument("--kernels-file", default=None, help="with --profile: every kernel's time, to this file")
+    parser.add_argument("--realize-reads", type=int, default=None,
+                        help="inductor's realize_reads_threshold for the model (default: the trainer's, "
+                             "yolo11.engine.setup.MODEL_INDUCTOR_OPTIONS)")
+    parser.add_argument("--coordinate-descent", action="store_true",
+                        help="inductor tunes the block sizes of its kernels by timing them (longer compile)")
     variant = parser.parse_args(shlex.split(flags))
     return argparse.Namespace(**vars(args), **vars(variant))
 
 
 def ours_step(args) -> dict:
+    import torch._inductor.config
     import yolo11
     from yolo11.engine.optim import OptimizerChoice, build_optimizer
     from yolo11.loss import DetectionLoss
@@ -83,7 +90,10 @@ def ours_step(args) -> dict:
     criterion = DetectionLoss(80)
     optimizer = build_optimizer(model, OptimizerChoice("SGD", 0.01, 0.937), 5e-4)
     if args.compile:
-        model = torch.compile(model, mode=args.compile_mode)
+        from yolo11.engine.setup import compile_model
+
+        extra = {} if args.realize_reads is None else {"realize_reads_threshold": args.realize_reads}
+        model = compile_model(model, args.compile_mode, **extra)  # as train_accelerate.py --compile
     if args.compile_loss:
         from yolo11.engine.setup import CompiledLoss
 
@@ -107,6 +117,7 @@ def ours_step(args) -> dict:
         optimizer.zero_grad(set_to_none=True)
 
     torch._dynamo.reset()
+    torch._inductor.config.coordinate_descent_tuning = args.coordinate_descent  # global: set per variant
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats()
     started = time.perf_counter()
@@ -114,7 +125,7 @@ def ours_step(args) -> dict:
     result = {"img_s": args.batch / statistics.median(times), "peak_gb": torch.cuda.max_memory_allocated() / 2**30,
               "wall_s": time.perf_counter() - started}
     if args.profile:
-        print_kernel_profile(step, statistics.median(times), steps=3)
+        print_kernel_profile(step, statistics.median(times), steps=3, kernels_file=args.kernels_file)
     return result
 
 
@@ -128,8 +139,9 @@ KERNEL_GROUPS = (  # first match wins; lower-case substrings of kernel names
 )
 
 
-def print_kernel_profile(step, step_seconds: float, steps: int) -> None:
-    """GPU kernels of ``steps`` steps: per-step time by group and the 30 busiest kernels."""
+def print_kernel_profile(step, step_seconds: float, steps: int, kernels_file: str | None = None) -> None:
+    """GPU kernels of ``steps`` steps: per-step time by group and the 30 busiest kernels (all of them to
+    ``kernels_file``)."""
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
@@ -149,8 +161,12 @@ def print_kernel_profile(step, step_seconds: float, steps: int) -> None:
     print(f"kernel time {total:.2f} ms per step of {step_seconds * 1e3:.2f} ms (median timed step)")
     for group, ms in sorted(groups.items(), key=lambda item: -item[1]):
         print(f"  {group:34s} {ms:8.2f} ms")
-    for event in kernels[:30]:
-        print(f"  {event.self_device_time_total / 1e3 / steps:7.3f} ms x{event.count // steps:<4d} {event.key[:110]}")
+    lines = [f"{event.self_device_time_total / 1e3 / steps:7.3f} ms x{event.count // steps:<4d} {event.key}"
+             for event in kernels]
+    for line in lines[:30]:
+        print(f"  {line[:130]}")
+    if kernels_file:
+        Path(kernels_file).write_text("\n".join(lines) + "\n")
 
 
 def ultralytics_step(args) -> dict:

@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 import yolo11
+from yolo11.engine.setup import MODEL_INDUCTOR_OPTIONS, compile_model
 from yolo11.models.blocks import SPPF, Conv, repeat_nearest_2x, separable_max_pool2d
 from yolo11.models.flops import count_gflops
 from yolo11.models.neck import YOLO11Neck
@@ -250,17 +251,38 @@ def test_stem_conv_padded_to_8_channels_is_the_same_conv():
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-def test_compiled_training_forward_matches_eager_on_cuda():
-    """The compile-only paths (stem padded to 8 channels, separable SPPF pools) change no output."""
+def test_compiled_training_step_matches_eager_on_cuda():
+    """The trainer's compiled model (``compile_model``: stem padded to 8 channels, separable SPPF pools, repeated
+    upsampling, the model's inductor options) gives eager's outputs and parameter gradients."""
     torch.manual_seed(0)
     model = yolo11.create_model("yolo11n", num_classes=80).cuda().to(memory_format=torch.channels_last).train()
     images = torch.randint(0, 256, (4, 3, 128, 160), dtype=torch.uint8, device="cuda")
     images = images.contiguous(memory_format=torch.channels_last)
+    upstream = [torch.randn(4, 144, h, w, device="cuda") for h, w in ((16, 20), (8, 10), (4, 5))]
+
+    def outputs_and_grads(forward):
+        model.zero_grad(set_to_none=True)
+        outputs = forward(images)
+        sum((o * u).sum() for o, u in zip(outputs, upstream, strict=True)).backward()
+        return [o.detach() for o in outputs], torch.cat([p.grad.flatten() for p in model.parameters()])
+
     with torch.backends.cudnn.flags(allow_tf32=False):
-        expected = model(images)
-        compiled = torch.compile(model)(images)
+        expected, grads_expected = outputs_and_grads(model)
+        compiled, grads_compiled = outputs_and_grads(compile_model(model))
     for a, b in zip(compiled, expected, strict=True):
         assert torch.allclose(a, b, rtol=1e-3, atol=1e-3), (a - b).abs().max()
+    error = (grads_compiled - grads_expected).norm() / grads_expected.norm()
+    assert error < 1e-3, error
+
+
+def test_compile_model_adds_the_model_options_to_the_mode(monkeypatch):
+    seen = {}
+    monkeypatch.setattr(torch, "compile", lambda model, **kwargs: seen.update(kwargs) or model)
+    model = nn.Linear(2, 2)
+    assert compile_model(model, "reduce-overhead") is model
+    assert seen["options"] == {"triton.cudagraphs": True, **MODEL_INDUCTOR_OPTIONS}
+    compile_model(model, None, realize_reads_threshold=7)
+    assert seen["options"] == {**MODEL_INDUCTOR_OPTIONS, "realize_reads_threshold": 7}
 
 
 @pytest.mark.parametrize("channels_last", [False, True])

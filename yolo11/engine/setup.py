@@ -161,6 +161,26 @@ def build_model(config: ModelConfig, num_classes: int) -> YOLO11Detector:
     return model
 
 
+# Inductor writes an intermediate to memory, instead of recomputing it inside each kernel that uses it, once it has
+# several users and reads more than `realize_reads_threshold` (default 4) buffers. A training BatchNorm's output
+# reads five (x, mean, rstd, weight, bias). In the backward graph, both the reduction and the pointwise kernel of
+# each BN + SiLU backward need that output; with the default, inductor recomputed it in a kernel of its own, wrote
+# it as a float32 map and read it back twice: about 14 of the 24 bytes per element that the backward of each layer
+# moved. At 5, both kernels recompute it from the conv output that they read anyway.
+MODEL_INDUCTOR_OPTIONS = {"realize_reads_threshold": 5}
+
+
+def compile_model(model: nn.Module, mode: str | None = None, **inductor_options) -> nn.Module:
+    """``torch.compile(model, mode=mode)`` with ``MODEL_INDUCTOR_OPTIONS`` (and ``inductor_options``) added.
+
+    The options apply to this model's graphs only, not to other compiled code in the process (the loss).
+    """
+    import torch._inductor
+
+    options = {**torch._inductor.list_mode_options(mode or "default"), **MODEL_INDUCTOR_OPTIONS, **inductor_options}
+    return torch.compile(model, options=options)
+
+
 class CompiledLoss(nn.Module):
     """``torch.compile`` of the loss with the box-row dimension dynamic from the first call.
 
