@@ -166,7 +166,8 @@ def build_model(config: ModelConfig, num_classes: int) -> YOLO11Detector:
 # reads five (x, mean, rstd, weight, bias). In the backward graph, both the reduction and the pointwise kernel of
 # each BN + SiLU backward need that output; with the default, inductor recomputed it in a kernel of its own, wrote
 # it as a float32 map and read it back twice: about 14 of the 24 bytes per element that the backward of each layer
-# moved. At 5, both kernels recompute it from the conv output that they read anyway.
+# moved. At 5, both kernels recompute it from the conv output that they read anyway (H200, yolo11n, batch 128: model
+# step 2456 -> 2612 img/s; benchmarks/RESULTS.md, fifth session).
 MODEL_INDUCTOR_OPTIONS = {"realize_reads_threshold": 5}
 
 
