@@ -17,6 +17,7 @@ the value starts with dashes).
 from __future__ import annotations
 
 import argparse
+import ast
 import json
 import os
 import re
@@ -67,17 +68,19 @@ def step_variant(args, flags: str) -> argparse.Namespace:
     parser.add_argument("--boxes", type=int, default=8, help="synthetic boxes per image (target rows M)")
     parser.add_argument("--profile", action="store_true", help="after timing, print the kernels of 3 steps")
     parser.add_argument("--kernels-file", default=None, help="with --profile: every kernel's time, to this file")
-    parser.add_argument("--realize-reads", type=int, default=None,
-                        help="inductor's realize_reads_threshold for the model (default: the trainer's, "
-                             "yolo11.engine.setup.MODEL_INDUCTOR_OPTIONS)")
-    parser.add_argument("--coordinate-descent", action="store_true",
-                        help="inductor tunes the block sizes of its kernels by timing them (longer compile)")
+    parser.add_argument("--inductor", action="append", default=[], metavar="KEY=VALUE",
+                        help="an inductor option for the model's compile, over the trainer's "
+                             "(yolo11.engine.setup.MODEL_INDUCTOR_OPTIONS), e.g. realize_reads_threshold=4 or "
+                             "coordinate_descent_tuning=True; repeatable")
     variant = parser.parse_args(shlex.split(flags))
+    try:
+        variant.inductor = {key: ast.literal_eval(value) for key, value in (o.split("=", 1) for o in variant.inductor)}
+    except (ValueError, SyntaxError) as err:
+        parser.error(f"--inductor takes KEY=VALUE with a Python literal value: {err}")
     return argparse.Namespace(**vars(args), **vars(variant))
 
 
 def ours_step(args) -> dict:
-    import torch._inductor.config
     import yolo11
     from yolo11.engine.optim import OptimizerChoice, build_optimizer
     from yolo11.loss import DetectionLoss
@@ -92,8 +95,7 @@ def ours_step(args) -> dict:
     if args.compile:
         from yolo11.engine.setup import compile_model
 
-        extra = {} if args.realize_reads is None else {"realize_reads_threshold": args.realize_reads}
-        model = compile_model(model, args.compile_mode, **extra)  # as train_accelerate.py --compile
+        model = compile_model(model, args.compile_mode, **args.inductor)  # as train_accelerate.py --compile
     if args.compile_loss:
         from yolo11.engine.setup import CompiledLoss
 
@@ -117,7 +119,6 @@ def ours_step(args) -> dict:
         optimizer.zero_grad(set_to_none=True)
 
     torch._dynamo.reset()
-    torch._inductor.config.coordinate_descent_tuning = args.coordinate_descent  # global: set per variant
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats()
     started = time.perf_counter()
