@@ -9,7 +9,8 @@ backward, optimizer step; median over timed steps after warm-up; peak memory. ``
 Ultralytics' trainer, each for ``--steps`` batches, img/s over the steady-state window. Prints both and the ratio.
 
 ``--variants`` runs our side several times in one call, Ultralytics once; each variant is a string of flags:
-step mode takes ``--compile``, ``--compile-loss``, ``--compile-mode MODE``; e2e mode passes the string to
+step mode takes ``--compile``, ``--compile-loss``, ``--compile-mode MODE``, ``--boxes N``, ``--profile``
+(``--kernels-file PATH``), ``--inductor KEY=VALUE`` (see ``step_variant``); e2e mode passes the string to
 ``train_accelerate.py``, e.g. ``--variants="; --compile; --compile --compile-loss --workers 12"`` (with ``=``:
 the value starts with dashes).
 """
