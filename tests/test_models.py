@@ -243,7 +243,7 @@ def test_stem_conv_padded_to_8_channels_is_the_same_conv():
     upstream = torch.randn(2, 16, 16, 24, dtype=torch.float64)
     expected = conv.conv(x)
     grad_expected, = torch.autograd.grad(expected, conv.conv.weight, upstream)
-    padded = conv._conv_padded_to_8(x)
+    padded = conv._conv_zero_padded(x)
     grad_padded, = torch.autograd.grad(padded, conv.conv.weight, upstream)
     assert torch.allclose(padded, expected, atol=1e-12)
     assert torch.allclose(grad_padded, grad_expected, atol=1e-10)

@@ -42,19 +42,19 @@ class Conv(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.shape[1] < 8 and x.is_cuda and self.training and torch.compiler.is_compiling():
-            return self.act(self.bn(self._conv_padded_to_8(x)))
+            return self.act(self.bn(self._conv_zero_padded(x)))
         return self.act(self.bn(self.conv(x)))
 
-    def _conv_padded_to_8(self, x: torch.Tensor) -> torch.Tensor:
-        """The same conv with input and weight zero-padded to 8 input channels (the stem's RGB input); for
-        training under ``torch.compile`` on CUDA.
+    def _conv_zero_padded(self, x: torch.Tensor, channels: int = 8) -> torch.Tensor:
+        """The same conv with input and weight zero-padded to ``channels`` input channels (the stem's RGB input to
+        8); for training under ``torch.compile`` on CUDA.
 
         cuDNN runs a 3-channel conv with slow kernels (and pads it to 8 itself in every call); zero channels add
         exact zeros to the sums. Under ``torch.compile`` the input's padding fuses with the kernel that produces
         the input, and the weight's gradient is the padded weight's, sliced. On an H200 (yolo11n stem, batch 128,
         640 px, forward + backward, ``benchmarks/block_speed.py``): 4.7 ms instead of 6.4 ms.
         """
-        pad = (0, 0, 0, 0, 0, 8 - x.shape[1])
+        pad = (0, 0, 0, 0, 0, channels - x.shape[1])
         memory_format = torch.channels_last if x.is_contiguous(memory_format=torch.channels_last) else (
             torch.contiguous_format)
         x = F.pad(x, pad).contiguous(memory_format=memory_format)
