@@ -8,7 +8,8 @@ Pieces (shapes of the training step at 640 px):
   through inductor, a custom op that keeps aten's CUDA kernels (opaque to inductor), and ``separable_max_pool2d``
   (what ``SPPF`` uses when training under ``torch.compile``);
 - ``stem``: the first Conv (3 input channels, 3x3, stride 2) with the uint8 -> float input step before it, as is
-  and on input zero-padded to 4 or 8 channels (``Conv._conv_zero_padded``, which the model uses with 8).
+  and on input zero-padded to 4 or 8 channels (``Conv._conv_zero_padded``), and as a matrix product over the
+  input's patches (``Conv._conv_as_matmul``); outputs and weight gradients are compared with the eager conv's.
 
 Median of 20 timed runs after 5 warm-up runs (CUDA events). The pool variants' outputs and input gradients are
 compared with eager ``nn.MaxPool2d`` (gradients differ where a window holds equal maxima).
@@ -142,17 +143,31 @@ def bench_stem(batch: int, width: int, imgsz: int) -> None:
                 return conv.act(conv.bn(conv._conv_zero_padded(u8.float() / 255, channels)))
         return run
 
+    def as_matmul(u8):
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            return conv.act(conv.bn(conv._conv_as_matmul(u8.float() / 255)))
+
     variants = {"float input eager": eager, "float input, compiled": torch.compile(fused_input),
                 "input padded to 4 channels, compiled": torch.compile(padded_input(4)),
-                "input padded to 8 channels, compiled": torch.compile(padded_input(8))}
+                "input padded to 8 channels, compiled": torch.compile(padded_input(8)),
+                "patches x weight (im2col), compiled": torch.compile(as_matmul)}
+    reference = None
+    grad = torch.randn_like(eager(images), dtype=torch.bfloat16)  # one upstream gradient for every variant
     for name, fn in variants.items():
-        grad = torch.randn_like(fn(images), dtype=torch.bfloat16)
 
-        def step(fn=fn, grad=grad):
+        def step(fn=fn):
             conv.zero_grad(set_to_none=True)
             fn(images).backward(grad)
 
-        print(f"  stem {name:33s} {time_fn(step):7.3f} ms")
+        ms = time_fn(step)
+        conv.zero_grad(set_to_none=True)
+        out = fn(images)
+        out.backward(grad)
+        if reference is None:
+            reference = out.float(), conv.conv.weight.grad.float()
+        out_err = (out.float() - reference[0]).abs().max().item()
+        grad_err = ((conv.conv.weight.grad.float() - reference[1]).norm() / reference[1].norm()).item()
+        print(f"  stem {name:36s} {ms:7.3f} ms   max |out - eager| {out_err:.3g}, weight grad rel. err {grad_err:.2g}")
 
 
 def main() -> None:

@@ -69,6 +69,8 @@ def step_variant(args, flags: str) -> argparse.Namespace:
     parser.add_argument("--boxes", type=int, default=8, help="synthetic boxes per image (target rows M)")
     parser.add_argument("--profile", action="store_true", help="after timing, print the kernels of 3 steps")
     parser.add_argument("--kernels-file", default=None, help="with --profile: every kernel's time, to this file")
+    parser.add_argument("--stem", choices=("padded", "matmul"), default="padded",
+                        help="the stem conv under compile: input zero-padded to 8 channels, or patches x weight")
     parser.add_argument("--inductor", action="append", default=[], metavar="KEY=VALUE",
                         help="an inductor option for the model's compile, over the trainer's "
                              "(yolo11.engine.setup.MODEL_INDUCTOR_OPTIONS), e.g. realize_reads_threshold=4 or "
@@ -86,8 +88,11 @@ def ours_step(args) -> dict:
     from yolo11.engine.optim import OptimizerChoice, build_optimizer
     from yolo11.loss import DetectionLoss
 
+    from yolo11.models.blocks import Conv
+
     device = torch.device("cuda")
     torch.backends.cudnn.benchmark = args.cudnn_benchmark
+    Conv._conv_small_input = Conv._conv_as_matmul if args.stem == "matmul" else Conv._conv_zero_padded
     model = yolo11.create_model(args.model, num_classes=80).to(device).train()
     if args.channels_last:
         model = model.to(memory_format=torch.channels_last)
@@ -148,7 +153,7 @@ def print_kernel_profile(step, step_seconds: float, steps: int, kernels_file: st
     from torch.profiler import ProfilerActivity, profile
 
     torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], record_shapes=True) as prof:
         for _ in range(steps):
             step()
         torch.cuda.synchronize()
@@ -169,6 +174,28 @@ def print_kernel_profile(step, step_seconds: float, steps: int, kernels_file: st
         print(f"  {line[:130]}")
     if kernels_file:
         Path(kernels_file).write_text("\n".join(lines) + "\n")
+    print_copy_sources(prof, steps)
+
+
+def print_copy_sources(prof, steps: int) -> None:
+    """Which operators launched the copy kernels (``direct_copy_kernel``: layout changes, ``.contiguous()``,
+    dtype casts), by operator chain and input shapes: copies are pure memory traffic, so each is a lead."""
+    sources: dict[tuple[str, str], list[float]] = {}
+    for event in prof.events():
+        copy_us = sum(k.duration for k in event.kernels if "copy" in k.name.lower())
+        if not copy_us or event.name != "aten::copy_":
+            continue
+        chain, parent = [], event.cpu_parent
+        while parent is not None and len(chain) < 4:
+            chain.append(parent.name)
+            parent = parent.cpu_parent
+        key = (" < ".join(chain) or "(top level)", str(event.input_shapes))
+        sources.setdefault(key, []).append(copy_us)
+    if not sources:
+        return
+    print("copy kernels by launching operator chain (ms per step, launches per step, input shapes):")
+    for (chain, shapes), times in sorted(sources.items(), key=lambda item: -sum(item[1]))[:15]:
+        print(f"  {sum(times) / 1e3 / steps:7.3f} ms x{len(times) // steps:<3d} {chain[:90]}  {shapes[:120]}")
 
 
 def ultralytics_step(args) -> dict:

@@ -42,7 +42,7 @@ class Conv(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.shape[1] < 8 and x.is_cuda and self.training and torch.compiler.is_compiling():
-            return self.act(self.bn(self._conv_zero_padded(x)))
+            return self.act(self.bn(self._conv_small_input(x)))
         return self.act(self.bn(self.conv(x)))
 
     def _conv_zero_padded(self, x: torch.Tensor, channels: int = 8) -> torch.Tensor:
@@ -60,6 +60,32 @@ class Conv(nn.Module):
         x = F.pad(x, pad).contiguous(memory_format=memory_format)
         conv = self.conv
         return F.conv2d(x, F.pad(conv.weight, pad), conv.bias, conv.stride, conv.padding, conv.dilation, conv.groups)
+
+    def _conv_small_input(self, x: torch.Tensor) -> torch.Tensor:
+        return self._conv_zero_padded(x)
+
+    def _conv_as_matmul(self, x: torch.Tensor) -> torch.Tensor:
+        """The same conv (groups 1) as one matrix product over the input's patches (im2col), the patch length
+        zero-padded to a multiple of 8; returns a channels_last map.
+
+        For a conv with few input channels (the stem's 3), the patches are small (27 values per output pixel),
+        one inductor kernel builds them from the input, and the forward and the weight's gradient are two skinny
+        cuBLAS products instead of cuDNN's small-channel conv kernels. The input's gradient (col2im) is not
+        meant to be needed: the stem's input is the image.
+        """
+        weight = self.conv.weight
+        out_channels, in_channels, kh, kw = weight.shape
+        (sh, sw), (ph, pw) = self.conv.stride, self.conv.padding
+        x = F.pad(x, (pw, pw, ph, ph))
+        batch, _, height, width = x.shape
+        out_h, out_w = (height - kh) // sh + 1, (width - kw) // sw + 1
+        taps = [x[:, :, i:i + sh * (out_h - 1) + 1:sh, j:j + sw * (out_w - 1) + 1:sw]
+                for i in range(kh) for j in range(kw)]  # each (B, C, out_h, out_w)
+        # (B, out_h, out_w, C * kh * kw) in the weight's (C, kh, kw) order
+        patches = torch.stack(taps, 2).permute(0, 3, 4, 1, 2).reshape(batch, out_h, out_w, -1)
+        pad = (0, -patches.shape[-1] % 8)
+        patches = F.pad(patches, pad)
+        return (patches @ F.pad(weight.reshape(out_channels, -1), pad).t()).permute(0, 3, 1, 2)
 
     @torch.no_grad()
     def fuse(self) -> None:
