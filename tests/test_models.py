@@ -249,6 +249,22 @@ def test_stem_conv_padded_to_8_channels_is_the_same_conv():
     assert torch.allclose(grad_padded, grad_expected, atol=1e-10)
 
 
+@pytest.mark.parametrize(("in_channels", "kernel_size", "stride"), [(3, 3, 2), (3, 1, 1), (5, 3, 1), (2, 5, 2)])
+def test_conv_as_matmul_is_the_same_conv(in_channels, kernel_size, stride):
+    torch.manual_seed(0)
+    conv = Conv(in_channels, 16, kernel_size, stride).double()
+    x = torch.rand(2, in_channels, 31, 48, dtype=torch.float64).contiguous(memory_format=torch.channels_last)
+    expected = conv.conv(x)
+    upstream = torch.randn_like(expected)
+    grad_expected, = torch.autograd.grad(expected, conv.conv.weight, upstream)
+    product = conv._conv_as_matmul(x)
+    grad_product, = torch.autograd.grad(product, conv.conv.weight, upstream)
+    assert product.shape == expected.shape
+    assert product.is_contiguous(memory_format=torch.channels_last)
+    assert torch.allclose(product, expected, atol=1e-12)
+    assert torch.allclose(grad_product, grad_expected, atol=1e-10)
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_compiled_training_step_matches_eager_on_cuda():

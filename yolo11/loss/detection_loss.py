@@ -112,11 +112,15 @@ class DetectionLoss(nn.Module):
             boxes,
             labels >= 0,
         )
-        score_sum = target.scores.sum().clamp(min=1.0)
-        cls_loss = F.binary_cross_entropy_with_logits(pred_logits, target.scores, reduction="none").sum() / score_sum
-
         # Box terms over all anchors with weight = target score: zero on background, so no boolean indexing.
         weight = target.scores.sum(-1) * target.foreground  # (B, A)
+        # The class axis is summed first, like `weight`'s: compiled, both sums come out of one pass over the
+        # (B, A, C) logits, and neither the per-element losses nor the scores are written out. The scores are zero
+        # on background anchors, so weight.sum() is their total.
+        score_sum = weight.sum().clamp(min=1.0)
+        cls_loss = F.binary_cross_entropy_with_logits(pred_logits, target.scores, reduction="none").sum(-1)
+        cls_loss = cls_loss.sum() / score_sum
+
         target_boxes = target.boxes / stride  # grid cells, like pred_boxes
         box_loss = ((1.0 - complete_iou(pred_boxes, target_boxes)) * weight).sum() / score_sum
         target_ltrb = xyxy_to_ltrb(target_boxes, points, self.reg_max - 1 - 0.01)
