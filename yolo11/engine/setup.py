@@ -168,7 +168,7 @@ def build_model(config: ModelConfig, num_classes: int) -> YOLO11Detector:
 # it as a float32 map and read it back twice: about 14 of the 24 bytes per element that the backward of each layer
 # moved. At 5, both kernels recompute it from the conv output that they read anyway (H200, yolo11n, batch 128: model
 # step 2456 -> 2612 img/s; benchmarks/RESULTS.md, fifth session).
-MODEL_INDUCTOR_OPTIONS = {"realize_reads_threshold": 5}
+MODEL_INDUCTOR_OPTIONS = {"realize_reads_threshold": 6}
 
 
 def compile_model(model: nn.Module, mode: str | None = None, **inductor_options) -> nn.Module:

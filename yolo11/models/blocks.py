@@ -62,7 +62,7 @@ class Conv(nn.Module):
         return F.conv2d(x, F.pad(conv.weight, pad), conv.bias, conv.stride, conv.padding, conv.dilation, conv.groups)
 
     def _conv_small_input(self, x: torch.Tensor) -> torch.Tensor:
-        return self._conv_zero_padded(x)
+        return self._conv_as_matmul(x)
 
     def _conv_as_matmul(self, x: torch.Tensor) -> torch.Tensor:
         """The same conv (groups 1) as one matrix product over the input's patches (im2col), the patch length
