@@ -7,9 +7,9 @@ Pieces (shapes of the training step at 640 px):
 - ``sppf-pool``: SPPF's three chained 5x5 max-pools on the ``(B, C/2, 20, 20)`` map: ``nn.MaxPool2d`` eager and
   through inductor, a custom op that keeps aten's CUDA kernels (opaque to inductor), and ``separable_max_pool2d``
   (what ``SPPF`` uses when training under ``torch.compile``);
-- ``stem``: the first Conv (3 input channels, 3x3, stride 2) with the uint8 -> float input step before it, as is
-  and on input zero-padded to 4 or 8 channels (``Conv._conv_zero_padded``), and as a matrix product over the
-  input's patches (``Conv._conv_as_matmul``); outputs and weight gradients are compared with the eager conv's.
+- ``stem``: the first Conv (3 input channels, 3x3, stride 2) with the uint8 -> float input step before it, as is,
+  on input zero-padded to 4 or 8 channels, and as a matrix product over the input's patches
+  (``Conv._conv_as_matmul``, what the model uses); outputs and weight gradients are compared with the eager conv's.
 
 Median of 20 timed runs after 5 warm-up runs (CUDA events). The pool variants' outputs and input gradients are
 compared with eager ``nn.MaxPool2d`` (gradients differ where a window holds equal maxima).
@@ -24,6 +24,7 @@ import sys
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -122,13 +123,21 @@ def bench_pool(batch: int, channels: int, size: int) -> None:
         print(f"  sppf-pool {name:28s} {ms:7.3f} ms   output equal: {same_out}  grad equal: {same_grad}")
 
 
+def conv_zero_padded(conv: nn.Conv2d, x: torch.Tensor, channels: int) -> torch.Tensor:
+    """``conv(x)`` with input and weight zero-padded to ``channels`` input channels (zero channels add exact zeros):
+    how the model ran its stem under compile before ``Conv._conv_as_matmul``."""
+    pad = (0, 0, 0, 0, 0, channels - x.shape[1])
+    x = F.pad(x, pad).contiguous(memory_format=torch.channels_last)
+    return F.conv2d(x, F.pad(conv.weight, pad), conv.bias, conv.stride, conv.padding, conv.dilation, conv.groups)
+
+
 def bench_stem(batch: int, width: int, imgsz: int) -> None:
     from yolo11.models.blocks import Conv
 
     images = torch.randint(0, 256, (batch, imgsz, imgsz, 3), dtype=torch.uint8, device="cuda").permute(0, 3, 1, 2)
     conv = Conv(3, width, 3, 2).cuda().to(memory_format=torch.channels_last)
 
-    # The conv is called explicitly: under compile, in training, Conv.forward itself would take the padded path.
+    # The conv is called explicitly: under compile, in training, Conv.forward itself takes Conv._conv_as_matmul.
     def eager(u8):
         with torch.autocast("cuda", dtype=torch.bfloat16):
             return conv.act(conv.bn(conv.conv(u8.contiguous(memory_format=torch.channels_last).float().div_(255))))
@@ -140,7 +149,7 @@ def bench_stem(batch: int, width: int, imgsz: int) -> None:
     def padded_input(channels):
         def run(u8):
             with torch.autocast("cuda", dtype=torch.bfloat16):
-                return conv.act(conv.bn(conv._conv_zero_padded(u8.float() / 255, channels)))
+                return conv.act(conv.bn(conv_zero_padded(conv.conv, u8.float() / 255, channels)))
         return run
 
     def as_matmul(u8):

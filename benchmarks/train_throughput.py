@@ -60,11 +60,6 @@ def time_steps(step, warmup: int, steps: int) -> list[float]:
     return times
 
 
-from yolo11.models.blocks import Conv  # noqa: E402
-
-CONV_FORWARD = Conv.forward
-
-
 def step_variant(args, flags: str) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="step variant")
     parser.add_argument("--compile", action="store_true")
@@ -74,11 +69,6 @@ def step_variant(args, flags: str) -> argparse.Namespace:
     parser.add_argument("--boxes", type=int, default=8, help="synthetic boxes per image (target rows M)")
     parser.add_argument("--profile", action="store_true", help="after timing, print the kernels of 3 steps")
     parser.add_argument("--kernels-file", default=None, help="with --profile: every kernel's time, to this file")
-    parser.add_argument("--stem", choices=("padded", "matmul"), default="padded",
-                        help="the stem conv under compile: input zero-padded to 8 channels, or patches x weight")
-    parser.add_argument("--bn", choices=("native", "sums"), default="native",
-                        help="BatchNorm statistics in training: inductor's Welford reduction of the native op, or "
-                             "one pass of shifted sums (batch_norm_from_sums, an experiment)")
     parser.add_argument("--inductor", action="append", default=[], metavar="KEY=VALUE",
                         help="an inductor option for the model's compile, over the trainer's "
                              "(yolo11.engine.setup.MODEL_INDUCTOR_OPTIONS), e.g. realize_reads_threshold=4 or "
@@ -98,8 +88,6 @@ def ours_step(args) -> dict:
 
     device = torch.device("cuda")
     torch.backends.cudnn.benchmark = args.cudnn_benchmark
-    Conv._conv_small_input = Conv._conv_as_matmul if args.stem == "matmul" else Conv._conv_zero_padded
-    Conv.forward = conv_forward_bn_from_sums if args.bn == "sums" else CONV_FORWARD
     model = yolo11.create_model(args.model, num_classes=80).to(device).train()
     if args.channels_last:
         model = model.to(memory_format=torch.channels_last)
@@ -141,34 +129,6 @@ def ours_step(args) -> dict:
     if args.profile:
         print_kernel_profile(step, statistics.median(times), steps=3, kernels_file=args.kernels_file)
     return result
-
-
-def batch_norm_from_sums(x: torch.Tensor, bn: torch.nn.BatchNorm2d) -> torch.Tensor:
-    """Training-mode ``bn(x)`` with the batch statistics from one pass of sums and sums of squares, shifted by
-    one sample's values against cancellation, instead of inductor's Welford reduction; updates the running
-    statistics as ``nn.BatchNorm2d`` does (momentum, unbiased variance).
-
-    The shift comes from ``x``, not from the running mean: compiled, the backward may recompute the shifted
-    values from a saved input, and the running mean is updated in place by then."""
-    count = x.numel() // x.shape[1]
-    shift = x[0, :, :1, :1].detach().float()  # (C, 1, 1)
-    centred = x.float() - shift
-    mean_shifted = centred.sum((0, 2, 3)) / count
-    var = ((centred * centred).sum((0, 2, 3)) / count - mean_shifted * mean_shifted).clamp_min(0)
-    with torch.no_grad():
-        bn.running_mean.lerp_(mean_shifted + shift.flatten(), bn.momentum)
-        bn.running_var.lerp_(var * (count / (count - 1)), bn.momentum)
-        bn.num_batches_tracked.add_(1)
-    scale = torch.rsqrt(var + bn.eps) * bn.weight
-    out = (centred - mean_shifted[:, None, None]) * scale[:, None, None] + bn.bias[:, None, None]
-    return out.to(x.dtype)
-
-
-def conv_forward_bn_from_sums(self, x: torch.Tensor) -> torch.Tensor:
-    if not (self.training and torch.compiler.is_compiling() and isinstance(self.bn, torch.nn.BatchNorm2d)):
-        return CONV_FORWARD(self, x)
-    y = self._conv_small_input(x) if x.shape[1] < 8 and x.is_cuda else self.conv(x)
-    return self.act(batch_norm_from_sums(y, self.bn))
 
 
 KERNEL_GROUPS = (  # first match wins; lower-case substrings of kernel names

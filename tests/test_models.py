@@ -236,19 +236,6 @@ def test_neck_under_compile_upsamples_by_repeating_with_the_same_output():
     assert not any("interpolate" in t or "upsample" in t for t in targets)
 
 
-def test_stem_conv_padded_to_8_channels_is_the_same_conv():
-    torch.manual_seed(0)
-    conv = Conv(3, 16, 3, 2).double()
-    x = torch.rand(2, 3, 32, 48, dtype=torch.float64).contiguous(memory_format=torch.channels_last)
-    upstream = torch.randn(2, 16, 16, 24, dtype=torch.float64)
-    expected = conv.conv(x)
-    grad_expected, = torch.autograd.grad(expected, conv.conv.weight, upstream)
-    padded = conv._conv_zero_padded(x)
-    grad_padded, = torch.autograd.grad(padded, conv.conv.weight, upstream)
-    assert torch.allclose(padded, expected, atol=1e-12)
-    assert torch.allclose(grad_padded, grad_expected, atol=1e-10)
-
-
 @pytest.mark.parametrize(("in_channels", "kernel_size", "stride"), [(3, 3, 2), (3, 1, 1), (5, 3, 1), (2, 5, 2)])
 def test_conv_as_matmul_is_the_same_conv(in_channels, kernel_size, stride):
     torch.manual_seed(0)
@@ -268,8 +255,8 @@ def test_conv_as_matmul_is_the_same_conv(in_channels, kernel_size, stride):
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_compiled_training_step_matches_eager_on_cuda():
-    """The trainer's compiled model (``compile_model``: stem padded to 8 channels, separable SPPF pools, repeated
-    upsampling, the model's inductor options) gives eager's outputs and parameter gradients."""
+    """The trainer's compiled model (``compile_model``: stem conv as patches x weight, separable SPPF pools,
+    repeated upsampling, the model's inductor options) gives eager's outputs and parameter gradients."""
     torch.manual_seed(0)
     model = yolo11.create_model("yolo11n", num_classes=80).cuda().to(memory_format=torch.channels_last).train()
     images = torch.randint(0, 256, (4, 3, 128, 160), dtype=torch.uint8, device="cuda")

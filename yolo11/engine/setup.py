@@ -162,12 +162,14 @@ def build_model(config: ModelConfig, num_classes: int) -> YOLO11Detector:
 
 
 # Inductor writes an intermediate to memory, instead of recomputing it inside each kernel that uses it, once it has
-# several users and reads more than `realize_reads_threshold` (default 4) buffers. A training BatchNorm's output
-# reads five (x, mean, rstd, weight, bias). In the backward graph, both the reduction and the pointwise kernel of
-# each BN + SiLU backward need that output; with the default, inductor recomputed it in a kernel of its own, wrote
-# it as a float32 map and read it back twice: about 14 of the 24 bytes per element that the backward of each layer
-# moved. At 5, both kernels recompute it from the conv output that they read anyway (H200, yolo11n, batch 128: model
-# step 2456 -> 2612 img/s; benchmarks/RESULTS.md, fifth session).
+# several users and reads more than `realize_reads_threshold` (default 4) buffers. In the backward graph, the
+# reduction and the pointwise kernel of each BatchNorm + SiLU backward both use the BN output (five reads: x, mean,
+# rstd, weight, bias) and the gradient at the BN output (six: the incoming gradient too). With the default, the BN
+# output had a kernel of its own that wrote it as a float32 map, read back by both (seen in inductor's code); at 5,
+# the gradient at the BN output still had a kernel of its own (seen in the kernel profile). At 6, both can be
+# recomputed from the conv output and the incoming gradient, which the two kernels read anyway. H200, yolo11n,
+# batch 128, model step: 2456 -> 2612 img/s at 5 (fifth session); 2614 -> 2798 img/s at 6 together with the stem
+# as a matrix product (`Conv._conv_as_matmul`; sixth session, not measured apart; benchmarks/RESULTS.md).
 MODEL_INDUCTOR_OPTIONS = {"realize_reads_threshold": 6}
 
 

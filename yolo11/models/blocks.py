@@ -41,37 +41,22 @@ class Conv(nn.Module):
         self.act = nn.SiLU() if act else nn.Identity()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.shape[1] < 8 and x.is_cuda and self.training and torch.compiler.is_compiling():
-            return self.act(self.bn(self._conv_small_input(x)))
+        if x.shape[1] < 8 and self.conv.groups == 1 and x.is_cuda and self.training and torch.compiler.is_compiling():
+            return self.act(self.bn(self._conv_as_matmul(x)))
         return self.act(self.bn(self.conv(x)))
-
-    def _conv_zero_padded(self, x: torch.Tensor, channels: int = 8) -> torch.Tensor:
-        """The same conv with input and weight zero-padded to ``channels`` input channels (the stem's RGB input to
-        8); for training under ``torch.compile`` on CUDA.
-
-        cuDNN runs a 3-channel conv with slow kernels (and pads it to 8 itself in every call); zero channels add
-        exact zeros to the sums. Under ``torch.compile`` the input's padding fuses with the kernel that produces
-        the input, and the weight's gradient is the padded weight's, sliced. On an H200 (yolo11n stem, batch 128,
-        640 px, forward + backward, ``benchmarks/block_speed.py``): 4.7 ms instead of 6.4 ms.
-        """
-        pad = (0, 0, 0, 0, 0, channels - x.shape[1])
-        memory_format = torch.channels_last if x.is_contiguous(memory_format=torch.channels_last) else (
-            torch.contiguous_format)
-        x = F.pad(x, pad).contiguous(memory_format=memory_format)
-        conv = self.conv
-        return F.conv2d(x, F.pad(conv.weight, pad), conv.bias, conv.stride, conv.padding, conv.dilation, conv.groups)
-
-    def _conv_small_input(self, x: torch.Tensor) -> torch.Tensor:
-        return self._conv_as_matmul(x)
 
     def _conv_as_matmul(self, x: torch.Tensor) -> torch.Tensor:
         """The same conv (groups 1) as one matrix product over the input's patches (im2col), the patch length
-        zero-padded to a multiple of 8; returns a channels_last map.
+        zero-padded to a multiple of 8; returns a channels_last map. For the stem (RGB input) when training under
+        ``torch.compile`` on CUDA.
 
-        For a conv with few input channels (the stem's 3), the patches are small (27 values per output pixel),
-        one inductor kernel builds them from the input, and the forward and the weight's gradient are two skinny
-        cuBLAS products instead of cuDNN's small-channel conv kernels. The input's gradient (col2im) is not
-        meant to be needed: the stem's input is the image.
+        cuDNN runs convs of few input channels with slow kernels: even with input and weight zero-padded to 8
+        channels, the yolo11n stem took 4.7 ms forward + backward at batch 128 on an H200 (BatchNorm and SiLU
+        included). Here one inductor kernel builds the patches (27 values per output pixel, from the image) and
+        the forward and the weight's gradient are two skinny cuBLAS products. On an H200 (yolo11n, batch 128), this and
+        ``MODEL_INDUCTOR_OPTIONS``' threshold 6 together took the model step from 2614 to 2798 img/s
+        (``benchmarks/RESULTS.md``, sixth session). The input's gradient (col2im) is not meant to be needed:
+        the stem's input is the image.
         """
         weight = self.conv.weight
         out_channels, in_channels, kh, kw = weight.shape
