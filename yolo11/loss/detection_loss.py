@@ -114,9 +114,10 @@ class DetectionLoss(nn.Module):
         )
         # Box terms over all anchors with weight = target score: zero on background, so no boolean indexing.
         weight = target.scores.sum(-1) * target.foreground  # (B, A)
-        # The class axis is summed first, like `weight`'s: compiled, both sums come out of one pass over the
-        # (B, A, C) logits, and neither the per-element losses nor the scores are written out. The scores are zero
-        # on background anchors, so weight.sum() is their total.
+        # The class axis is summed first, as for `weight`, so that inductor can take both sums in one pass over the
+        # (B, A, C) logits; with one sum over all elements, it wrote the per-element losses out as a float32 map to
+        # sum them in another kernel (fifth session's generated code). The scores are zero on background anchors,
+        # so weight.sum() is their total, without a second pass over the (B, A, C) scores.
         score_sum = weight.sum().clamp(min=1.0)
         cls_loss = F.binary_cross_entropy_with_logits(pred_logits, target.scores, reduction="none").sum(-1)
         cls_loss = cls_loss.sum() / score_sum

@@ -53,10 +53,10 @@ class Conv(nn.Module):
         cuDNN runs convs of few input channels with slow kernels: even with input and weight zero-padded to 8
         channels, the yolo11n stem took 4.7 ms forward + backward at batch 128 on an H200 (BatchNorm and SiLU
         included). Here one inductor kernel builds the patches (27 values per output pixel, from the image) and
-        the forward and the weight's gradient are two skinny cuBLAS products. On an H200 (yolo11n, batch 128), this and
-        ``MODEL_INDUCTOR_OPTIONS``' threshold 6 together took the model step from 2614 to 2798 img/s
-        (``benchmarks/RESULTS.md``, sixth session). The input's gradient (col2im) is not meant to be needed:
-        the stem's input is the image.
+        the forward and the weight's gradient are two skinny cuBLAS products. On an H200 (yolo11n, batch 128),
+        this and ``MODEL_INDUCTOR_OPTIONS``' threshold 6 together took the model step from 2614 to 2798 img/s
+        (``benchmarks/RESULTS.md``, sixth session). An input gradient, if one were needed, would be correct but
+        slow (the patches' gradient summed back into the padded input); the stem's input is the image.
         """
         weight = self.conv.weight
         out_channels, in_channels, kh, kw = weight.shape
