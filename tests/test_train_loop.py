@@ -242,3 +242,18 @@ def test_device_feed_copies_on_a_side_stream_without_races():
             busy = torch.tanh(busy @ busy)
         sums.append((batch["images"].float().mean() + batch["boxes"].mean() / 2).item())
     assert sums == [1.5 * i for i in range(6)]
+
+
+def test_progress_line_restarts_its_window_in_each_epoch(capsys):
+    """A print interval longer than an epoch: the line in a later epoch reports that epoch's own figures, not a
+    difference against the previous line's counters, which belong to another epoch (this gave negative data-wait
+    shares and throughput diluted by validation time)."""
+    progress = Progress(Accelerator(cpu=True), interval=5, epochs=3, steps_per_epoch=4)
+    losses, lrs = torch.ones(3), [0.1, 0.1, 0.1]
+    # Batches of 16: step 5 is epoch 1's first step, step 10 epoch 2's second.
+    progress.step(TrainState(optimizer_steps=5), 1, losses, lrs, images=16, epoch_seconds=4.0, data_seconds=1.0)
+    progress.step(TrainState(optimizer_steps=10), 2, losses, lrs, images=32, epoch_seconds=2.0, data_seconds=0.5)
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("epoch")]
+    assert len(lines) == 2
+    assert "| 4.0 img/s | data 25% |" in lines[0]
+    assert "| 16.0 img/s | data 25% |" in lines[1]  # 32 images in 2 s, 0.5 s of them waiting

@@ -38,25 +38,29 @@ class Progress:
         self.steps_per_epoch = steps_per_epoch
         self.start = time.perf_counter()
         self.steps_at_start: int | None = None
-        self._window: tuple[int, float, float] | None = None  # (images, time, data wait) at the previous line
+        self._window: tuple[int, int, float, float] | None = None  # (epoch, images, time, data wait), last line
 
     def step(self, state: TrainState, epoch: int, mean_losses: torch.Tensor, lrs: list[float], images: int,
              epoch_seconds: float, data_seconds: float) -> None:
-        """``data_seconds``: time this epoch's loop spent waiting for the loader (host clock)."""
+        """``images``, ``epoch_seconds``, ``data_seconds``: images trained, time spent and time waited for the
+        loader (host clock) since this epoch's loop began."""
         if self.steps_at_start is None:
             self.steps_at_start = state.optimizer_steps - 1
         if state.optimizer_steps % self.interval:
             return
         losses = mean_losses.tolist()  # the host sync: everything queued so far has run
         now = time.perf_counter()
-        if self._window is None or images < self._window[0]:  # first line of the run or of an epoch
+        if self._window is None or self._window[0] != epoch:
+            # First line of the run or of this epoch: the figures of the epoch so far (the previous line may lie
+            # epochs back, with validation in between, when the interval is longer than an epoch).
             throughput = images / max(epoch_seconds, 1e-9)
             data_share = data_seconds / max(epoch_seconds, 1e-9)
         else:  # since the previous line, measured after the sync
-            elapsed = max(now - self._window[1], 1e-9)
-            throughput = (images - self._window[0]) / elapsed
-            data_share = (data_seconds - self._window[2]) / elapsed
-        self._window = (images, now, data_seconds)
+            _, last_images, last_time, last_data = self._window
+            elapsed = max(now - last_time, 1e-9)
+            throughput = (images - last_images) / elapsed
+            data_share = (data_seconds - last_data) / elapsed
+        self._window = (epoch, images, now, data_seconds)
         memory = peak_memory_gb(self.accelerator.device)
         done = state.optimizer_steps - self.steps_at_start
         remaining = self.epochs * self.steps_per_epoch - state.optimizer_steps
