@@ -117,8 +117,10 @@ def test_val_cli_on_coco128_matches_pycocotools_on_ultralytics_predictions(tmp_p
     assert val.main([str(CHECKPOINT), "--data", str(DATA / "coco128.yaml"), "--cache-dir", str(tmp_path / "cache"),
                      "--workers", "0", "--json", str(out), "--plots-dir", str(tmp_path / "plots")]) == 0
     metrics = json.loads(out.read_text())
-    assert metrics["map50_95"] == pytest.approx(expected["map50_95"], abs=0.002)
-    assert metrics["map50"] == pytest.approx(expected["map50"], abs=0.002)
+    # Same predictions up to float rounding (the reference json holds boxes to 3 decimals): a difference in the
+    # rect batches' letterbox shapes of a few images moves mAP50 by 2e-4.
+    assert metrics["map50_95"] == pytest.approx(expected["map50_95"], abs=1e-5)
+    assert metrics["map50"] == pytest.approx(expected["map50"], abs=1e-5)
     assert sorted(p.name for p in (tmp_path / "plots").iterdir()) == ["PR_curve.png", "confusion_matrix.png"]
 
 
