@@ -64,7 +64,8 @@ def test_predict_cli_outputs_match_ultralytics_detections(tmp_path):
     meta = json.loads((REFERENCE / "yolo11n_coco128_meta.json").read_text())
     files = [DATA / "coco128" / "images" / "train2017" / f"{stem}.jpg" for stem in meta["images_for_outputs"]]
     out = tmp_path / "predict"
-    assert predict.main([str(CHECKPOINT), *map(str, files), "--output", str(out), "--save-txt"]) == 0
+    # the reference outputs are of 640 x 640 inputs
+    assert predict.main([str(CHECKPOINT), *map(str, files), "--output", str(out), "--save-txt", "--no-rect"]) == 0
     records = json.loads((out / "predictions.json").read_text())
     assert [Path(r["file"]).stem for r in records] == meta["images_for_outputs"]
     for i, (record, path) in enumerate(zip(records, files, strict=True)):
@@ -90,6 +91,42 @@ def test_predict_cli_outputs_match_ultralytics_detections(tmp_path):
             assert float(w) * record["width"] == pytest.approx(det["box"][2] - det["box"][0], abs=0.01)
     assert records[0]["detections"] and records[0]["detections"][0]["name"] in {"person", "bowl", "dog", "broccoli",
                                                                                   "cup", "orange", "dining table"}
+
+
+@needs_data
+def test_predict_cli_equals_ultralytics_predict(tmp_path):
+    """Default (rect) prediction against ``YOLO(...).predict`` of Ultralytics on the same images, landscape and
+    portrait: each image padded only to a multiple of 32, and boxes mapped back with per-axis gains."""
+    reference = json.loads((ROOT / "tests" / "data" / "ultralytics_predict_rect.json").read_text())
+    stems = list(reference["images"])
+    files = [DATA / "coco128" / "images" / "train2017" / f"{stem}.jpg" for stem in stems]
+    out = tmp_path / "predict"
+    # batch 4: images of different shapes share a chunk and go through the model in separate groups
+    assert predict.main([str(CHECKPOINT), *map(str, files), "--output", str(out), "--no-draw", "--batch", "4",
+                         "--conf", str(reference["conf"])]) == 0
+    records = json.loads((out / "predictions.json").read_text())
+    assert sum(len(r["detections"]) for r in records) >= 20
+    for stem, record in zip(stems, records, strict=True):
+        expected = reference["images"][stem]
+        assert [record["height"], record["width"]] == expected["orig_shape"]
+        got = np.array([d["box"] + [d["score"], d["class"]] for d in record["detections"]]).reshape(-1, 6)
+        want = np.array(expected["detections"]).reshape(-1, 6)
+        assert got.shape == want.shape, stem
+        np.testing.assert_allclose(got[:, :4], want[:, :4], atol=0.011, err_msg=stem)  # ours rounds to 0.01 px
+        np.testing.assert_allclose(got[:, 4], want[:, 4], atol=1e-4, err_msg=stem)
+        np.testing.assert_array_equal(got[:, 5], want[:, 5], err_msg=stem)
+
+
+def test_rect_letterbox_pads_to_a_multiple_of_32():
+    image = np.full((427, 640, 3), 7, np.uint8)  # long side already 640: no resize, 21 rows of padding
+    boxed, (gain_h, gain_w, top, left) = predict.letterbox(image, 640, rect=True)
+    assert boxed.shape == (448, 640, 3) and (gain_h, gain_w, top, left) == (1.0, 1.0, 10, 0)
+    assert (boxed[10:437] == 7).all() and (boxed[:10] == 114).all() and (boxed[437:] == 114).all()
+    boxed, (gain_h, gain_w, top, left) = predict.letterbox(np.zeros((500, 333, 3), np.uint8), 640, rect=True)
+    # 333 * 1.28 = 426.24 -> 426 columns, padded by 22 to 448; each axis keeps its own gain
+    assert boxed.shape == (640, 448, 3) and (top, left) == (0, 11)
+    assert gain_h == 1.28 and gain_w == pytest.approx(426 / 333, abs=0)
+    assert predict.letterbox(np.zeros((500, 333, 3), np.uint8), 640)[0].shape == (640, 640, 3)
 
 
 def subset_yaml(tmp_path: Path, count: int) -> Path:

@@ -82,14 +82,24 @@ def non_max_suppression(
 def letterbox_params(orig_size: tuple[int, int], input_size: tuple[int, int]) -> tuple[float, float, int, int]:
     """``(gain_h, gain_w, pad_top, pad_left)`` of Ultralytics' centred letterbox of ``orig_size`` into ``input_size``.
 
-    Both sizes are ``(height, width)`` in pixels; the long side is scaled to fit, the rest padded equally (the
-    ``- 0.1`` rounding of odd padding puts the extra pixel at the bottom/right, as Ultralytics).
+    Both sizes are ``(height, width)`` in pixels. The long side is scaled to fit and each side is resized to
+    ``round(side * gain)`` pixels, so each axis's gain is its own ratio of new to old size (as Ultralytics'
+    ``scale_boxes`` maps boxes back); the rest is padded equally, the ``- 0.1`` rounding of odd padding putting
+    the extra pixel at the bottom/right.
     """
     (height, width), (input_h, input_w) = orig_size, input_size
     gain = min(input_h / height, input_w / width)
-    pad_h = (input_h - round(height * gain)) / 2
-    pad_w = (input_w - round(width * gain)) / 2
-    return gain, gain, round(pad_h - 0.1), round(pad_w - 0.1)
+    new_h, new_w = max(round(height * gain), 1), max(round(width * gain), 1)
+    return new_h / height, new_w / width, round((input_h - new_h) / 2 - 0.1), round((input_w - new_w) / 2 - 0.1)
+
+
+def rect_input_size(orig_size: tuple[int, int], imgsz: int, stride: int = 32) -> tuple[int, int]:
+    """The smallest letterboxed input ``(height, width)`` for one image, as Ultralytics' predict (``LetterBox``
+    with ``auto``): the long side scaled to ``imgsz``, the short side padded only up to a multiple of ``stride``."""
+    height, width = orig_size
+    gain = min(imgsz / height, imgsz / width)
+    new_h, new_w = max(round(height * gain), 1), max(round(width * gain), 1)
+    return new_h + (imgsz - new_h) % stride, new_w + (imgsz - new_w) % stride
 
 
 def scale_boxes(boxes: Tensor, ratio_pad: Tensor, orig_size: Tensor) -> Tensor:

@@ -3,8 +3,9 @@
     yolo11-predict weights/best.safetensors photos/ --output runs/predict
     yolo11-predict yolo11n.pt bus.jpg zidane.jpg --conf 0.25 --save-txt
 
-Each image is letterboxed to ``--imgsz`` (Ultralytics' centred letterbox, grey 114 padding), detected, and the
-boxes are mapped back to its original pixels. Outputs in ``--output``: ``<stem>.png`` (boxes drawn),
+Each image is letterboxed as Ultralytics' predict does (long side scaled to ``--imgsz``, centred, grey 114
+padding only up to a multiple of 32; ``--no-rect``: padded to a square), detected, and the boxes are mapped back to
+its original pixels. Outputs in ``--output``: ``<stem>.png`` (boxes drawn),
 ``predictions.json`` (``[{"file", "width", "height", "detections": [{"box": [x1, y1, x2, y2] px, "score",
 "class", "name"}]}]``) and with ``--save-txt`` ``labels/<stem>.txt`` lines ``class xc yc w h score`` (normalised).
 """
@@ -22,7 +23,7 @@ import torch
 import yaml
 
 from yolo11.evaluation.plots import draw_detections
-from yolo11.postprocess import Postprocessor, letterbox_params
+from yolo11.postprocess import Postprocessor, letterbox_params, rect_input_size
 from yolo11.weights import load_weights
 
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff"}
@@ -44,15 +45,17 @@ def list_images(inputs: Sequence[str | Path]) -> list[Path]:
     return files
 
 
-def letterbox(image: np.ndarray, imgsz: int) -> tuple[np.ndarray, tuple[float, float, int, int]]:
-    """Resize (H, W, 3) uint8 to fit ``imgsz`` x ``imgsz`` keeping the aspect ratio and pad with grey; returns the
-    image and ``(gain_h, gain_w, pad_top, pad_left)`` (``yolo11.postprocess.letterbox_params``)."""
+def letterbox(image: np.ndarray, imgsz: int, rect: bool = False) -> tuple[np.ndarray, tuple[float, float, int, int]]:
+    """Resize (H, W, 3) uint8 to fit ``imgsz`` x ``imgsz`` keeping the aspect ratio and pad with grey, to the square
+    or, with ``rect``, only up to a multiple of 32 (``rect_input_size``); returns the image and
+    ``(gain_h, gain_w, pad_top, pad_left)`` (``yolo11.postprocess.letterbox_params``)."""
     height, width = image.shape[:2]
-    gain_h, gain_w, top, left = letterbox_params((height, width), (imgsz, imgsz))
+    input_h, input_w = rect_input_size((height, width), imgsz) if rect else (imgsz, imgsz)
+    gain_h, gain_w, top, left = letterbox_params((height, width), (input_h, input_w))
     new_h, new_w = round(height * gain_h), round(width * gain_w)
     if (new_h, new_w) != (height, width):
         image = cv2.resize(image, (new_w, new_h), interpolation=cv2.INTER_LINEAR)
-    bottom, right = imgsz - new_h - top, imgsz - new_w - left
+    bottom, right = input_h - new_h - top, input_w - new_w - left
     image = cv2.copyMakeBorder(image, top, bottom, left, right, cv2.BORDER_CONSTANT, value=(PAD_VALUE,) * 3)
     return image, (gain_h, gain_w, top, left)
 
@@ -90,19 +93,30 @@ def class_names_for(weights: Path, num_classes: int, names: str | None) -> list[
 
 @torch.no_grad()
 def predict_images(model: torch.nn.Module, files: list[Path], imgsz: int, postprocessor: Postprocessor,
-                   batch: int = 8, device: torch.device | str = "cpu") -> list[tuple[np.ndarray, torch.Tensor]]:
-    """Per file: the RGB image and its ``(n, 6)`` detections ``[x1, y1, x2, y2, score, class]`` in its pixels."""
+                   batch: int = 8, device: torch.device | str = "cpu",
+                   rect: bool = True) -> list[tuple[np.ndarray, torch.Tensor]]:
+    """Per file: the RGB image and its ``(n, 6)`` detections ``[x1, y1, x2, y2, score, class]`` in its pixels.
+
+    ``rect``: each image gets its own smallest input shape; the images of a chunk of ``batch`` that share a
+    shape go through the model together.
+    """
     model = model.to(device).eval()
     results = []
     for start in range(0, len(files), batch):
         originals = [read_rgb(path) for path in files[start:start + batch]]
-        boxed = [letterbox(image, imgsz) for image in originals]
-        # uint8 on the device (a quarter of float32's transfer); the model scales it to [0, 1]
-        images = torch.from_numpy(np.stack([b[0] for b in boxed])).permute(0, 3, 1, 2).to(device)
-        ratio_pad = torch.tensor([b[1] for b in boxed], dtype=torch.float32)
-        sizes = torch.tensor([image.shape[:2] for image in originals])
-        feats = [f.cpu() for f in model(images)]
-        detections = postprocessor(feats, ratio_pad, sizes)
+        boxed = [letterbox(image, imgsz, rect) for image in originals]
+        detections: list[torch.Tensor | None] = [None] * len(boxed)
+        groups: dict[tuple[int, ...], list[int]] = {}
+        for i, (image, _) in enumerate(boxed):
+            groups.setdefault(image.shape, []).append(i)
+        for members in groups.values():
+            # uint8 on the device (a quarter of float32's transfer); the model scales it to [0, 1]
+            images = torch.from_numpy(np.stack([boxed[i][0] for i in members])).permute(0, 3, 1, 2).to(device)
+            ratio_pad = torch.tensor([boxed[i][1] for i in members], dtype=torch.float32)
+            sizes = torch.tensor([originals[i].shape[:2] for i in members])
+            feats = [f.cpu() for f in model(images)]
+            for i, det in zip(members, postprocessor(feats, ratio_pad, sizes), strict=True):
+                detections[i] = det
         results.extend(zip(originals, detections, strict=True))
     return results
 
@@ -125,7 +139,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--conf", type=float, default=0.25, help="score threshold")
     parser.add_argument("--iou", type=float, default=0.7, help="NMS IoU threshold")
     parser.add_argument("--max-det", type=int, default=300, help="detections kept per image")
-    parser.add_argument("--batch", type=int, default=8, help="images per forward pass")
+    parser.add_argument("--rect", action=argparse.BooleanOptionalAction, default=True,
+                        help="pad each image only up to a multiple of 32, as Ultralytics' predict (--no-rect: to "
+                             "imgsz x imgsz)")
+    parser.add_argument("--batch", type=int, default=8, help="images per forward pass (of one input shape)")
     parser.add_argument("--names", default=None, help="class names: a comma list or a data YAML")
     parser.add_argument("--save-txt", action="store_true", help="also write YOLO txt files under labels/")
     parser.add_argument("--no-draw", action="store_true", help="do not write drawn PNGs")
@@ -143,7 +160,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Multi-label NMS is for mAP at a low threshold; a prediction shows one class per box, as Ultralytics.
     postprocessor = Postprocessor(conf=args.conf, iou=args.iou, max_det=args.max_det, multi_label=False,
                                   strides=model.strides, reg_max=model.reg_max)
-    results = predict_images(model, files, args.imgsz, postprocessor, args.batch, args.device)
+    results = predict_images(model, files, args.imgsz, postprocessor, args.batch, args.device, args.rect)
     args.output.mkdir(parents=True, exist_ok=True)
     records = []
     for path, (image, det) in zip(files, results, strict=True):
