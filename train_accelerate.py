@@ -43,6 +43,7 @@ from yolo11.engine.setup import (
 )
 from yolo11.engine.train import LossScale, NonFiniteLossError, train_one_epoch
 from yolo11.loss import DetectionLoss
+from yolo11.weights import UnsafeCheckpointError
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -64,10 +65,14 @@ def main(argv: list[str] | None = None) -> int:
     num_classes = len(train_source.class_names)
     plan = plan_run(config, state.num_processes, len(train_source.dataset), num_classes)
     report_to = tracking.resolve_report_to(config.run.report_to)
-    accelerator = build_accelerator(plan, run_dir, report_to)
     set_seed(config.run.seed)
+    try:  # --model, --backbone, --pretrained, --weights
+        model = build_model(config.model, num_classes)
+    except (ValueError, FileNotFoundError, UnsafeCheckpointError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    accelerator = build_accelerator(plan, run_dir, report_to)
 
-    model = build_model(config.model, num_classes)
     model = maybe_sync_batchnorm(model, config.run.sync_bn, accelerator)
     channels_last = config.run.channels_last and accelerator.device.type == "cuda"
     if channels_last:

@@ -7,7 +7,7 @@ import timm
 import torch
 
 import yolo11
-from yolo11.models.timm_backbone import select_levels
+from yolo11.models.timm_backbone import BackboneError, select_levels
 
 # One model per family, small variants where the family has them (2 CI cores).
 TIMM_BACKBONES = ["resnet18", "convnext_atto", "efficientnet_b0", "cspdarknet53", "mobilenetv3_large_100"]
@@ -71,11 +71,16 @@ def test_backbone_without_stride_8_is_refused():
         yolo11.create_model("yolo11n", backbone="vit_tiny_patch16_224")
 
 
+def test_unknown_backbone_name_is_refused_with_similar_names():
+    with pytest.raises(BackboneError, match="timm has no model 'convnext_tinyy'; similar names: .*convnext_tiny"):
+        yolo11.create_model("yolo11n", backbone="convnext_tinyy")
+
+
 def test_pretrained_offline_gives_a_clear_error(monkeypatch, tmp_path):
     import huggingface_hub.constants as hub_constants
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setattr(hub_constants, "HF_HUB_OFFLINE", True)
     monkeypatch.setattr(hub_constants, "HF_HUB_CACHE", str(tmp_path))  # empty cache: nothing to fall back on
-    with pytest.raises(RuntimeError, match="could not download pretrained weights for timm backbone 'resnet18'"):
+    with pytest.raises(BackboneError, match="could not download pretrained weights for timm backbone 'resnet18'"):
         yolo11.create_model("yolo11n", backbone="resnet18", pretrained=True)

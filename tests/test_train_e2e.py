@@ -106,6 +106,9 @@ def test_wrong_flag_and_wrong_config_file_get_clear_errors(tmp_path):
     no_data = launch([*TINY_FLAGS, "--data", str(tmp_path / "nowhere.yaml"), "--output-dir", str(tmp_path)])
     assert no_data.returncode != 0 and "error: " in no_data.stderr and "nowhere.yaml" in no_data.stderr
     assert 'train_accelerate.py", line' not in no_data.stderr  # our message, not our stack (accelerate adds its own)
+    no_backbone = launch([*TINY_FLAGS, "--backbone", "vit_tiny_patch16_224", "--output-dir", str(tmp_path)])
+    assert no_backbone.returncode != 0 and "error: timm model 'vit_tiny_patch16_224'" in no_backbone.stderr
+    assert 'train_accelerate.py", line' not in no_backbone.stderr
 
 
 def test_failing_rank_ends_every_rank(tmp_path):

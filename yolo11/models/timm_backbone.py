@@ -16,6 +16,11 @@ from torch import nn
 REDUCTIONS = (8, 16, 32)
 
 
+class BackboneError(ValueError):
+    """A timm backbone that cannot serve here: unknown name, no levels at strides 8/16/32, or pretrained weights
+    that cannot be downloaded."""
+
+
 def select_levels(
     reductions: list[int], wanted: tuple[int, ...] = REDUCTIONS, name: str = "backbone"
 ) -> tuple[int, ...]:
@@ -24,7 +29,7 @@ def select_levels(
     for reduction in wanted:
         matches = [i for i, r in enumerate(reductions) if r == reduction]
         if not matches:
-            raise ValueError(
+            raise BackboneError(
                 f"{name} offers feature reductions {reductions}; YOLO11 needs levels at {list(wanted)}"
             )
         indices.append(matches[-1])
@@ -38,10 +43,10 @@ def _create_features(name: str, pretrained: bool, out_indices: tuple[int, ...]) 
         return timm.create_model(name, pretrained=True, features_only=True, out_indices=out_indices)
     except OSError as error:  # huggingface_hub's offline, not-cached and HTTP errors are all OSErrors
         reason = str(error).rstrip(".") + (" (HF_HUB_OFFLINE is set)" if hub_constants.HF_HUB_OFFLINE else "")
-        raise RuntimeError(
+        raise BackboneError(
             f"could not download pretrained weights for timm backbone {name!r}: {reason}. Run once with network "
-            "access to fill the Hugging Face cache, or pass pretrained=False (random init) / load our weights with "
-            "yolo11.weights."
+            "access to fill the Hugging Face cache, or start from random weights (no --pretrained; "
+            "pretrained=False) or from a file of ours (--weights; yolo11.weights.load_weights)."
         ) from None
 
 
@@ -51,7 +56,14 @@ class TimmBackbone(nn.Module):
     def __init__(self, name: str, pretrained: bool = False) -> None:
         super().__init__()
         # Probe the level layout without weights, then build once with only the levels we use.
-        probe = timm.create_model(name, pretrained=False, features_only=True)
+        try:
+            probe = timm.create_model(name, pretrained=False, features_only=True)
+        except RuntimeError as error:
+            if not str(error).startswith("Unknown model"):
+                raise
+            close = timm.list_models(f"*{name.split('.')[0][:12]}*")[:8]
+            hint = f"similar names: {', '.join(close)}" if close else "timm.list_models('*pattern*') lists them"
+            raise BackboneError(f"timm has no model {name!r}; {hint}") from None
         all_indices = tuple(probe.feature_info.out_indices)
         chosen = select_levels(probe.feature_info.reduction(), name=f"timm model {name!r}")
         del probe
