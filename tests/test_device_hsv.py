@@ -20,7 +20,11 @@ def rgb_batch(bgr_images: list[np.ndarray]) -> torch.Tensor:
     return torch.from_numpy(np.stack([np.ascontiguousarray(im[:, :, ::-1].transpose(2, 0, 1)) for im in bgr_images]))
 
 
-def smooth_image(rng: np.random.Generator, height: int = 120, width: int = 160) -> np.ndarray:
+# OpenCV's 8-bit HSV -> BGR truncates in its main vector loop, but cv2 5.1 on an AVX-512 CPU rounds in the
+# narrower block that takes the rest of a row (a 300-px row: columns 256-287 differed from cv2 4.12 by 1, nothing
+# else): OpenCV's own output then depends on the row width. Test rows are multiples of 64 px, as the 640-px
+# training images are, so that the comparison is with the main loop that BatchHSV reproduces.
+def smooth_image(rng: np.random.Generator, height: int = 120, width: int = 192) -> np.ndarray:
     """A photo-like BGR image: colour gradients, flat areas, greys, whites and blacks, mild noise."""
     y, x = np.mgrid[0:height, 0:width] / max(height, width)
     image = np.stack([x, y, 1 - x * y], -1) * 255 + rng.normal(0, 6, (height, width, 3))
@@ -51,7 +55,7 @@ def test_batch_hsv_matches_cv2_on_photo_like_images() -> None:
 def test_batch_hsv_matches_cv2_on_noise() -> None:
     """Every (R, G, B) combination class: uniform noise. Within 1 everywhere; differences stay rare."""
     rng = np.random.default_rng(1)
-    images = [rng.integers(0, 256, (64, 96, 3), dtype=np.uint8) for _ in range(4)]
+    images = [rng.integers(0, 256, (64, 128, 3), dtype=np.uint8) for _ in range(4)]
     largest, identical = compare_with_cv2(images, seeds=[11, 12, 13, 14])
     assert largest <= 1 and identical > 0.95, (largest, identical)
 

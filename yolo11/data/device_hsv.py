@@ -8,8 +8,10 @@ batch and the device applies them to all images at once.
 
 ``BatchHSV`` reproduces OpenCV's 8-bit ``BGR2HSV`` (integer arithmetic with its division tables),
 the lookup tables of ``RandomHSV`` and OpenCV's ``HSV2BGR`` (float32, truncated to uint8 as its vector path
-does). Against ``cv2`` 5.1 every pixel is within 1 of ``RandomHSV``'s output (tested); the rare differences
-come from where OpenCV's compiled kernels fuse multiply-adds.
+does). Against ``cv2`` 4.12 and 5.1 every pixel is within 1 of ``RandomHSV``'s output (tested); the rare
+differences come from where OpenCV's compiled kernels fuse multiply-adds. OpenCV is not consistent with itself
+either: cv2 5.1 on an AVX-512 CPU rounds instead of truncating in the block of 32 pixels that its main loop leaves
+at the end of a row whose width is not a multiple of 64 (so the same pixel can come out 1 apart in two images).
 """
 
 from __future__ import annotations
