@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import cv2
@@ -265,3 +266,13 @@ def test_copy_bgr_to_rgb_writes_into_the_rows_of_a_larger_batch_buffer() -> None
     np.testing.assert_array_equal(rows[1, :40, :50], image[:, :, ::-1])
     np.testing.assert_array_equal(rows[0, :40, :50], image[:, ::-1, ::-1])
     assert (rows[:, 40:] == 7).all() and (rows[:, :, 50:] == 7).all()  # the padding is left alone
+
+
+def test_workers_are_capped_by_the_cores_per_local_process(monkeypatch):
+    from yolo11.data.loader import usable_workers
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _: set(range(16)), raising=False)
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")
+    assert usable_workers(8) == 4 and usable_workers(2) == 2 and usable_workers(0) == 0
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "32")
+    assert usable_workers(8) == 1  # never below one worker per process while some were asked for

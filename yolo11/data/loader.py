@@ -173,6 +173,14 @@ def seed_worker(worker_id: int) -> None:
         os.nice(WORKER_NICENESS)
 
 
+def usable_workers(requested: int) -> int:
+    """``requested`` loader workers, capped at the CPU cores this process may use divided by the training processes
+    on this machine (as Ultralytics caps them): more workers than cores only oversubscribe them."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    local_processes = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    return min(requested, max(cores // max(local_processes, 1), 1))
+
+
 def build_dataloader(source: DetectionSource, split: str = "train", imgsz: int = 640, batch_size: int = 16,
                      workers: int = 8, augment: bool | None = None, epochs: int = 1, close_mosaic: int = 10,
                      seed: int = 0, hyp: AugmentParams | None = None, max_boxes: int | None = None,
@@ -180,14 +188,16 @@ def build_dataloader(source: DetectionSource, split: str = "train", imgsz: int =
                      hsv_on_device: bool = False) -> DataLoader:
     """The train or val DataLoader of ``source``; ``batch_size`` is per process.
 
-    ``augment`` and ``shuffle`` default to ``split == "train"``. The batch sampler yields ``(epoch, index)`` keys:
-    call ``loader.set_epoch(epoch)`` (or Accelerate's, after ``prepare``) before each epoch. ``rect`` (val only)
-    groups images of similar aspect ratio and letterboxes each batch to its own shape. ``cache_images`` decodes
-    every image once into RAM shared by the workers (``ImageCache``). ``hsv_on_device`` leaves the HSV pixels to
-    the training device: batches then carry ``hsv_gains`` for ``BatchHSV``.
+    ``workers`` is capped by ``usable_workers``. ``augment`` and ``shuffle`` default to ``split == "train"``. The
+    batch sampler yields ``(epoch, index)`` keys: call ``loader.set_epoch(epoch)`` (or Accelerate's, after
+    ``prepare``) before each epoch. ``rect`` (val only) groups images of similar aspect ratio and letterboxes each
+    batch to its own shape. ``cache_images`` decodes every image once into RAM shared by the workers
+    (``ImageCache``). ``hsv_on_device`` leaves the HSV pixels to the training device: batches then carry
+    ``hsv_gains`` for ``BatchHSV``.
     """
     if split not in ("train", "val"):
         raise ValueError(f"split must be 'train' or 'val', got {split!r}")
+    workers = usable_workers(workers)
     train = split == "train"
     augment = train if augment is None else augment
     shuffle = train if shuffle is None else shuffle

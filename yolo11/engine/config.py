@@ -49,7 +49,7 @@ class DataConfig:
     train_split: str = _opt("train", "split used for training")
     val_split: str = _opt("val", "split used for validation")
     imgsz: int = _opt(640, "training and validation image size in pixels (multiple of 32)")
-    workers: int = _opt(8, "data-loader worker processes per training process")
+    workers: int = _opt(8, "data-loader worker processes per training process (at most the CPU cores per process)")
     cache_dir: str | None = _opt(None, "where converted Arrow datasets are cached (default ~/.cache/yolo11)")
     cache_images: bool = _opt(False, "decode and resize every image once into RAM shared by the loader workers "
                                      "(Ultralytics' cache=ram); the main process needs the RAM for it")

@@ -16,7 +16,7 @@ from yolo11.engine import tracking
 from yolo11.engine.checkpoint import TrainState
 from yolo11.engine.config import TrainConfig
 from yolo11.engine.evaluate import ValidationOutput
-from yolo11.engine.progress import LOSS_NAMES, peak_memory_gb
+from yolo11.engine.progress import LOSS_NAMES, format_duration, peak_memory_gb
 from yolo11.engine.train import EpochResult
 from yolo11.evaluation import plots
 from yolo11.evaluation.results import ResultsCSV
@@ -36,6 +36,7 @@ class RunOutputs:
         self.class_names = class_names
         self.state = state
         self.patience = config.run.patience
+        self.epochs = config.run.epochs
         self.make_plots = config.run.plots
         self.weights_dir = run_dir / "weights"
         self.epoch_start = time.perf_counter()
@@ -73,10 +74,8 @@ class RunOutputs:
                         step=state.optimizer_steps)
         if accelerator.is_main_process:
             self.csv.append(row)
+            print(self.epoch_line(row), flush=True)
             if validation is not None:
-                print(f"epoch {epoch + 1}: mAP50-95 {row['metrics/mAP50-95(B)']:.4f} mAP50 "
-                      f"{row['metrics/mAP50(B)']:.4f} P {row['metrics/precision(B)']:.4f} "
-                      f"R {row['metrics/recall(B)']:.4f}", flush=True)
                 if self.make_plots:
                     plots.save_validation_plots(self.run_dir, validation.metrics, validation.samples,
                                                 self.class_names)
@@ -84,6 +83,19 @@ class RunOutputs:
                                                step=state.optimizer_steps)
         self.epoch_start = time.perf_counter()
         return self.patience > 0 and state.best_epoch >= 0 and epoch - state.best_epoch >= self.patience
+
+    def epoch_line(self, row: dict) -> str:
+        """``epoch 3/100 done in 0:01:02 | train box .. cls .. dfl .. | val box .. | mAP50-95 .. mAP50 .. P .. R ..``"""
+        def losses(split: str) -> str:
+            return " ".join(f"{name.split('_')[0]} {row[f'{split}/{name}']:.4f}" for name in LOSS_NAMES)
+
+        parts = [f"epoch {row['epoch']}/{self.epochs} done in {format_duration(row['time'])}",
+                 f"train {losses('train')}"]
+        if "metrics/mAP50-95(B)" in row:
+            parts += [f"val {losses('val')}",
+                      f"mAP50-95 {row['metrics/mAP50-95(B)']:.4f} mAP50 {row['metrics/mAP50(B)']:.4f} "
+                      f"P {row['metrics/precision(B)']:.4f} R {row['metrics/recall(B)']:.4f}"]
+        return " | ".join(parts)
 
     def best_summary(self) -> dict | None:
         if self.state.best_epoch < 0:
