@@ -50,7 +50,12 @@ def test_plan_accumulation_weight_decay_and_split():
     assert (plan.per_process_batch, plan.accumulation_steps, plan.effective_batch) == (4, 4, 64)
     assert plan.weight_decay == pytest.approx(5e-4)
     assert plan.batches_per_epoch == 63 and plan.steps_per_epoch == 16
-    assert plan.warmup_iters == max(round(3 * 63), 100)
+    assert plan.warmup_iters == 3 * 63  # Ultralytics 8.4: no 100-iteration minimum
+    short = plan_run(parse_config(["--batch-size", "16", "--epochs", "2"]), 1, 1000, 80)
+    assert short.warmup_iters == 63  # the last epoch is never warmup
+    assert plan_run(parse_config(["--epochs", "1"]), 1, 1000, 80).warmup_iters == -1
+    tiny = plan_run(parse_config(["--batch-size", "16", "--epochs", "2"]), 1, 10, 80)
+    assert tiny.accumulation_steps == 2 and tiny.weight_decay == pytest.approx(5e-4)  # 2 batches in the whole run
     big = plan_run(parse_config(["--batch-size", "128"]), 1, 1000, 80)
     assert big.accumulation_steps == 1 and big.weight_decay == pytest.approx(5e-4 * 2)
     with pytest.raises(ValueError, match="divisible"):

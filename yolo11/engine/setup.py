@@ -73,12 +73,18 @@ def plan_run(config: TrainConfig, num_processes: int, num_train_images: int, num
     accumulation = optim.grad_accum or max(round(optim.nominal_batch / run.batch_size), 1)
     weight_decay = optim.weight_decay * run.batch_size * accumulation / optim.nominal_batch
     batches_per_epoch = math.ceil(num_train_images / run.batch_size)
+    # As Ultralytics (after the weight decay): never more micro-batches per step than the whole run has.
+    accumulation = min(accumulation, batches_per_epoch * run.epochs)
     # Ultralytics counts iterations for optimizer='auto' at the nominal batch.
     auto_iterations = math.ceil(num_train_images / max(run.batch_size, optim.nominal_batch)) * run.epochs
     choice = resolve_optimizer(optim, num_classes, auto_iterations)
     scale = lr_scale_for_batch(optim.lr_scaling, run.batch_size * accumulation, optim.nominal_batch)
     choice = OptimizerChoice(choice.name, choice.lr * scale, choice.momentum)
-    warmup = max(round(optim.warmup_epochs * batches_per_epoch), 100) if optim.warmup_epochs > 0 else -1
+    # Ultralytics 8.4: warmup_epochs x batches per epoch, no longer at least 100 iterations, and never into the last
+    # epoch (a 1-epoch run has none); -1: no warmup.
+    warmup_epochs = min(optim.warmup_epochs, max(run.epochs - 1, 0))
+    warmup = round(warmup_epochs * batches_per_epoch) if warmup_epochs > 0 else 0
+    warmup = warmup or -1
     return RunPlan(
         num_processes=num_processes,
         per_process_batch=per_process,
