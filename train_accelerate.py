@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 from accelerate import PartialState
-from accelerate.utils import parse_flag_from_env, set_seed
+from accelerate.utils import DistributedType, parse_flag_from_env, set_seed
 
 from yolo11.data import BatchHSV, DataSourceError, build_dataloader, load_source, save_batch_preview
 from yolo11.engine import tracking
@@ -41,7 +41,7 @@ from yolo11.engine.setup import (
     prepare_training,
     resolve_run_dir,
 )
-from yolo11.engine.train import LossScale, NonFiniteLossError, train_one_epoch
+from yolo11.engine.train import Accumulation, NonFiniteLossError, train_one_epoch
 from yolo11.loss import DetectionLoss
 from yolo11.weights import UnsafeCheckpointError
 
@@ -127,7 +127,9 @@ def main(argv: list[str] | None = None) -> int:
                           "minutes of compilation (README, 'Fast training on a GPU')")
     progress = Progress(accelerator, config.run.log_interval, config.run.epochs, plan.steps_per_epoch)
     profiler = StepProfiler(run_dir / "profile", config.run.profile and accelerator.is_main_process, accelerator.device)
-    loss_scale = LossScale(accelerator.num_processes, plan.accumulation_steps)
+    # DeepSpeed divides the loss by its own fixed accumulation count: no warmup ramp there.
+    ramp = plan.warmup_iters if accelerator.distributed_type != DistributedType.DEEPSPEED else -1
+    accumulation = Accumulation(accelerator.num_processes, plan.accumulation_steps, ramp)
     start, images_seen, exit_code = time.perf_counter(), 0, 0
     try:
         for epoch in range(train_state.epoch, config.run.epochs):
@@ -139,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
                 loader = accelerator.skip_first_batches(train_loader, train_state.batches_in_epoch)
             result = train_one_epoch(
                 accelerator=accelerator, model=model, criterion=criterion, optimizer=optimizer, schedule=schedule,
-                ema=ema, loader=loader, state=train_state, epoch=epoch, loss_scale=loss_scale,
+                ema=ema, loader=loader, state=train_state, epoch=epoch, accumulation=accumulation,
                 clip_grad=config.optim.clip_grad, channels_last=channels_last, max_steps=config.run.max_steps,
                 progress=progress, profiler=profiler, batch_hsv=batch_hsv)
             images_seen += result.images

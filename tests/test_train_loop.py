@@ -13,7 +13,7 @@ import yolo11
 from yolo11.engine.checkpoint import TrainState
 from yolo11.engine.optim import OptimizerChoice, WarmupSchedule, build_optimizer, lr_lambda
 from yolo11.engine.progress import Progress
-from yolo11.engine.train import LossScale, NonFiniteLossError, train_one_epoch
+from yolo11.engine.train import Accumulation, NonFiniteLossError, train_one_epoch
 from yolo11.loss import DetectionLoss
 
 
@@ -37,7 +37,7 @@ def make_batch(images: torch.Tensor, seed: int) -> dict:
 
 
 def run(batches: list[dict], accumulation: int, model: torch.nn.Module, criterion=None, max_steps=None, ema=None,
-        state: TrainState | None = None):
+        state: TrainState | None = None, ramp_iters: int = -1):
     reset_accelerate_state()  # each run is a fresh process as far as Accelerate is concerned
     accelerator = Accelerator(cpu=True, gradient_accumulation_steps=accumulation)
     optimizer = build_optimizer(model, OptimizerChoice("SGD", 0.05, 0.9), 5e-4)
@@ -47,7 +47,8 @@ def run(batches: list[dict], accumulation: int, model: torch.nn.Module, criterio
     result = train_one_epoch(
         accelerator=accelerator, model=model, criterion=criterion or DetectionLoss(3), optimizer=optimizer,
         schedule=schedule, ema=ema, loader=batches, state=state, epoch=0,
-        loss_scale=LossScale(1, accumulation), clip_grad=10.0, channels_last=False, max_steps=max_steps,
+        accumulation=Accumulation(1, accumulation, ramp_iters), clip_grad=10.0, channels_last=False,
+        max_steps=max_steps,
         progress=Progress(accelerator, interval=1, epochs=1, steps_per_epoch=len(batches)))
     return model, state, result
 
@@ -257,3 +258,23 @@ def test_progress_line_restarts_its_window_in_each_epoch(capsys):
     assert len(lines) == 2
     assert "| 4.0 img/s | data 25% |" in lines[0]
     assert "| 16.0 img/s | data 25% |" in lines[1]  # 32 images in 2 s, 0.5 s of them waiting
+
+
+def test_accumulation_ramps_up_during_warmup_as_ultralytics():
+    ramp = Accumulation(num_processes=2, nominal=4, warmup_iters=6)
+    # round(interp(ni, [0, 6], [1, 4])), numpy's half-to-even rounding as Ultralytics' .round()
+    assert [ramp.steps_at(i) for i in range(9)] == [1, 2, 2, 2, 3, 4, 4, 4, 4]
+    assert Accumulation(1, 4).steps_at(0) == 4 and ramp.loss_factor(3) == 6.0
+    # Ultralytics steps when `ni - last_opt_step >= accumulate`: after batches 0, 2 and 6
+    torch.manual_seed(0)
+    model = yolo11.create_model("yolo11n", num_classes=3)
+    images = torch.randint(0, 256, (2, 3, 64, 64), dtype=torch.uint8)
+    batches = [make_batch(images, seed=i) for i in range(10)]
+    expected, last = [], -1
+    for ni in range(10):
+        if ni - last >= ramp.steps_at(ni):
+            expected.append(ni)
+            last = ni
+    _, state, _ = run(batches, 4, model, ramp_iters=6)
+    assert expected == [0, 2, 6] and state.optimizer_steps == 3
+    assert state.iteration == 7 and state.batches_in_epoch == 7  # batches 7-9 are accumulated, not yet applied

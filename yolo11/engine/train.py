@@ -6,6 +6,7 @@ import copy
 import time
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from accelerate import Accelerator
 from accelerate.utils import DistributedType, send_to_device
@@ -24,22 +25,33 @@ class NonFiniteLossError(RuntimeError):
 
 
 @dataclass(frozen=True)
-class LossScale:
-    """Factor applied to the loss before ``accelerator.backward``.
+class Accumulation:
+    """How many micro-batches each optimizer step sums, and the loss factor that makes it a sum.
+
+    The count follows Ultralytics: ``nominal`` (``round(nominal batch / batch)``), except during the
+    ``warmup_iters`` warmup iterations, over which it ramps from 1 to ``nominal`` (rounded linear interpolation
+    in the batch index), so that the first steps are taken on single batches. ``warmup_iters`` -1: ``nominal``
+    throughout.
 
     ``DetectionLoss`` returns ``parts.sum() * per_process_batch`` (Ultralytics' convention). Ultralytics then
-    multiplies by the world size (DDP averages gradients over ranks) and sums gradients over accumulation steps
-    without dividing; ``accelerator.backward`` divides by the accumulation steps, so we multiply them back. The
-    resulting gradient is the sum over every image of the effective batch of the per-batch-normalised loss: the
-    quantity Ultralytics' lr0 = 0.01 at nominal batch 64 was tuned for.
+    multiplies by the world size (DDP averages gradients over ranks) and sums gradients over the accumulated
+    batches without dividing; ``accelerator.backward`` divides by the accumulation steps, so ``loss_factor``
+    multiplies them back. The resulting gradient is the sum over every image of the step of the
+    per-batch-normalised loss: the quantity Ultralytics' lr0 = 0.01 at nominal batch 64 was tuned for.
     """
 
     num_processes: int
-    accumulation_steps: int
+    nominal: int
+    warmup_iters: int = -1
 
-    @property
-    def factor(self) -> float:
-        return float(self.num_processes * self.accumulation_steps)
+    def steps_at(self, iteration: int) -> int:
+        """Micro-batches of the step that batch ``iteration`` (counted from the start of training) belongs to."""
+        if self.warmup_iters > 0 and iteration <= self.warmup_iters:
+            return max(1, int(np.round(np.interp(iteration, [0, self.warmup_iters], [1, self.nominal]))))
+        return self.nominal
+
+    def loss_factor(self, steps: int) -> float:
+        return float(self.num_processes * steps)
 
 
 @dataclass
@@ -61,7 +73,7 @@ def train_one_epoch(
     loader,
     state: TrainState,
     epoch: int,
-    loss_scale: LossScale,
+    accumulation: Accumulation,
     clip_grad: float,
     channels_last: bool,
     max_steps: int | None,
@@ -91,7 +103,14 @@ def train_one_epoch(
     start = time.perf_counter()
     timed = _TimedIterable(DeviceFeed(loader, accelerator.device))
     for batch in timed:
-        schedule.step(epoch, state.iteration + pending)
+        iteration = state.iteration + pending  # Ultralytics' `ni`
+        schedule.step(epoch, iteration)
+        # Accelerate syncs when its micro-batch counter reaches a multiple of the accumulation steps (or at the end
+        # of the loader). The counter is set to the micro-batches accumulated so far, so that a count that grows
+        # during warmup gives Ultralytics' rule: step once `pending + 1` batches reach it (it never shrinks).
+        steps = accumulation.steps_at(iteration)
+        accelerator.gradient_accumulation_steps = steps
+        accelerator.step = pending
         images = batch["images"]  # uint8 travelled to the device; augment and normalise there
         if "hsv_gains" in batch:
             images = batch_hsv(images, batch["hsv_gains"])
@@ -101,7 +120,7 @@ def train_one_epoch(
                 feats = model(images)
             loss, parts = criterion(feats, batch["boxes"], batch["labels"])  # upcasts the maps itself
             guard.observe_loss(loss.detach())
-            accelerator.backward(loss * loss_scale.factor)
+            accelerator.backward(loss * accumulation.loss_factor(steps))
             if accelerator.sync_gradients:
                 grad_norm = accelerator.clip_grad_norm_(model.parameters(), clip_grad) if clip_grad > 0 else None
                 guard.before_update(grad_norm, state)
