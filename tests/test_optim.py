@@ -1,11 +1,14 @@
 """Optimizer groups, Ultralytics' 'auto' rule, warmup and schedule, the run plan, EMA."""
 
+import json
 import math
+from pathlib import Path
 
 import pytest
 import torch
 from torch import nn
 
+import yolo11
 from yolo11.engine.config import parse_config
 from yolo11.engine.ema import ModelEMA
 from yolo11.engine.optim import (
@@ -17,20 +20,23 @@ from yolo11.engine.optim import (
     parameter_groups,
 )
 from yolo11.engine.setup import plan_run
+from yolo11.engine.train import Accumulation
 
 
 def tiny_net():
     return nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.Conv2d(4, 2, 1, bias=True), nn.LayerNorm(2))
 
 
-def test_parameter_groups_split_biases_weights_norms():
+def test_parameter_groups_split_weights_norms_biases():
     net = tiny_net()
-    biases, weights, norms = parameter_groups(net)
-    assert {id(p) for p in weights} == {id(net[0].weight), id(net[2].weight)}
-    assert {id(p) for p in norms} == {id(net[1].weight), id(net[3].weight)}
-    assert len(biases) == 4  # conv, bn, conv, layernorm
+    groups = parameter_groups(net)
+    assert list(groups) == ["weight", "bn", "bias"]  # Ultralytics 8.4's order and names
+    assert {id(p) for p in groups["weight"]} == {id(net[0].weight), id(net[2].weight)}
+    assert {id(p) for p in groups["bn"]} == {id(net[1].weight), id(net[3].weight)}
+    assert len(groups["bias"]) == 4  # conv, bn, conv, layernorm
     optimizer = build_optimizer(net, OptimizerChoice("SGD", 0.01, 0.9), weight_decay=5e-4)
-    assert [g["weight_decay"] for g in optimizer.param_groups] == [0.0, 5e-4, 0.0]
+    assert [g["weight_decay"] for g in optimizer.param_groups] == [5e-4, 0.0, 0.0]
+    assert [g["param_group"] for g in optimizer.param_groups] == ["weight", "bn", "bias"]
     assert optimizer.param_groups[0]["nesterov"] is True
 
 
@@ -83,10 +89,10 @@ def test_warmup_interpolates_lr_bias_lr_and_momentum():
     schedule = WarmupSchedule(optimizer, lr_lambda("linear", 10, 0.01), warmup_iters=100, warmup_bias_lr=0.1,
                               warmup_momentum=0.8, momentum=0.937, base_lr=0.01)
     schedule.step(epoch=0, iteration=0)
-    assert schedule.lrs() == pytest.approx([0.1, 0.0, 0.0])
+    assert schedule.lrs() == pytest.approx([0.0, 0.0, 0.1])  # weight, bn, bias
     assert optimizer.param_groups[1]["momentum"] == pytest.approx(0.8)
     schedule.step(epoch=0, iteration=50)
-    assert schedule.lrs() == pytest.approx([0.055, 0.005, 0.005])
+    assert schedule.lrs() == pytest.approx([0.005, 0.005, 0.055])
     assert optimizer.param_groups[1]["momentum"] == pytest.approx(0.8685)
     schedule.step(epoch=2, iteration=500)
     assert schedule.lrs() == pytest.approx([0.01 * (0.8 * 0.99 + 0.01)] * 3)
@@ -114,3 +120,25 @@ def test_ema_matches_closed_form():
     restored.load_state_dict(ema.state_dict())
     assert restored.updates == 1
     torch.testing.assert_close(restored.module.state_dict(), ema.module.state_dict())
+
+
+def test_lr_momentum_and_accumulation_per_batch_equal_ultralytics():
+    """Every batch of a 4-epoch coco128 run at batch 16 (8 batches per epoch, warmup 24 batches, accumulation
+    ramping 1 -> 4): the values Ultralytics 8.4.190's trainer used, recorded in tests/data."""
+    reference = json.loads((Path(__file__).parent / "data" / "ultralytics_schedule_coco128.json").read_text())
+    config = parse_config(["--batch-size", str(reference["batch"]), "--epochs", str(reference["epochs"]),
+                           "--optimizer", reference["optimizer"]])
+    plan = plan_run(config, 1, reference["num_images"], 80)
+    model = yolo11.create_model("yolo11n", num_classes=80)
+    optimizer = build_optimizer(model, plan.optimizer, plan.weight_decay)
+    optim = config.optim
+    schedule = WarmupSchedule(optimizer, lr_lambda(optim.schedule, config.run.epochs, optim.lrf), plan.warmup_iters,
+                              optim.warmup_bias_lr, optim.warmup_momentum, optim.momentum, plan.optimizer.lr)
+    accumulation = Accumulation(1, plan.accumulation_steps, plan.warmup_iters)
+    assert [g["param_group"] for g in optimizer.param_groups] == reference["param_groups"]
+    for ni, lrs, momentum, accumulate in zip(reference["ni"], reference["lr"], reference["momentum"],
+                                             reference["accumulate"], strict=True):
+        schedule.step(ni // plan.batches_per_epoch, ni)
+        assert schedule.lrs() == pytest.approx(lrs, rel=1e-9, abs=1e-12), ni
+        assert optimizer.param_groups[0]["momentum"] == pytest.approx(momentum, rel=1e-9), ni
+        assert accumulation.steps_at(ni) == accumulate, ni

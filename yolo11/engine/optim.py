@@ -1,7 +1,8 @@
 """Optimizer, parameter groups and learning-rate schedule, following Ultralytics' recipe.
 
-Parameter groups, in Ultralytics' order so that ``lr/pg0..2`` mean the same thing in both tools:
-``pg0`` biases (no decay), ``pg1`` conv/linear weights (decay), ``pg2`` normalisation weights (no decay).
+Parameter groups, in the order and with the names of Ultralytics 8.4 (``param_group``), so that ``lr/pg0..2`` mean
+the same thing in both tools: ``pg0`` "weight" (conv/linear weights, decay), ``pg1`` "bn" (normalisation weights,
+no decay), ``pg2`` "bias" (no decay).
 """
 
 from __future__ import annotations
@@ -19,20 +20,20 @@ from yolo11.engine.config import OptimConfig
 _NORM_TYPES = (nn.modules.batchnorm._NormBase, nn.LayerNorm, nn.GroupNorm, nn.LocalResponseNorm)
 
 
-def parameter_groups(model: nn.Module) -> tuple[list, list, list]:
-    """Split trainable parameters into (biases, decayed weights, norm weights)."""
-    biases, weights, norms = [], [], []
+def parameter_groups(model: nn.Module) -> dict[str, list]:
+    """Trainable parameters by group: ``{"weight": [...], "bn": [...], "bias": [...]}``, in that order."""
+    groups: dict[str, list] = {"weight": [], "bn": [], "bias": []}
     for module in model.modules():
         for name, param in module.named_parameters(recurse=False):
             if not param.requires_grad:
                 continue
             if name == "bias":
-                biases.append(param)
+                groups["bias"].append(param)
             elif isinstance(module, _NORM_TYPES) or param.ndim <= 1:
-                norms.append(param)  # norm scales, layer-scale vectors, logit scales: no decay
+                groups["bn"].append(param)  # norm scales, layer-scale vectors, logit scales: no decay
             else:
-                weights.append(param)
-    return biases, weights, norms
+                groups["weight"].append(param)
+    return groups
 
 
 @dataclass(frozen=True)
@@ -63,12 +64,8 @@ def build_optimizer(model: nn.Module, choice: OptimizerChoice, weight_decay: flo
     device-side ``found_inf`` flag that skips the update without a host sync (``NonFiniteGuard``). Otherwise
     ``foreach``: one launch per operation for all tensors of a group.
     """
-    biases, weights, norms = parameter_groups(model)
-    groups = [
-        {"params": biases, "weight_decay": 0.0},
-        {"params": weights, "weight_decay": weight_decay},
-        {"params": norms, "weight_decay": 0.0},
-    ]
+    groups = [{"params": params, "weight_decay": weight_decay if name == "weight" else 0.0, "param_group": name}
+              for name, params in parameter_groups(model).items()]
     kernels = {"fused": True} if fused else {"foreach": True}
     if choice.name == "SGD":
         optimizer = torch.optim.SGD(groups, lr=choice.lr, momentum=choice.momentum, nesterov=True, **kernels)
@@ -125,9 +122,9 @@ class WarmupSchedule:
         """``iteration`` counts batches since the start of training (Ultralytics' ``ni``)."""
         target = self.base_lr * self.lr_fn(epoch)
         warm = iteration <= self.warmup_iters
-        for index, group in enumerate(self.optimizer.param_groups):
+        for group in self.optimizer.param_groups:
             if warm:
-                start = self.warmup_bias_lr if index == 0 else 0.0
+                start = self.warmup_bias_lr if group.get("param_group") == "bias" else 0.0
                 group["lr"] = float(np.interp(iteration, [0, self.warmup_iters], [start, target]))
                 momentum = float(np.interp(iteration, [0, self.warmup_iters], [self.warmup_momentum, self.momentum]))
             else:

@@ -72,7 +72,7 @@ class Progress:
         self.accelerator.log(values, step=state.optimizer_steps)
         if self.accelerator.is_main_process:
             loss_text = " ".join(f"{name.split('_')[0]} {value:.4f}" for name, value in zip(LOSS_NAMES, losses))
-            print(f"epoch {epoch + 1}/{self.epochs} step {state.optimizer_steps} | {loss_text} | lr {lrs[1]:.6f} | "
+            print(f"epoch {epoch + 1}/{self.epochs} step {state.optimizer_steps} | {loss_text} | lr {lrs[0]:.6f} | "
                   f"{throughput:.1f} img/s | data {data_share:.0%} | mem {memory:.2f} GiB | "
                   f"ETA {format_duration(eta)}", flush=True)
 
