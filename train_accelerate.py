@@ -81,9 +81,10 @@ def main(argv: list[str] | None = None) -> int:
     criterion = DetectionLoss(num_classes, strides=model.strides, reg_max=model.reg_max)
     optimizer = build_optimizer(model, plan.optimizer, plan.weight_decay,
                                 fused=accelerator.device.type in ("cuda", "cpu"))
+    # As Ultralytics: optimizer 'auto' starts the biases' warmup at 0, an explicit choice at --warmup-bias-lr.
+    warmup_bias_lr = 0.0 if config.optim.optimizer == "auto" else config.optim.warmup_bias_lr
     schedule = WarmupSchedule(optimizer, lr_lambda(config.optim.schedule, config.run.epochs, config.optim.lrf),
-                              plan.warmup_iters, config.optim.warmup_bias_lr if plan.optimizer.name == "SGD" else 0.0,
-                              config.optim.warmup_momentum, config.optim.momentum, plan.optimizer.lr)
+                              plan.warmup_iters, warmup_bias_lr, config.optim.warmup_momentum, config.optim.momentum)
     loader_kwargs = build_train_loader_kwargs(config, plan, accelerator.device)
     batch_hsv = BatchHSV().to(accelerator.device)
     try:
@@ -115,7 +116,8 @@ def main(argv: list[str] | None = None) -> int:
                           f"batch {train_state.batches_in_epoch}")
     if accelerator.is_main_process:
         save_config(config, run_dir / "config.yaml")
-    outputs = RunOutputs(accelerator, run_dir, train_source.class_names, config, train_state, report_to)
+    outputs = RunOutputs(accelerator, run_dir, train_source.class_names, config, train_state, report_to,
+                         lr_groups=len(optimizer.param_groups))
     accelerator.print(f"{config.model.model}: {sum(p.numel() for p in model.parameters()):,} parameters | "
                       f"{plan.num_processes} process(es) x batch {plan.per_process_batch} x accumulation "
                       f"{plan.accumulation_steps} | {plan.optimizer.name} lr {plan.optimizer.lr:g} | "

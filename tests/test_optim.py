@@ -11,6 +11,7 @@ from torch import nn
 import yolo11
 from yolo11.engine.config import parse_config
 from yolo11.engine.ema import ModelEMA
+from yolo11.engine.musgd import MuSGD
 from yolo11.engine.optim import (
     OptimizerChoice,
     WarmupSchedule,
@@ -42,7 +43,7 @@ def test_parameter_groups_split_weights_norms_biases():
 
 @pytest.mark.parametrize("num_images, epochs, expected", [
     (128, 100, ("AdamW", round(0.002 * 5 / 84, 6))),  # 2 iterations/epoch at nbs 64 -> 200 < 10k
-    (118_287, 100, ("SGD", 0.01)),
+    (118_287, 100, ("MuSGD", 0.01)),  # Ultralytics 8.4 (before: SGD)
 ])
 def test_auto_optimizer_follows_ultralytics(num_images, epochs, expected):
     config = parse_config(["--epochs", str(epochs), "--batch-size", "16"])
@@ -87,7 +88,7 @@ def test_warmup_interpolates_lr_bias_lr_and_momentum():
     net = tiny_net()
     optimizer = build_optimizer(net, OptimizerChoice("SGD", 0.01, 0.9), 5e-4)
     schedule = WarmupSchedule(optimizer, lr_lambda("linear", 10, 0.01), warmup_iters=100, warmup_bias_lr=0.1,
-                              warmup_momentum=0.8, momentum=0.937, base_lr=0.01)
+                              warmup_momentum=0.8, momentum=0.937)
     schedule.step(epoch=0, iteration=0)
     assert schedule.lrs() == pytest.approx([0.0, 0.0, 0.1])  # weight, bn, bias
     assert optimizer.param_groups[1]["momentum"] == pytest.approx(0.8)
@@ -133,7 +134,7 @@ def test_lr_momentum_and_accumulation_per_batch_equal_ultralytics():
     optimizer = build_optimizer(model, plan.optimizer, plan.weight_decay)
     optim = config.optim
     schedule = WarmupSchedule(optimizer, lr_lambda(optim.schedule, config.run.epochs, optim.lrf), plan.warmup_iters,
-                              optim.warmup_bias_lr, optim.warmup_momentum, optim.momentum, plan.optimizer.lr)
+                              optim.warmup_bias_lr, optim.warmup_momentum, optim.momentum)
     accumulation = Accumulation(1, plan.accumulation_steps, plan.warmup_iters)
     assert [g["param_group"] for g in optimizer.param_groups] == reference["param_groups"]
     for ni, lrs, momentum, accumulate in zip(reference["ni"], reference["lr"], reference["momentum"],
@@ -142,3 +143,45 @@ def test_lr_momentum_and_accumulation_per_batch_equal_ultralytics():
         assert schedule.lrs() == pytest.approx(lrs, rel=1e-9, abs=1e-12), ni
         assert optimizer.param_groups[0]["momentum"] == pytest.approx(momentum, rel=1e-9), ni
         assert accumulation.steps_at(ni) == accumulate, ni
+
+
+def test_musgd_steps_equal_ultralytics():
+    """Three MuSGD steps (a Muon group of conv, 1x1 conv, wide and tall matrices with weight decay, and an SGD
+    group) from the same parameters and gradients as a run of Ultralytics 8.4.190's MuSGD recorded in tests/data.
+    Muon's orthogonalisation runs in bfloat16, hence the tolerance."""
+    reference = json.loads((Path(__file__).parent / "data" / "ultralytics_musgd_steps.json").read_text())
+    shapes = {name: tuple(shape) for name, shape in reference["shapes"].items()}
+
+    def tensors(values: dict) -> dict:
+        return {name: torch.tensor(values[name]).reshape(shape) for name, shape in shapes.items()}
+
+    params = {name: t.requires_grad_(True) for name, t in tensors(reference["params0"]).items()}
+    muon = [params[name] for name in ("conv", "pointwise", "linear", "tall")]
+    optimizer = MuSGD([{"params": muon, "lr": 0.01, "momentum": 0.9, "nesterov": True, "weight_decay": 5e-4,
+                        "use_muon": True},
+                       {"params": [params["bias"]], "lr": 0.03, "momentum": 0.9, "nesterov": True}], muon=0.2, sgd=1.0)
+    start = {name: p.detach().clone() for name, p in params.items()}
+    for grads, expected in zip(reference["grads"], reference["after"], strict=True):
+        for name, grad in tensors(grads).items():
+            params[name].grad = grad
+        optimizer.step()
+        for name, want in tensors(expected).items():
+            torch.testing.assert_close(params[name].detach(), want, rtol=0, atol=2e-5, msg=name)
+    moved = (params["conv"].detach() - start["conv"]).abs().max()
+    assert moved > 1e-3  # the steps are large against the tolerance
+
+
+def test_musgd_groups_follow_ultralytics():
+    model = yolo11.create_model("yolo11n", num_classes=80)
+    optimizer = build_optimizer(model, OptimizerChoice("MuSGD", 0.01, 0.9), weight_decay=5e-4)
+    groups = optimizer.param_groups
+    names = [g["param_group"] for g in groups]
+    assert names == ["weight", "weight", "bn", "bn", "bias", "bias", "muon", "muon"]
+    assert [g["lr"] for g in groups] == pytest.approx([0.03, 0.01] * 4)  # the class branch first, at 3x
+    assert [g["use_muon"] for g in groups] == [False] * 6 + [True] * 2
+    assert [g["weight_decay"] for g in groups] == [5e-4, 5e-4, 0.0, 0.0, 0.0, 0.0, 5e-4, 5e-4]
+    class_branch = {id(p) for p in model.head.cv3.parameters()}
+    assert groups[6]["params"] and all(id(p) in class_branch for p in groups[6]["params"])
+    conv_weights = [p for n, p in model.named_parameters() if p.requires_grad and p.ndim == 4]
+    assert len(groups[6]["params"]) + len(groups[7]["params"]) == len(conv_weights)
+    assert all(g["initial_lr"] == g["lr"] for g in groups)

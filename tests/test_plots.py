@@ -58,6 +58,16 @@ def _is_png(path) -> tuple[int, int]:
         return image.size
 
 
+def test_results_csv_has_an_lr_column_per_parameter_group(tmp_path):
+    csv = ResultsCSV(tmp_path / "results.csv", lr_groups=8)  # MuSGD's groups
+    row = epoch_row(1) | {f"lr/pg{i}": 0.01 for i in range(3, 8)}
+    csv.append(row)
+    header = list(read_results(tmp_path / "results.csv")[0])
+    assert header[12:20] == [f"lr/pg{i}" for i in range(8)] and header[-2:] == list(COLUMNS[-2:])
+    with pytest.raises(KeyError, match="lr/pg3"):
+        ResultsCSV(tmp_path / "other.csv").append(row)
+
+
 def test_results_png(tmp_path):
     csv = ResultsCSV(tmp_path / "results.csv")
     for epoch in range(1, 6):

@@ -41,7 +41,7 @@ def run(batches: list[dict], accumulation: int, model: torch.nn.Module, criterio
     reset_accelerate_state()  # each run is a fresh process as far as Accelerate is concerned
     accelerator = Accelerator(cpu=True, gradient_accumulation_steps=accumulation)
     optimizer = build_optimizer(model, OptimizerChoice("SGD", 0.05, 0.9), 5e-4)
-    schedule = WarmupSchedule(optimizer, lr_lambda("linear", 10, 0.01), -1, 0.0, 0.8, 0.9, 0.05)
+    schedule = WarmupSchedule(optimizer, lr_lambda("linear", 10, 0.01), -1, 0.0, 0.8, 0.9)
     model, optimizer = accelerator.prepare(model, optimizer)
     state = TrainState() if state is None else state
     result = train_one_epoch(

@@ -85,14 +85,14 @@ class DataConfig:
 
 @dataclass(frozen=True)
 class OptimConfig:
-    optimizer: str = _opt("auto", "auto (Ultralytics' rule: SGD above 10k iterations, else AdamW), SGD or AdamW",
-                          ("auto", "SGD", "AdamW"))
+    optimizer: str = _opt("auto", "auto (Ultralytics' rule: MuSGD above 10k iterations, else AdamW), SGD, AdamW "
+                                  "or MuSGD", ("auto", "SGD", "AdamW", "MuSGD"))
     lr0: float = _opt(0.01, "initial learning rate (ignored by --optimizer auto, which picks its own)")
     lrf: float = _opt(0.01, "final learning rate as a fraction of lr0")
     schedule: str = _opt("linear", "per-epoch learning-rate decay", ("linear", "cosine"))
     momentum: float = _opt(0.937, "SGD momentum / Adam beta1")
     weight_decay: float = _opt(5e-4, "weight decay at the nominal batch (scaled by batch * accumulation / nbs)")
-    warmup_epochs: float = _opt(3.0, "warmup length in epochs (at least 100 iterations)")
+    warmup_epochs: float = _opt(3.0, "warmup length in epochs (never into the last epoch)")
     warmup_momentum: float = _opt(0.8, "momentum at the start of warmup")
     warmup_bias_lr: float = _opt(0.1, "bias learning rate at the start of warmup")
     nominal_batch: int = _opt(64, "nominal batch size (nbs): gradients are accumulated up to it")

@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from yolo11.engine.config import OptimConfig
+from yolo11.engine.musgd import MuSGD
 
 _NORM_TYPES = (nn.modules.batchnorm._NormBase, nn.LayerNorm, nn.GroupNorm, nn.LocalResponseNorm)
 
@@ -47,26 +48,30 @@ def resolve_optimizer(config: OptimConfig, num_classes: int, total_iterations: i
     """Ultralytics' ``optimizer='auto'``: SGD for long schedules, AdamW with a class-count-dependent lr otherwise.
 
     ``total_iterations`` counts optimizer steps at the nominal batch, as Ultralytics does:
-    ``ceil(num_images / max(batch, nbs)) * epochs``. For long schedules (more than 10,000 iterations)
-    Ultralytics 8.4 picks its MuSGD (Muon's orthogonalised updates plus SGD on conv and linear weights, the class
-    branch of the head at 3x lr) where this picks SGD (Nesterov) at the same lr 0.01 and momentum 0.9: MuSGD is
-    not implemented here yet. Shorter schedules (coco128 for 100 epochs: 200 iterations) get AdamW in both.
+    ``ceil(num_images / max(batch, nbs)) * epochs``. Long schedules (more than 10,000 iterations: COCO-sized
+    runs) get MuSGD, as in Ultralytics 8.4; shorter ones (coco128 for 100 epochs: 200 iterations) AdamW.
     """
     if config.optimizer != "auto":
         return OptimizerChoice(config.optimizer, config.lr0, config.momentum)
     if total_iterations > 10_000:
-        return OptimizerChoice("SGD", 0.01, 0.9)
+        return OptimizerChoice("MuSGD", 0.01, 0.9)
     return OptimizerChoice("AdamW", round(0.002 * 5 / (4 + num_classes), 6), 0.9)
 
 
 def build_optimizer(model: nn.Module, choice: OptimizerChoice, weight_decay: float,
                     fused: bool = True) -> torch.optim.Optimizer:
-    """SGD (Nesterov) or AdamW over the three parameter groups.
+    """SGD (Nesterov) or AdamW over the three parameter groups, or MuSGD over Ultralytics' eight (``musgd_groups``).
 
-    ``fused`` (CUDA and CPU have the kernels): one kernel per group for the whole update, and the kernels take a
-    device-side ``found_inf`` flag that skips the update without a host sync (``NonFiniteGuard``). Otherwise
-    ``foreach``: one launch per operation for all tensors of a group.
+    ``fused`` (SGD and AdamW; CUDA and CPU have the kernels): one kernel per group for the whole update, and the
+    kernels take a device-side ``found_inf`` flag that skips the update without a host sync (``NonFiniteGuard``).
+    Otherwise ``foreach``: one launch per operation for all tensors of a group.
     """
+    if choice.name == "MuSGD":
+        groups = musgd_groups(model, choice.lr, weight_decay)
+        optimizer = MuSGD(groups, lr=choice.lr, momentum=choice.momentum, nesterov=True, muon=0.2, sgd=1.0)
+        for group in optimizer.param_groups:
+            group["initial_lr"] = group["lr"]
+        return optimizer
     groups = [{"params": params, "weight_decay": weight_decay if name == "weight" else 0.0, "param_group": name}
               for name, params in parameter_groups(model).items()]
     kernels = {"fused": True} if fused else {"foreach": True}
@@ -79,6 +84,25 @@ def build_optimizer(model: nn.Module, choice: OptimizerChoice, weight_decay: flo
     for group in optimizer.param_groups:
         group["initial_lr"] = choice.lr
     return optimizer
+
+
+def musgd_groups(model: nn.Module, lr: float, weight_decay: float) -> list[dict]:
+    """MuSGD's parameter groups as Ultralytics 8.4 builds them: "weight", "bn", "bias" and "muon" (the conv and
+    linear weights, which get Muon's update, with weight decay), each split in two, the detection head's class
+    branch (``head.cv3``) first at 3x lr, the rest at lr."""
+    groups = parameter_groups(model)
+    matrices = {id(p) for p in groups["weight"] if p.ndim in (2, 4)}
+    groups["muon"] = [p for p in groups["weight"] if id(p) in matrices]
+    groups["weight"] = [p for p in groups["weight"] if id(p) not in matrices]
+    class_branch = getattr(getattr(model, "head", None), "cv3", None)
+    boosted = {id(p) for p in class_branch.parameters()} if class_branch is not None else set()
+    out = []
+    for name, params in groups.items():
+        options = {"param_group": name, "weight_decay": weight_decay if name in ("weight", "muon") else 0.0,
+                   "use_muon": name == "muon"}
+        out.append({"params": [p for p in params if id(p) in boosted], **options, "lr": lr * 3})
+        out.append({"params": [p for p in params if id(p) not in boosted], **options, "lr": lr})
+    return out
 
 
 def lr_lambda(schedule: str, epochs: int, lrf: float) -> Callable[[float], float]:
@@ -105,27 +129,27 @@ class WarmupSchedule:
 
     During the first ``warmup_iters`` iterations lr rises linearly from 0 (biases: from ``warmup_bias_lr``) to the
     scheduled value and SGD momentum from ``warmup_momentum`` to ``momentum``; afterwards the per-epoch lambda
-    applies (``base_lr * lr_fn(epoch)``, Ultralytics' LambdaLR stepped once per epoch).
+    applies (each group's ``initial_lr * lr_fn(epoch)``, Ultralytics' LambdaLR stepped once per epoch).
     The state is a pure function of (epoch, iteration), so resuming needs nothing but those two numbers.
     """
 
     def __init__(self, optimizer: torch.optim.Optimizer, lr_fn: Callable[[float], float], warmup_iters: int,
-                 warmup_bias_lr: float, warmup_momentum: float, momentum: float, base_lr: float):
+                 warmup_bias_lr: float, warmup_momentum: float, momentum: float):
         self.optimizer = optimizer
         self.lr_fn = lr_fn
         self.warmup_iters = warmup_iters
         self.warmup_bias_lr = warmup_bias_lr
         self.warmup_momentum = warmup_momentum
         self.momentum = momentum
-        self.base_lr = base_lr
         # As in Ultralytics, only SGD's momentum is warmed up; Adam's betas stay as built.
         self._has_momentum = "momentum" in optimizer.param_groups[0]
 
     def step(self, epoch: int, iteration: int) -> None:
         """``iteration`` counts batches since the start of training (Ultralytics' ``ni``)."""
-        target = self.base_lr * self.lr_fn(epoch)
+        scale = self.lr_fn(epoch)
         warm = iteration <= self.warmup_iters
         for group in self.optimizer.param_groups:
+            target = group["initial_lr"] * scale
             if warm:
                 start = self.warmup_bias_lr if group.get("param_group") == "bias" else 0.0
                 group["lr"] = float(np.interp(iteration, [0, self.warmup_iters], [start, target]))

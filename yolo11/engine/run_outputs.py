@@ -30,7 +30,7 @@ def fitness(metrics: dict) -> float:
 
 class RunOutputs:
     def __init__(self, accelerator: Accelerator, run_dir: Path, class_names: list[str], config: TrainConfig,
-                 state: TrainState, report_to: list[str]):
+                 state: TrainState, report_to: list[str], lr_groups: int = 3):
         self.accelerator = accelerator
         self.run_dir = run_dir
         self.class_names = class_names
@@ -41,8 +41,8 @@ class RunOutputs:
         self.weights_dir = run_dir / "weights"
         self.epoch_start = time.perf_counter()
         self.best_metrics: dict | None = None
-        self.csv = ResultsCSV(run_dir / "results.csv", keep_epochs=state.epoch) if accelerator.is_main_process \
-            else None
+        self.csv = ResultsCSV(run_dir / "results.csv", keep_epochs=state.epoch, lr_groups=lr_groups) \
+            if accelerator.is_main_process else None
         if report_to:
             init_kwargs = tracking.tracker_init_kwargs(report_to, run_dir, config.run.name, state.tracker_run_id)
             accelerator.init_trackers(config.run.tracker_project, config=_flatten(config.to_dict()),

@@ -13,32 +13,39 @@ COLUMNS = (
 )
 
 
+def columns(lr_groups: int = 3) -> tuple[str, ...]:
+    """``COLUMNS`` with one ``lr/pgN`` column per optimizer parameter group (MuSGD has 8), as Ultralytics writes."""
+    first, last = COLUMNS.index("lr/pg0"), COLUMNS.index("lr/pg2")
+    return COLUMNS[:first] + tuple(f"lr/pg{i}" for i in range(lr_groups)) + COLUMNS[last + 1:]
+
+
 class ResultsCSV:
     """Appends rows to ``path``; the header is written once.
 
     On resume, ``keep_epochs`` = the number of finished epochs: rows with ``epoch`` (1-based) above it, written by
     the interrupted run after its last checkpoint, are dropped so the resumed run rewrites them. ``None`` starts
-    a fresh file.
+    a fresh file. ``lr_groups``: the optimizer's parameter groups, one ``lr/pgN`` column each.
     """
 
-    def __init__(self, path: Path, keep_epochs: int | None = None):
+    def __init__(self, path: Path, keep_epochs: int | None = None, lr_groups: int = 3):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.columns = columns(lr_groups)
         kept = [row for row in read_results(self.path) if int(float(row["epoch"])) <= keep_epochs] \
             if keep_epochs is not None and self.path.is_file() else []
         with self.path.open("w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=COLUMNS)
+            writer = csv.DictWriter(f, fieldnames=self.columns)
             writer.writeheader()
-            writer.writerows({k: row.get(k, "") for k in COLUMNS} for row in kept)
+            writer.writerows({k: row.get(k, "") for k in self.columns} for row in kept)
 
     def append(self, row: dict) -> None:
         """Write one epoch; missing columns stay empty (e.g. epochs without validation); unknown keys raise."""
-        unknown = set(row) - set(COLUMNS)
+        unknown = set(row) - set(self.columns)
         if unknown:
             raise KeyError(f"results.csv has no column(s) {sorted(unknown)}")
-        values = {k: _format(row.get(k)) for k in COLUMNS}
+        values = {k: _format(row.get(k)) for k in self.columns}
         with self.path.open("a", newline="") as f:
-            csv.DictWriter(f, fieldnames=COLUMNS).writerow(values)
+            csv.DictWriter(f, fieldnames=self.columns).writerow(values)
 
 
 def _format(value) -> str:
