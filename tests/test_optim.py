@@ -98,6 +98,11 @@ def test_warmup_interpolates_lr_bias_lr_and_momentum():
     schedule.step(epoch=2, iteration=500)
     assert schedule.lrs() == pytest.approx([0.01 * (0.8 * 0.99 + 0.01)] * 3)
     assert optimizer.param_groups[0]["momentum"] == pytest.approx(0.937)
+    unwarmed = WarmupSchedule(optimizer, lr_lambda("linear", 10, 0.01), warmup_iters=-1, warmup_bias_lr=0.1,
+                              warmup_momentum=0.8, momentum=0.5)
+    unwarmed.step(epoch=0, iteration=0)
+    assert unwarmed.lrs() == pytest.approx([0.01] * 3)
+    assert optimizer.param_groups[0]["momentum"] == pytest.approx(0.937)  # no warmup: momentum as it was
 
 
 def test_ema_matches_closed_form():

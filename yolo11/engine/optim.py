@@ -156,8 +156,10 @@ class WarmupSchedule:
                 momentum = float(np.interp(iteration, [0, self.warmup_iters], [self.warmup_momentum, self.momentum]))
             else:
                 group["lr"] = target
-                momentum = self.momentum
-            if self._has_momentum:
+                # Where the warmup left it; without a warmup, as built (optimizer 'auto' builds with 0.9, not
+                # --momentum: Ultralytics touches momentum only in the warmup)
+                momentum = self.momentum if self.warmup_iters > 0 else None
+            if self._has_momentum and momentum is not None:
                 group["momentum"] = momentum
 
     def lrs(self) -> list[float]:
