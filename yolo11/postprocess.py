@@ -88,17 +88,21 @@ def letterbox_params(orig_size: tuple[int, int], input_size: tuple[int, int]) ->
     the extra pixel at the bottom/right.
     """
     (height, width), (input_h, input_w) = orig_size, input_size
-    gain = min(input_h / height, input_w / width)
-    new_h, new_w = max(round(height * gain), 1), max(round(width * gain), 1)
+    new_h, new_w = resized_size(orig_size, input_size)
     return new_h / height, new_w / width, round((input_h - new_h) / 2 - 0.1), round((input_w - new_w) / 2 - 0.1)
+
+
+def resized_size(orig_size: tuple[int, int], input_size: tuple[int, int]) -> tuple[int, int]:
+    """``(height, width)`` of the image inside its letterbox: scaled to fit ``input_size``, each side rounded."""
+    (height, width), (input_h, input_w) = orig_size, input_size
+    gain = min(input_h / height, input_w / width)
+    return max(round(height * gain), 1), max(round(width * gain), 1)
 
 
 def rect_input_size(orig_size: tuple[int, int], imgsz: int, stride: int = 32) -> tuple[int, int]:
     """The smallest letterboxed input ``(height, width)`` for one image, as Ultralytics' predict (``LetterBox``
     with ``auto``): the long side scaled to ``imgsz``, the short side padded only up to a multiple of ``stride``."""
-    height, width = orig_size
-    gain = min(imgsz / height, imgsz / width)
-    new_h, new_w = max(round(height * gain), 1), max(round(width * gain), 1)
+    new_h, new_w = resized_size(orig_size, (imgsz, imgsz))
     return new_h + (imgsz - new_h) % stride, new_w + (imgsz - new_w) % stride
 
 

@@ -23,7 +23,7 @@ import torch
 import yaml
 
 from yolo11.evaluation.plots import draw_detections
-from yolo11.postprocess import Postprocessor, letterbox_params, rect_input_size
+from yolo11.postprocess import Postprocessor, letterbox_params, rect_input_size, resized_size
 from yolo11.weights import load_weights
 
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff"}
@@ -52,7 +52,7 @@ def letterbox(image: np.ndarray, imgsz: int, rect: bool = False) -> tuple[np.nda
     height, width = image.shape[:2]
     input_h, input_w = rect_input_size((height, width), imgsz) if rect else (imgsz, imgsz)
     gain_h, gain_w, top, left = letterbox_params((height, width), (input_h, input_w))
-    new_h, new_w = round(height * gain_h), round(width * gain_w)
+    new_h, new_w = resized_size((height, width), (input_h, input_w))
     if (new_h, new_w) != (height, width):
         image = cv2.resize(image, (new_w, new_h), interpolation=cv2.INTER_LINEAR)
     bottom, right = input_h - new_h - top, input_w - new_w - left
