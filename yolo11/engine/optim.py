@@ -91,9 +91,9 @@ def musgd_groups(model: nn.Module, lr: float, weight_decay: float) -> list[dict]
     linear weights, which get Muon's update, with weight decay), each split in two, the detection head's class
     branch (``head.cv3``) first at 3x lr, the rest at lr."""
     groups = parameter_groups(model)
-    matrices = {id(p) for p in groups["weight"] if p.ndim in (2, 4)}
-    groups["muon"] = [p for p in groups["weight"] if id(p) in matrices]
-    groups["weight"] = [p for p in groups["weight"] if id(p) not in matrices]
+    weights = groups["weight"]
+    groups["weight"] = [p for p in weights if p.ndim not in (2, 4)]
+    groups["muon"] = [p for p in weights if p.ndim in (2, 4)]
     class_branch = getattr(getattr(model, "head", None), "cv3", None)
     boosted = {id(p) for p in class_branch.parameters()} if class_branch is not None else set()
     out = []
