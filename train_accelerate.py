@@ -24,7 +24,7 @@ from yolo11.engine.checkpoint import TrainState, resolve_resume, run_dir_of_chec
 from yolo11.engine.config import parse_config, save_config
 from yolo11.engine.ema import ModelEMA
 from yolo11.engine.evaluate import Validator
-from yolo11.engine.optim import WarmupSchedule, build_optimizer, lr_lambda
+from yolo11.engine.optim import build_optimizer
 from yolo11.engine.profiling import StepProfiler
 from yolo11.engine.progress import Progress, print_summary
 from yolo11.engine.run_outputs import RunOutputs
@@ -33,6 +33,7 @@ from yolo11.engine.setup import (
     LaunchError,
     build_accelerator,
     build_model,
+    build_schedule,
     build_train_loader_kwargs,
     check_launch,
     compile_model,
@@ -81,10 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     criterion = DetectionLoss(num_classes, strides=model.strides, reg_max=model.reg_max)
     optimizer = build_optimizer(model, plan.optimizer, plan.weight_decay,
                                 fused=accelerator.device.type in ("cuda", "cpu"))
-    # As Ultralytics: optimizer 'auto' starts the biases' warmup at 0, an explicit choice at --warmup-bias-lr.
-    warmup_bias_lr = 0.0 if config.optim.optimizer == "auto" else config.optim.warmup_bias_lr
-    schedule = WarmupSchedule(optimizer, lr_lambda(config.optim.schedule, config.run.epochs, config.optim.lrf),
-                              plan.warmup_iters, warmup_bias_lr, config.optim.warmup_momentum, config.optim.momentum)
+    schedule = build_schedule(config, plan, optimizer)
     loader_kwargs = build_train_loader_kwargs(config, plan, accelerator.device)
     batch_hsv = BatchHSV().to(accelerator.device)
     try:

@@ -20,7 +20,7 @@ from yolo11.engine.optim import (
     lr_scale_for_batch,
     parameter_groups,
 )
-from yolo11.engine.setup import plan_run
+from yolo11.engine.setup import build_schedule, plan_run
 from yolo11.engine.train import Accumulation
 
 
@@ -137,9 +137,7 @@ def test_lr_momentum_and_accumulation_per_batch_equal_ultralytics():
     plan = plan_run(config, 1, reference["num_images"], 80)
     model = yolo11.create_model("yolo11n", num_classes=80)
     optimizer = build_optimizer(model, plan.optimizer, plan.weight_decay)
-    optim = config.optim
-    schedule = WarmupSchedule(optimizer, lr_lambda(optim.schedule, config.run.epochs, optim.lrf), plan.warmup_iters,
-                              optim.warmup_bias_lr, optim.warmup_momentum, optim.momentum)
+    schedule = build_schedule(config, plan, optimizer)  # as train_accelerate.py builds it
     accumulation = Accumulation(1, plan.accumulation_steps, plan.warmup_iters)
     assert [g["param_group"] for g in optimizer.param_groups] == reference["param_groups"]
     for ni, lrs, momentum, accumulate in zip(reference["ni"], reference["lr"], reference["momentum"],

@@ -28,7 +28,7 @@ from torch import nn
 
 from yolo11.data import AugmentParams
 from yolo11.engine.config import ModelConfig, TrainConfig
-from yolo11.engine.optim import OptimizerChoice, lr_scale_for_batch, resolve_optimizer
+from yolo11.engine.optim import OptimizerChoice, WarmupSchedule, lr_lambda, lr_scale_for_batch, resolve_optimizer
 from yolo11.models import YOLO11Detector, create_model
 from yolo11.weights import load_weights
 
@@ -95,6 +95,15 @@ def plan_run(config: TrainConfig, num_processes: int, num_train_images: int, num
         batches_per_epoch=batches_per_epoch,
         warmup_iters=warmup,
     )
+
+
+def build_schedule(config: TrainConfig, plan: RunPlan, optimizer: torch.optim.Optimizer) -> WarmupSchedule:
+    """The lr / momentum schedule of a run. As Ultralytics, optimizer 'auto' starts the biases' warmup at 0, an
+    explicit choice at --warmup-bias-lr."""
+    optim = config.optim
+    warmup_bias_lr = 0.0 if optim.optimizer == "auto" else optim.warmup_bias_lr
+    return WarmupSchedule(optimizer, lr_lambda(optim.schedule, config.run.epochs, optim.lrf), plan.warmup_iters,
+                          warmup_bias_lr, optim.warmup_momentum, optim.momentum)
 
 
 def resolve_run_dir(config: TrainConfig, state: PartialState) -> Path:
