@@ -10,7 +10,7 @@ Ultralytics' trainer, each for ``--steps`` batches, img/s over the steady-state 
 
 ``--variants`` runs our side several times in one call, Ultralytics once; each variant is a string of flags:
 step mode takes ``--compile``, ``--compile-loss``, ``--compile-mode MODE``, ``--boxes N``, ``--profile``
-(``--kernels-file PATH``), ``--inductor KEY=VALUE``, ``--dense-splits`` (see ``step_variant``); e2e mode passes
+(``--kernels-file PATH``), ``--inductor KEY=VALUE`` (see ``step_variant``); e2e mode passes
 the string to ``train_accelerate.py``, e.g. ``--variants="; --compile; --compile --compile-loss --workers 12"``
 (with ``=``: the value starts with dashes).
 """
@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import ast
-import contextlib
 import json
 import os
 import re
@@ -74,9 +73,6 @@ def step_variant(args, flags: str) -> argparse.Namespace:
                         help="an inductor option for the model's compile, over the trainer's "
                              "(yolo11.engine.setup.MODEL_INDUCTOR_OPTIONS), e.g. realize_reads_threshold=4 or "
                              "coordinate_descent_tuning=True; repeatable")
-    parser.add_argument("--dense-splits", action="store_true",
-                        help="experiment: C3k2 and C2PSA hand their inner blocks a dense copy of the split half "
-                             "(see dense_splits)")
     variant = parser.parse_args(shlex.split(flags))
     try:
         variant.inductor = {key: ast.literal_eval(value) for key, value in (o.split("=", 1) for o in variant.inductor)}
@@ -85,43 +81,7 @@ def step_variant(args, flags: str) -> argparse.Namespace:
     return argparse.Namespace(**vars(args), **vars(variant))
 
 
-@contextlib.contextmanager
-def dense_splits(enabled: bool):
-    """Experiment, not yet measured: C3k2 and C2PSA give their inner blocks a channels_last copy of the half they
-    split off, instead of a view whose pixels are 2 x hidden channels apart. In inductor's generated code such
-    views went straight to the convolutions (C3k2's chunk into a Bottleneck's or C3k's convs, C2PSA's split into
-    the attention's qkv conv), and cuDNN copies a non-dense input itself, in the forward and presumably again for
-    the weight gradient; a copy made in the graph can be fused into the kernel that writes the split output. The
-    outputs are the same either way. Patched for one variant, restored after it."""
-    if not enabled:
-        yield
-        return
-    from yolo11.models.blocks import C2PSA, C3k2
-
-    def c3k2_forward(self, x):
-        y = list(self.cv1(x).chunk(2, 1))
-        for block in self.m:
-            y.append(block(y[-1].contiguous(memory_format=torch.channels_last)))
-        return self.cv2(torch.cat(y, 1))
-
-    def c2psa_forward(self, x):
-        a, b = self.cv1(x).split((self.hidden, self.hidden), dim=1)
-        return self.cv2(torch.cat((a, self.m(b.contiguous(memory_format=torch.channels_last))), 1))
-
-    originals = C3k2.forward, C2PSA.forward
-    C3k2.forward, C2PSA.forward = c3k2_forward, c2psa_forward
-    try:
-        yield
-    finally:
-        C3k2.forward, C2PSA.forward = originals
-
-
 def ours_step(args) -> dict:
-    with dense_splits(args.dense_splits):
-        return _ours_step(args)
-
-
-def _ours_step(args) -> dict:
     import yolo11
     from yolo11.engine.optim import OptimizerChoice, build_optimizer
     from yolo11.loss import DetectionLoss

@@ -10,7 +10,7 @@ from torch import nn
 
 import yolo11
 from yolo11.engine.setup import MODEL_INDUCTOR_OPTIONS, compile_model
-from yolo11.models.blocks import SPPF, Conv, repeat_nearest_2x, separable_max_pool2d
+from yolo11.models.blocks import C2PSA, SPPF, C3k2, Conv, dense_copy, repeat_nearest_2x, separable_max_pool2d
 from yolo11.models.flops import count_gflops
 from yolo11.models.neck import YOLO11Neck
 
@@ -234,6 +234,31 @@ def test_neck_under_compile_upsamples_by_repeating_with_the_same_output():
         assert torch.allclose(a, b, atol=1e-6)
     assert sum("expand" in t for t in targets) == 2
     assert not any("interpolate" in t or "upsample" in t for t in targets)
+
+
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_dense_copy_keeps_values_and_memory_format(channels_last):
+    x = torch.randn(2, 8, 5, 6)
+    if channels_last:
+        x = x.contiguous(memory_format=torch.channels_last)
+    half = x.chunk(2, 1)[1]
+    assert not half.is_contiguous(memory_format=torch.channels_last if channels_last else torch.contiguous_format)
+    dense = dense_copy(half)
+    assert torch.equal(dense, half)
+    assert dense.is_contiguous(memory_format=torch.channels_last if channels_last else torch.contiguous_format)
+
+
+@pytest.mark.parametrize("block", [C3k2(16, 16, 2), C3k2(16, 16, 1, c3k=True), C2PSA(128, 128)],
+                         ids=["C3k2", "C3k2-c3k", "C2PSA"])
+def test_split_blocks_under_compile_copy_their_half_with_the_same_output(block):
+    torch.manual_seed(0)
+    x = torch.randn(2, block.cv1.conv.in_channels, 8, 8).contiguous(memory_format=torch.channels_last)
+    expected = block.train()(x)
+    compiled, targets = compiled_with_graph(block, x)
+    assert torch.allclose(compiled, expected, atol=1e-5)
+    assert sum(t == "contiguous" for t in targets) == 1
+    _, targets = compiled_with_graph(block.eval(), x)
+    assert not any(t == "contiguous" for t in targets)  # inference: the view as it is
 
 
 @pytest.mark.parametrize(("in_channels", "kernel_size", "stride"), [(3, 3, 2), (3, 1, 1), (5, 3, 1), (2, 5, 2)])
