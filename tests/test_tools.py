@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import subprocess
@@ -11,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from engine_helpers import launch
 
 from yolo11 import create_model
 from yolo11.postprocess import letterbox_params, scale_boxes
@@ -187,6 +189,30 @@ def test_val_two_processes_equal_one_process(tmp_path):
     single = json.loads((tmp_path / "single.json").read_text())
     assert json.loads((tmp_path / "ddp.json").read_text()) == single
     assert single["map50"] > 0.0  # the checkpoint finds something on these images
+
+
+@needs_data
+@pytest.mark.slow
+def test_validation_during_training_equals_the_val_tool(tmp_path):
+    """The metrics that training logs for its last epoch are those of ``yolo11-val`` on the saved last weights:
+    rectangular batches of the same size, the same letterbox shapes, the same predictions."""
+    data = subset_yaml(tmp_path, 12)  # landscape, portrait and square images: rect shapes differ from square
+    common = ["--data", str(data), "--imgsz", "320", "--workers", "0", "--cache-dir", str(tmp_path / "cache")]
+    result = launch(["--weights", str(CHECKPOINT), *common, "--epochs", "1", "--batch-size", "4", "--plots", "false",
+                     "--output-dir", str(tmp_path / "runs"), "--name", "a"])
+    assert result.returncode == 0, result.stderr[-3000:]
+    with (tmp_path / "runs" / "a" / "results.csv").open() as stream:
+        logged = list(csv.DictReader(stream))[-1]
+    metrics = {}
+    for rect in ("--rect", "--no-rect"):
+        out = tmp_path / f"{rect}.json"
+        assert val.main([str(tmp_path / "runs" / "a" / "weights" / "last.safetensors"), *common, "--batch", "8",
+                         rect, "--json", str(out)]) == 0  # training validates at 2 x --batch-size
+        metrics[rect] = json.loads(out.read_text())
+    assert metrics["--rect"]["map50"] > 0.0
+    assert float(logged["metrics/mAP50-95(B)"]) == pytest.approx(metrics["--rect"]["map50_95"], rel=1e-5)
+    assert float(logged["metrics/mAP50(B)"]) == pytest.approx(metrics["--rect"]["map50"], rel=1e-5)
+    assert metrics["--no-rect"]["map50_95"] != pytest.approx(metrics["--rect"]["map50_95"], rel=1e-3)
 
 
 class _NmsOnly(torch.nn.Module):

@@ -144,6 +144,8 @@ class RunConfig:
     val_iou: float = _opt(0.7, "IoU threshold for validation NMS")
     max_det: int = _opt(300, "maximum detections per image in validation")
     val_batch_size: int | None = _opt(None, "global validation batch size (default: 2 x --batch-size)")
+    val_rect: bool = _opt(True, "rectangular validation batches, as Ultralytics validates (images grouped by aspect "
+                                "ratio, each batch letterboxed to its own shape); false: square letterbox")
     val_images: int = _opt(16, "validation images drawn (and sent to trackers) each validation")
     plots: bool = _opt(True, "write plots (results.png, PR curve, confusion matrix, batch previews)")
 

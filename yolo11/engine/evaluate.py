@@ -10,6 +10,7 @@ from torch import nn
 
 from yolo11.data import DetectionSource, build_dataloader, model_input
 from yolo11.engine.config import TrainConfig
+from yolo11.engine.setup import CompiledLoss
 from yolo11.evaluation import CocoEvaluator, gather_predictions
 from yolo11.postprocess import Postprocessor, scale_boxes
 
@@ -97,14 +98,20 @@ class Validator:
         global_batch = run.val_batch_size or 2 * run.batch_size
         loader = build_dataloader(
             source, split="val", imgsz=data.imgsz, batch_size=max(global_batch // accelerator.num_processes, 1),
-            workers=data.workers, augment=False, seed=run.seed, max_boxes=data.max_boxes,
-            cache_images=data.cache_images and run.val_interval > 0)
+            workers=data.workers, augment=False, shuffle=False, seed=run.seed, max_boxes=data.max_boxes,
+            rect=run.val_rect, cache_images=data.cache_images and run.val_interval > 0)
         postprocessor = Postprocessor(conf=run.val_conf, iou=run.val_iou, max_det=run.max_det)
         evaluator = CocoEvaluator(source.dataset, source.class_names)
         channels_last = run.channels_last and accelerator.device.type == "cuda"
         return cls(accelerator, accelerator.prepare(loader), postprocessor, evaluator, channels_last, run.val_images)
 
     def run(self, model: nn.Module, criterion: nn.Module) -> ValidationOutput:
+        """Validate ``model`` (the EMA's or the trained one, wrapped or not) with ``criterion`` for the losses.
+
+        Both run eagerly: rect batches come in many shapes, and each would be another compiled graph (CUDA
+        graphs too, under ``reduce-overhead``), for a pass that runs once per epoch without gradients."""
+        model = self.accelerator.unwrap_model(model, keep_torch_compile=False)
+        criterion = criterion.loss if isinstance(criterion, CompiledLoss) else criterion
         return evaluate(accelerator=self.accelerator, model=model, criterion=criterion,
                         postprocessor=self.postprocessor, loader=self.loader, evaluator=self.evaluator,
                         channels_last=self.channels_last, num_samples=self.num_samples)
