@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -15,7 +16,6 @@ from accelerate.data_loader import BatchSamplerShard
 
 from yolo11.data import AugmentParams, augment_preset, build_dataloader, load_source, save_batch_preview
 from yolo11.data.dataset import decode_image
-from yolo11.data.loader import keep_freed_memory
 
 NO_GEOMETRY = AugmentParams(mosaic=1.0, translate=0.0, scale=0.0, fliplr=0.0, hsv_h=0.0, hsv_s=0.0, hsv_v=0.0)
 
@@ -281,40 +281,39 @@ def test_workers_are_capped_by_the_cores_per_local_process(monkeypatch):
 
 
 
-def batch_faults() -> int:
-    """Page faults of the second of two rounds of a worker's batch: 16 images of 640 px made, touched, freed."""
-    import resource
 
-    def one_round():
-        before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-        images = [np.full((640, 640, 3), 114, np.uint8) for _ in range(16)]
-        del images
-        return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+FAULTS_PER_BATCH = """
+import resource, sys
+import numpy as np
+from yolo11.data.loader import keep_freed_memory
 
-    one_round()
-    return min(one_round() for _ in range(3))
+kept = keep_freed_memory() if sys.argv[1] == "keep" else None
 
+def one_round():  # a worker's batch: 16 images of 640 px made, touched, freed
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    images = [np.full((640, 640, 3), 114, np.uint8) for _ in range(16)]
+    del images
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
 
-def in_child(function):
-    """``function()``'s integer result, computed in a forked child (its malloc settings die with it)."""
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # child
-        try:
-            os.write(write, str(int(function())).encode())
-        finally:
-            os._exit(0)
-    os.close(write)
-    os.waitpid(pid, 0)
-    with os.fdopen(read) as stream:
-        return int(stream.read())
+one_round()
+print(kept, min(one_round() for _ in range(3)))
+"""
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc malloc settings")
 def test_workers_keep_freed_memory_instead_of_faulting_it_in_again():
-    if not in_child(keep_freed_memory):
+    def page_faults(mode: str) -> tuple[str, int]:
+        # a fresh interpreter each: malloc's state is per process, and a fork of this one inherits what the other
+        # tests left in its heap
+        result = subprocess.run([sys.executable, "-c", FAULTS_PER_BATCH, mode], capture_output=True, text=True,
+                                timeout=120, cwd=Path(__file__).resolve().parents[1])
+        assert result.returncode == 0, result.stderr[-2000:]
+        kept, faults = result.stdout.split()
+        return kept, int(faults)
+
+    kept, kept_faults = page_faults("keep")
+    if kept != "True":
         pytest.skip("this C library has no glibc mallopt")
-    default_faults = in_child(batch_faults)
-    kept_faults = in_child(lambda: keep_freed_memory() and batch_faults())
+    _, default_faults = page_faults("default")
     assert default_faults > 16 * 100  # each 1.2 MB image faulted in again (about 300 pages)
     assert kept_faults < 50
