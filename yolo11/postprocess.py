@@ -79,23 +79,27 @@ def non_max_suppression(
     return output
 
 
-def letterbox_params(orig_size: tuple[int, int], input_size: tuple[int, int]) -> tuple[float, float, int, int]:
+def letterbox_params(orig_size: tuple[int, int], input_size: tuple[int, int],
+                     scaleup: bool = True) -> tuple[float, float, int, int]:
     """``(gain_h, gain_w, pad_top, pad_left)`` of Ultralytics' centred letterbox of ``orig_size`` into ``input_size``.
 
-    Both sizes are ``(height, width)`` in pixels. The long side is scaled to fit and each side is resized to
-    ``round(side * gain)`` pixels, so each axis's gain is its own ratio of new to old size (as Ultralytics'
-    ``scale_boxes`` maps boxes back); the rest is padded equally, the ``- 0.1`` rounding of odd padding putting
-    the extra pixel at the bottom/right.
+    Both sizes are ``(height, width)`` in pixels. The long side is scaled to fit (``scaleup=False``: never
+    enlarged) and each side is resized to ``round(side * gain)`` pixels, so each axis's gain is its own ratio of
+    new to old size (as Ultralytics' ``scale_boxes`` maps boxes back); the rest is padded equally, the ``- 0.1``
+    rounding of odd padding putting the extra pixel at the bottom/right.
     """
     (height, width), (input_h, input_w) = orig_size, input_size
-    new_h, new_w = resized_size(orig_size, input_size)
+    new_h, new_w = resized_size(orig_size, input_size, scaleup)
     return new_h / height, new_w / width, round((input_h - new_h) / 2 - 0.1), round((input_w - new_w) / 2 - 0.1)
 
 
-def resized_size(orig_size: tuple[int, int], input_size: tuple[int, int]) -> tuple[int, int]:
-    """``(height, width)`` of the image inside its letterbox: scaled to fit ``input_size``, each side rounded."""
+def resized_size(orig_size: tuple[int, int], input_size: tuple[int, int], scaleup: bool = True) -> tuple[int, int]:
+    """``(height, width)`` of the image inside its letterbox: scaled to fit ``input_size`` (``scaleup=False``:
+    never enlarged), each side rounded."""
     (height, width), (input_h, input_w) = orig_size, input_size
     gain = min(input_h / height, input_w / width)
+    if not scaleup:
+        gain = min(gain, 1.0)
     return max(round(height * gain), 1), max(round(width * gain), 1)
 
 

@@ -15,6 +15,8 @@ from dataclasses import dataclass, replace
 import cv2
 import numpy as np
 
+from yolo11.postprocess import letterbox_params, resized_size
+
 PAD_VALUE = 114  # grey used by Ultralytics for letterbox, mosaic and affine borders
 Target = dict  # {"boxes": float32 (N, 4) xyxy px, "labels": int64 (N,)}
 
@@ -76,7 +78,8 @@ def scale_target(target: Target, gain_w: float, gain_h: float, pad_left: float =
 class LetterBox:
     """Resize keeping aspect ratio and pad to ``shape`` (centred, grey 114); ``scaleup=False`` never enlarges.
 
-    The applied ``(gain_h, gain_w, pad_top, pad_left)`` is written to ``target["letterbox"]``. Boxes are shifted
+    The geometry is ``yolo11.postprocess.letterbox_params``' (which maps predictions back). The applied
+    ``(gain_h, gain_w, pad_top, pad_left)`` is written to ``target["letterbox"]``. Boxes are shifted
     by the integer padding that the image gets (Ultralytics shifts labels by the unrounded half-padding, up to
     half a pixel off its own image; we keep boxes and pixels consistent).
     """
@@ -85,21 +88,15 @@ class LetterBox:
     scaleup: bool = True
 
     def __call__(self, image: np.ndarray, target: Target, rng: np.random.Generator | None = None):
-        h, w = image.shape[:2]
-        new_h, new_w = self.shape
-        r = min(new_h / h, new_w / w)
-        if not self.scaleup:
-            r = min(r, 1.0)
-        unpad_w, unpad_h = round(w * r), round(h * r)
-        dw, dh = (new_w - unpad_w) / 2, (new_h - unpad_h) / 2
-        if (w, h) != (unpad_w, unpad_h):
-            image = cv2.resize(image, (unpad_w, unpad_h), interpolation=cv2.INTER_LINEAR)
-        top, bottom = round(dh - 0.1), round(dh + 0.1)
-        left, right = round(dw - 0.1), round(dw + 0.1)
+        size = image.shape[:2]
+        new_h, new_w = resized_size(size, self.shape, self.scaleup)
+        gain_h, gain_w, top, left = letterbox_params(size, self.shape, self.scaleup)
+        if (new_h, new_w) != size:
+            image = cv2.resize(image, (new_w, new_h), interpolation=cv2.INTER_LINEAR)
+        bottom, right = self.shape[0] - new_h - top, self.shape[1] - new_w - left
         if top or bottom or left or right:
             image = cv2.copyMakeBorder(image, top, bottom, left, right, cv2.BORDER_CONSTANT,
                                        value=(PAD_VALUE,) * 3)
-        gain_h, gain_w = unpad_h / h, unpad_w / w
         target = scale_target(target, gain_w, gain_h, left, top)
         target["letterbox"] = (gain_h, gain_w, float(top), float(left))
         return image, target

@@ -22,12 +22,12 @@ import numpy as np
 import torch
 import yaml
 
+from yolo11.data.transforms import LetterBox
 from yolo11.evaluation.plots import draw_detections
-from yolo11.postprocess import Postprocessor, letterbox_params, rect_input_size, resized_size
+from yolo11.postprocess import Postprocessor, rect_input_size
 from yolo11.weights import load_weights
 
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff"}
-PAD_VALUE = 114
 
 
 def list_images(inputs: Sequence[str | Path]) -> list[Path]:
@@ -49,15 +49,11 @@ def letterbox(image: np.ndarray, imgsz: int, rect: bool = False) -> tuple[np.nda
     """Resize (H, W, 3) uint8 to fit ``imgsz`` x ``imgsz`` keeping the aspect ratio and pad with grey, to the square
     or, with ``rect``, only up to a multiple of 32 (``rect_input_size``); returns the image and
     ``(gain_h, gain_w, pad_top, pad_left)`` (``yolo11.postprocess.letterbox_params``)."""
-    height, width = image.shape[:2]
-    input_h, input_w = rect_input_size((height, width), imgsz) if rect else (imgsz, imgsz)
-    gain_h, gain_w, top, left = letterbox_params((height, width), (input_h, input_w))
-    new_h, new_w = resized_size((height, width), (input_h, input_w))
-    if (new_h, new_w) != (height, width):
-        image = cv2.resize(image, (new_w, new_h), interpolation=cv2.INTER_LINEAR)
-    bottom, right = input_h - new_h - top, input_w - new_w - left
-    image = cv2.copyMakeBorder(image, top, bottom, left, right, cv2.BORDER_CONSTANT, value=(PAD_VALUE,) * 3)
-    return image, (gain_h, gain_w, top, left)
+    shape = rect_input_size(image.shape[:2], imgsz) if rect else (imgsz, imgsz)
+    no_boxes = {"boxes": np.zeros((0, 4), np.float32), "labels": np.zeros(0, np.int64)}
+    image, target = LetterBox(shape)(image, no_boxes)
+    gain_h, gain_w, top, left = target["letterbox"]
+    return image, (gain_h, gain_w, int(top), int(left))
 
 
 def read_rgb(path: Path) -> np.ndarray:
