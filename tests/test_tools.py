@@ -193,21 +193,28 @@ def test_val_two_processes_equal_one_process(tmp_path):
 
 @needs_data
 @pytest.mark.slow
-def test_validation_during_training_equals_the_val_tool(tmp_path):
-    """The metrics that training logs for its last epoch are those of ``yolo11-val`` on the saved last weights:
-    rectangular batches of the same size, the same letterbox shapes, the same predictions."""
+@pytest.mark.parametrize("processes", [1, 2])
+def test_validation_during_training_equals_the_val_tool(tmp_path, processes):
+    """The metrics that training logs for its last epoch are those of ``yolo11-val`` on the saved last weights
+    (one process, at training's per-process validation batch): rectangular batches of the same size and shapes,
+    the same predictions. With 2 processes, each validates with the main process's BatchNorm statistics."""
     data = subset_yaml(tmp_path, 12)  # landscape, portrait and square images: rect shapes differ from square
     common = ["--data", str(data), "--imgsz", "320", "--workers", "0", "--cache-dir", str(tmp_path / "cache")]
+    config = tmp_path / "launch.yaml"  # fp32, as the val tool runs here
+    config.write_text(f"compute_environment: LOCAL_MACHINE\ndistributed_type: {'MULTI_GPU' if processes > 1 else 'NO'}"
+                      f"\nnum_machines: 1\nnum_processes: {processes}\nmachine_rank: 0\nmixed_precision: 'no'\n"
+                      "use_cpu: true\nmain_process_port: 29523\n")
     result = launch(["--weights", str(CHECKPOINT), *common, "--epochs", "1", "--batch-size", "4", "--plots", "false",
-                     "--output-dir", str(tmp_path / "runs"), "--name", "a"])
+                     "--output-dir", str(tmp_path / "runs"), "--name", "a"], config=str(config),
+                    cpu_ddp=processes > 1)
     assert result.returncode == 0, result.stderr[-3000:]
     with (tmp_path / "runs" / "a" / "results.csv").open() as stream:
         logged = list(csv.DictReader(stream))[-1]
     metrics = {}
     for rect in ("--rect", "--no-rect"):
         out = tmp_path / f"{rect}.json"
-        assert val.main([str(tmp_path / "runs" / "a" / "weights" / "last.safetensors"), *common, "--batch", "8",
-                         rect, "--json", str(out)]) == 0  # training validates at 2 x --batch-size
+        assert val.main([str(tmp_path / "runs" / "a" / "weights" / "last.safetensors"), *common,
+                         "--batch", str(8 // processes), rect, "--json", str(out)]) == 0  # validation batch: 2 x 4
         metrics[rect] = json.loads(out.read_text())
     assert metrics["--rect"]["map50"] > 0.0
     assert float(logged["metrics/mAP50-95(B)"]) == pytest.approx(metrics["--rect"]["map50_95"], rel=1e-5)
