@@ -67,22 +67,20 @@ def build_optimizer(model: nn.Module, choice: OptimizerChoice, weight_decay: flo
     Otherwise ``foreach``: one launch per operation for all tensors of a group.
     """
     if choice.name == "MuSGD":
-        groups = musgd_groups(model, choice.lr, weight_decay)
+        groups = musgd_groups(model, choice.lr, weight_decay)  # each group with its own lr
         optimizer = MuSGD(groups, lr=choice.lr, momentum=choice.momentum, nesterov=True, muon=0.2, sgd=1.0)
-        for group in optimizer.param_groups:
-            group["initial_lr"] = group["lr"]
-        return optimizer
-    groups = [{"params": params, "weight_decay": weight_decay if name == "weight" else 0.0, "param_group": name}
-              for name, params in parameter_groups(model).items()]
-    kernels = {"fused": True} if fused else {"foreach": True}
-    if choice.name == "SGD":
-        optimizer = torch.optim.SGD(groups, lr=choice.lr, momentum=choice.momentum, nesterov=True, **kernels)
-    elif choice.name == "AdamW":
-        optimizer = torch.optim.AdamW(groups, lr=choice.lr, betas=(choice.momentum, 0.999), **kernels)
     else:
-        raise ValueError(f"unknown optimizer {choice.name!r}; expected auto, SGD or AdamW")
+        groups = [{"params": params, "weight_decay": weight_decay if name == "weight" else 0.0, "param_group": name}
+                  for name, params in parameter_groups(model).items()]
+        kernels = {"fused": True} if fused else {"foreach": True}
+        if choice.name == "SGD":
+            optimizer = torch.optim.SGD(groups, lr=choice.lr, momentum=choice.momentum, nesterov=True, **kernels)
+        elif choice.name == "AdamW":
+            optimizer = torch.optim.AdamW(groups, lr=choice.lr, betas=(choice.momentum, 0.999), **kernels)
+        else:
+            raise ValueError(f"unknown optimizer {choice.name!r}; expected auto, SGD, AdamW or MuSGD")
     for group in optimizer.param_groups:
-        group["initial_lr"] = choice.lr
+        group["initial_lr"] = group["lr"]  # WarmupSchedule's base
     return optimizer
 
 
