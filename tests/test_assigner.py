@@ -31,8 +31,8 @@ def loop_assign(assigner, scores, pred, anchors, labels, boxes):
                 continue
             x1, y1, x2, y2 = boxes[b, m].tolist()
             cx, cy, w, h = (x1 + x2) / 2, (y1 + y2) / 2, x2 - x1, y2 - y1
-            w = assigner.widened_side if w < assigner.small_side else w
-            h = assigner.widened_side if h < assigner.small_side else h
+            w = max(w, assigner.min_side)
+            h = max(h, assigner.min_side)
             inside = []
             for a, (ax, ay) in enumerate(anchors.tolist()):
                 if min(ax - (cx - w / 2), ay - (cy - h / 2), (cx + w / 2) - ax, (cy + h / 2) - ay) > assigner.eps:
@@ -117,11 +117,11 @@ def test_images_are_assigned_independently():
 
 @pytest.mark.parametrize("small_gt_is_better", [True, False])
 def test_shared_anchor_goes_to_highest_iou(small_gt_is_better):
-    """Two GTs both pick anchor (4, 4); it is kept by the GT its predicted box overlaps most."""
-    anchors = torch.tensor([[4.0, 4.0], [12.0, 4.0], [4.0, 12.0], [12.0, 12.0]])
-    boxes = torch.tensor([[[0.0, 0.0, 16.0, 16.0], [0.0, 0.0, 9.0, 9.0]]])  # big GT 0, small GT 1
+    """Two GTs both pick anchor (8, 8); it is kept by the GT its predicted box overlaps most."""
+    anchors = torch.tensor([[8.0, 8.0], [24.0, 8.0], [8.0, 24.0], [24.0, 24.0]])
+    boxes = torch.tensor([[[0.0, 0.0, 32.0, 32.0], [0.0, 0.0, 18.0, 18.0]]])  # big GT 0, small GT 1
     labels = torch.tensor([[0, 1]])
-    pred = torch.tensor([[0.0, 0.0, 8.0, 8.0] if small_gt_is_better else [0.0, 0.0, 15.0, 15.0]]).repeat(4, 1)[None]
+    pred = torch.tensor([[0.0, 0.0, 16.0, 16.0] if small_gt_is_better else [0.0, 0.0, 30.0, 30.0]]).repeat(4, 1)[None]
     scores = torch.full((1, 4, 2), 0.5)
     result = TaskAlignedAssigner(num_classes=2)(scores, pred, anchors, labels, boxes, labels >= 0)
     assert result.foreground.all()
@@ -131,7 +131,7 @@ def test_shared_anchor_goes_to_highest_iou(small_gt_is_better):
 
 
 def test_small_and_zero_size_boxes_get_candidates():
-    """Sides under the smallest stride are widened to the next stride for the candidate test (Ultralytics 8.4)."""
+    """Sides under the second stride (16 px) are widened to it for the candidate test (Ultralytics 8.4)."""
     anchors = anchors_px(64)
     boxes = torch.tensor([[[30.0, 30.0, 30.0, 33.0], [9.0, 9.0, 11.0, 11.0]]])  # zero-width, 2x2 px
     labels = torch.tensor([[0, 0]])

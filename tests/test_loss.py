@@ -2,6 +2,7 @@
 
 from pathlib import Path
 
+import make_ultralytics_reference as reference_cases
 import numpy as np
 import pytest
 import torch
@@ -12,6 +13,7 @@ from yolo11.loss import DetectionLoss, distribution_focal_loss
 from yolo11.loss.boxes import complete_iou
 
 REFERENCE = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "reference" / "yolo11n_coco128_outputs.npz"
+RECORDED = Path(__file__).resolve().parent / "data" / "ultralytics_loss_cases.npz"
 NUM_CLASSES = 80
 
 
@@ -63,6 +65,24 @@ def test_matches_ultralytics_reference(reference):
     # Ultralytics returns the three terms times the batch size; the trainer sums them
     torch.testing.assert_close(loss, torch.from_numpy(data["loss_returned"]).sum(), rtol=1e-5, atol=0)
     assert not parts.requires_grad and loss.requires_grad
+
+
+@pytest.mark.parametrize("seed", reference_cases.SEEDS)
+def test_matches_recorded_ultralytics_loss_and_gradients_with_tiny_and_border_boxes(seed):
+    """Random maps and targets with 2-8 px, 8-16 px, border and overlapping boxes (make_ultralytics_reference.py):
+    loss items within 1e-5 and map gradients within 1e-4 of Ultralytics 8.4.190, relative to each map's largest."""
+    recorded = np.load(RECORDED)
+    maps = [m.requires_grad_() for m in reference_cases.random_maps(seed)]
+    boxes, labels = padded_targets(torch.from_numpy(recorded[f"targets_{seed}"]), maps[0].shape[0],
+                                   reference_cases.IMGSZ)
+    assert ((boxes[..., 2:] - boxes[..., :2]) < 8).any() and ((boxes[..., 2:] - boxes[..., :2]) < 16).any()
+    loss, parts = DetectionLoss(reference_cases.NUM_CLASSES)(maps, boxes, labels)
+    loss.backward()
+    torch.testing.assert_close(parts, torch.from_numpy(recorded[f"loss_items_{seed}"]), rtol=1e-5, atol=0)
+    for level, grad in zip((3, 4, 5), (m.grad for m in maps), strict=True):
+        expected = torch.from_numpy(recorded[f"grad_{seed}_p{level}"])
+        scale = expected.abs().max().item()
+        torch.testing.assert_close(grad, expected, rtol=1e-4, atol=1e-4 * scale, msg=f"P{level} gradient")
 
 
 def test_complete_iou_agrees_with_torchvision():

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-import math
+import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -79,13 +80,15 @@ def test_forward_returns_raw_maps_in_train_and_eval():
     assert [m.shape for m in train_maps] == [m.shape for m in eval_maps]
 
 
-def test_head_bias_init_follows_ultralytics():
-    num_classes = 5
+@pytest.mark.parametrize("num_classes", [1, 5, 80])
+def test_head_bias_init_equals_ultralytics(num_classes):
+    """Biases of a fresh yolo11n.yaml Detect in Ultralytics 8.4.190 (tests/make_ultralytics_reference.py)."""
+    recorded = json.loads((Path(__file__).parent / "data" / "ultralytics_head_bias.json").read_text())
+    expected = recorded["classes"][str(num_classes)]
     head = yolo11.create_model("yolo11n", num_classes=num_classes).head
-    for box, cls, stride in zip(head.cv2, head.cv3, (8, 16, 32), strict=True):
-        assert torch.all(box[-1].bias == 1.0)
-        expected = math.log(5 / num_classes / (640 / stride) ** 2)
-        torch.testing.assert_close(cls[-1].bias, torch.full((num_classes,), expected))
+    for level, (box, cls) in enumerate(zip(head.cv2, head.cv3, strict=True)):
+        assert box[-1].bias.tolist() == expected["box"][level]
+        torch.testing.assert_close(cls[-1].bias, torch.tensor(expected["cls"][level]), rtol=1e-7, atol=0)
 
 
 def test_batchnorm_settings_and_frozen_dfl():

@@ -15,6 +15,7 @@ import torch
 from engine_helpers import launch
 
 from yolo11 import create_model
+from yolo11.data.sources.synthetic import SHAPES
 from yolo11.postprocess import letterbox_params, scale_boxes
 from yolo11.tools import export, predict, val
 from yolo11.weights import save_weights
@@ -266,3 +267,32 @@ def test_export_with_nms_matches_non_max_suppression(tmp_path):
         assert got.shape == tuple(det.shape)
         assert np.abs(got[:, :4] - det[:, :4].numpy()).max(initial=0) <= 1e-4 * 640
         assert np.abs(got[:, 4:] - det[:, 4:].numpy()).max(initial=0) <= 1e-4
+
+
+@pytest.mark.parametrize("detected_classes", [(), (0,)], ids=["nothing", "one-class-only"])
+def test_val_on_weights_that_miss_classes_exits_0_with_zeros_and_writes_its_json(tmp_path, capsys,
+                                                                                 detected_classes):
+    """An early checkpoint detects nothing, or nothing of some classes that have ground truth."""
+    data = "synthetic:num_images=4,num_val=6,imgsz=64"
+    model = create_model("yolo11n", num_classes=6)
+    with torch.no_grad():  # class logits far below --conf everywhere, except for the detected classes
+        for branch in model.head.cv3:
+            branch[-1].weight.zero_()
+            branch[-1].bias.fill_(-30.0)
+            branch[-1].bias[list(detected_classes)] = 5.0
+    weights = save_weights(model, tmp_path / "early.safetensors")
+    metrics_file, predictions_file = tmp_path / "metrics.json", tmp_path / "predictions.json"
+    assert val.main([str(weights), "--data", data, "--imgsz", "64", "--workers", "0", "--cache-dir",
+                     str(tmp_path / "cache"), "--json", str(metrics_file),
+                     "--predictions-json", str(predictions_file)]) == 0
+    metrics = json.loads(metrics_file.read_text())
+    predictions = json.loads(predictions_file.read_text())
+    assert {p["category_id"] - 1 for p in predictions} == set(detected_classes)
+    if not detected_classes:
+        assert metrics["map50_95"] == metrics["map50"] == metrics["precision"] == metrics["recall"] == 0
+    class_rows = {line.split()[0]: line.split() for line in capsys.readouterr().out.splitlines()[2:]
+                  if line.split() and line.split()[0] in SHAPES}
+    assert class_rows  # one row per class with ground truth
+    for name, row in class_rows.items():
+        if SHAPES.index(name) not in detected_classes:
+            assert float(row[-2]) == float(row[-1]) == 0, row  # mAP50, mAP50-95 of a class never detected

@@ -51,9 +51,9 @@ class TaskAlignedAssigner(nn.Module):
 
     Semantics follow Ultralytics 8.4 ``TaskAlignedAssigner`` as built by ``v8DetectionLoss``:
 
-    - candidates are anchor points strictly inside the GT box (margin ``eps``); a GT narrower or shorter than
-      ``strides[0]`` pixels first has that side widened to ``strides[1]`` around its centre, for the candidate
-      test only (Ultralytics' small-target rule, so tiny and zero-size boxes still get anchors);
+    - candidates are anchor points strictly inside the GT box (margin ``eps``); a GT side shorter than
+      ``strides[1]`` pixels (16 for YOLO11) is first widened to ``strides[1]`` around its centre, for the candidate
+      test only (Ultralytics 8.4's ``stride_val``, so tiny and zero-size boxes still get anchors);
     - an anchor picked by several GTs keeps the GT with the highest CIoU over *all* GTs it is inside;
     - target scores are the alignment metric rescaled per GT so that its best anchor gets the GT's best CIoU.
 
@@ -74,8 +74,7 @@ class TaskAlignedAssigner(nn.Module):
         self.topk = topk
         self.alpha = alpha
         self.beta = beta
-        self.small_side = float(strides[0])
-        self.widened_side = float(strides[1] if len(strides) > 1 else strides[0])
+        self.min_side = float(strides[1] if len(strides) > 1 else strides[0])
         self.eps = eps
 
     @torch.no_grad()
@@ -125,11 +124,11 @@ class TaskAlignedAssigner(nn.Module):
         return Assignment(labels, boxes, one_hot * norm[..., None], foreground, gt_index)
 
     def candidates_inside(self, anchor_points: Tensor, gt_boxes: Tensor, valid: Tensor) -> Tensor:
-        """``bool (B, M, A)``: anchor strictly inside the (small-side-widened) GT box, real rows only."""
+        """``bool (B, M, A)``: anchor strictly inside the GT box (sides below ``min_side`` widened), real rows only."""
         xywh = xyxy_to_xywh(gt_boxes)
         sides = xywh[..., 2:]
-        widen = (sides < self.small_side) & valid[..., None]
-        xywh = torch.cat((xywh[..., :2], torch.where(widen, self.widened_side, sides)), -1)
+        widen = (sides < self.min_side) & valid[..., None]
+        xywh = torch.cat((xywh[..., :2], torch.where(widen, self.min_side, sides)), -1)
         x1, y1, x2, y2 = xywh_to_xyxy(xywh)[..., None, :].unbind(-1)  # each (B, M, 1)
         ax, ay = anchor_points[:, 0], anchor_points[:, 1]
         margin = torch.minimum(torch.minimum(ax - x1, ay - y1), torch.minimum(x2 - ax, y2 - ay))

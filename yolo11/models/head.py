@@ -51,9 +51,9 @@ class Detect(nn.Module):
 
     @torch.no_grad()
     def reset_bias(self) -> None:
-        """Ultralytics' bias init: box logits 1.0; class logits as if ~5 objects per 640 px image at each level."""
+        """Ultralytics 8.4's bias init: box logits 2.0; class logits as if ~5 objects per 640 px image at each level."""
         for box, cls, stride in zip(self.cv2, self.cv3, self.strides, strict=True):
-            box[-1].bias.fill_(1.0)
+            box[-1].bias.fill_(2.0)
             cls[-1].bias.fill_(math.log(5 / self.num_classes / (640 / stride) ** 2))
 
     def forward(self, features: list[torch.Tensor]) -> list[torch.Tensor]:

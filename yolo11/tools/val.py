@@ -100,9 +100,10 @@ def format_table(metrics: dict, class_names: list[str], ground_truth: dict) -> s
                      f"{metrics['precision']:>8.4f} {metrics['recall']:>8.4f} {metrics['map50']:>8.4f} "
                      f"{metrics['map50_95']:>9.4f}"]
     for k, name in enumerate(class_names):
-        if k in instances:
+        if k in instances:  # a class with ground truth but no detection has no COCO AP: it scores 0
+            ap50, ap50_95 = (metrics[key][k] or 0.0 for key in ("per_class_ap50", "per_class_ap50_95"))
             lines.append(f"{name:>20} {len(images[k]):>8} {instances[k]:>10} {'':>8} {'':>8} "
-                         f"{metrics['per_class_ap50'][k]:>8.4f} {metrics['per_class_ap50_95'][k]:>9.4f}")
+                         f"{ap50:>8.4f} {ap50_95:>9.4f}")
     return "\n".join(lines)
 
 
