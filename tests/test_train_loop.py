@@ -278,3 +278,10 @@ def test_accumulation_ramps_up_during_warmup_as_ultralytics():
     _, state, _ = run(batches, 4, model, ramp_iters=6)
     assert expected == [0, 2, 6] and state.optimizer_steps == 3
     assert state.iteration == 7 and state.batches_in_epoch == 7  # batches 7-9 are accumulated, not yet applied
+
+
+def test_fitness_is_map50_95_alone_as_ultralytics_8_4():
+    from yolo11.engine.run_outputs import fitness
+
+    assert fitness({"map50": 0.9, "map50_95": 0.1}) == 0.1  # 8.4's DetMetrics.fitness weights [0, 0, 0, 1]
+    assert fitness({"map50": 0.1, "map50_95": 0.2}) > fitness({"map50": 0.9, "map50_95": 0.1})

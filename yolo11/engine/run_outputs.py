@@ -24,8 +24,8 @@ from yolo11.weights import save_weights
 
 
 def fitness(metrics: dict) -> float:
-    """Ultralytics' model-selection score: 0.1 * mAP50 + 0.9 * mAP50-95."""
-    return 0.1 * metrics["map50"] + 0.9 * metrics["map50_95"]
+    """Ultralytics 8.4's model-selection score (``DetMetrics.fitness``): mAP50-95 alone."""
+    return metrics["map50_95"]
 
 
 class RunOutputs:
