@@ -5,98 +5,115 @@
 
 ``--batch-size`` is the global batch, split evenly over the processes. Run ``python train_accelerate.py --help``
 for every flag. The Accelerate config file (or ``accelerate config``) chooses devices, process count and mixed
-precision; this script only wires the parts of ``yolo11`` together.
+precision; this script only wires the parts of ``yolo11`` together: parse -> plan -> build -> fit -> finish.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from accelerate import PartialState
 from accelerate.utils import DistributedType, parse_flag_from_env, set_seed
 
-from yolo11.data import BatchHSV, DataSourceError, build_dataloader, load_source, save_batch_preview
+from yolo11.data import BatchHSV, DataSourceError, DetectionSource, build_dataloader, load_source, save_batch_preview
 from yolo11.engine import tracking
-from yolo11.engine.checkpoint import TrainState, resolve_resume, run_dir_of_checkpoint, save_checkpoint
-from yolo11.engine.config import parse_config, save_config
-from yolo11.engine.ema import ModelEMA
-from yolo11.engine.evaluate import Validator
-from yolo11.engine.optim import build_optimizer
-from yolo11.engine.profiling import StepProfiler
-from yolo11.engine.progress import Progress, print_summary
-from yolo11.engine.run_outputs import RunOutputs
-from yolo11.engine.setup import (
-    CompiledLoss,
-    LaunchError,
+from yolo11.engine.build import (
     build_accelerator,
     build_model,
     build_schedule,
-    build_train_loader_kwargs,
-    check_launch,
-    compile_model,
+    build_train_loader_config,
     maybe_sync_batchnorm,
-    plan_run,
     prepare_training,
     resolve_run_dir,
 )
-from yolo11.engine.train import Accumulation, NonFiniteLossError, train_one_epoch
+from yolo11.engine.checkpoint import TrainState, resolve_resume, run_dir_of_checkpoint, save_checkpoint
+from yolo11.engine.compile import CompiledLoss, compile_model
+from yolo11.engine.config import TrainConfig, parse_config, save_config
+from yolo11.engine.ema import ModelEMA
+from yolo11.engine.evaluate import Validator
+from yolo11.engine.guard import NonFiniteLossError
+from yolo11.engine.loop import Accumulation, TrainStep, train_one_epoch
+from yolo11.engine.optim import build_optimizer
+from yolo11.engine.plan import LaunchError, RunPlan, check_launch, plan_run
+from yolo11.engine.profiling import StepProfiler
+from yolo11.engine.progress import Progress, print_summary
+from yolo11.engine.run_outputs import RunOutputs
 from yolo11.loss import DetectionLoss
 from yolo11.weights import UnsafeCheckpointError
+
+# What a user can get wrong (launch, data, flags, weights, --resume, RAM for --cache-images): one line, exit 2.
+USER_ERRORS = (LaunchError, DataSourceError, FileNotFoundError, ValueError, UnsafeCheckpointError, MemoryError)
+
+
+@dataclass
+class Run:
+    """Everything built for one training run."""
+
+    config: TrainConfig
+    plan: RunPlan
+    run_dir: Path
+    train_source: DetectionSource
+    step: TrainStep
+    train_loader: object
+    validator: Validator
+    state: TrainState
+    outputs: RunOutputs | None = None
 
 
 def main(argv: list[str] | None = None) -> int:
     config = parse_config(argv)
     # As AcceleratorState would: the process group is created here, once, for the Accelerator built later.
-    state = PartialState(cpu=parse_flag_from_env("ACCELERATE_USE_CPU"))
-    data = config.data
-    try:  # everything that can be wrong with the launch, the data or --resume, before any training
-        check_launch(state)
-        if config.run.resume and config.run.resume != "auto":
-            run_dir = run_dir_of_checkpoint(resolve_resume(config.run.resume, Path(config.run.resume)))
-        else:
-            run_dir = resolve_run_dir(config, state)
-        train_source = load_source(data.data, split=data.train_split, cache_dir=data.cache_dir)
-        val_source = load_source(data.data, split=data.val_split, cache_dir=data.cache_dir)
-    except (LaunchError, DataSourceError, FileNotFoundError) as err:
+    launch = PartialState(cpu=parse_flag_from_env("ACCELERATE_USE_CPU"))
+    try:
+        check_launch(launch)
+        run_dir, train_source, val_source = locate_inputs(config, launch)
+        plan = plan_run(config, launch.num_processes, len(train_source.dataset), len(train_source.class_names),
+                        launch.device.type)
+        run = build_run(config, plan, run_dir, train_source, val_source)
+        start_run(run, val_source)
+    except USER_ERRORS as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    num_classes = len(train_source.class_names)
-    plan = plan_run(config, state.num_processes, len(train_source.dataset), num_classes)
-    report_to = tracking.resolve_report_to(config.run.report_to)
-    set_seed(config.run.seed)
-    try:  # --model, --backbone, --pretrained, --weights
-        model = build_model(config.model, num_classes)
-    except (ValueError, FileNotFoundError, UnsafeCheckpointError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    accelerator = build_accelerator(plan, run_dir, report_to)
+    start = time.perf_counter()
+    exit_code, images_seen = fit(run)
+    finish(run, time.perf_counter() - start, images_seen)
+    return exit_code
 
+
+def locate_inputs(config: TrainConfig, launch: PartialState) -> tuple[Path, DetectionSource, DetectionSource]:
+    """The run folder (this run's, or the one ``--resume`` names) and the train and val sources."""
+    if config.run.resume and config.run.resume != "auto":
+        run_dir = run_dir_of_checkpoint(resolve_resume(config.run.resume, Path(config.run.resume)))
+    else:
+        run_dir = resolve_run_dir(config, launch)
+    data = config.data
+    train_source = load_source(data.data, split=data.train_split, cache_dir=data.cache_dir)
+    val_source = load_source(data.data, split=data.val_split, cache_dir=data.cache_dir)
+    return run_dir, train_source, val_source
+
+
+def build_run(config: TrainConfig, plan: RunPlan, run_dir: Path, train_source: DetectionSource,
+              val_source: DetectionSource) -> Run:
+    """Model, accelerator, EMA, loss, optimizer, schedule, loaders and validator, prepared for training."""
+    set_seed(config.run.seed)
+    model = build_model(config.model, len(train_source.class_names))
+    accelerator = build_accelerator(plan, run_dir, tracking.resolve_report_to(config.run.report_to))
     model = maybe_sync_batchnorm(model, config.run.sync_bn, accelerator)
-    channels_last = config.run.channels_last and accelerator.device.type == "cuda"
-    if channels_last:
+    if plan.channels_last:
         model = model.to(memory_format=torch.channels_last)
     ema = ModelEMA(model, config.optim.ema_decay, config.optim.ema_tau) if config.optim.ema else None
-    criterion = DetectionLoss(num_classes, strides=model.strides, reg_max=model.reg_max)
+    criterion = DetectionLoss(model.num_classes, strides=model.strides, reg_max=model.reg_max)
     optimizer = build_optimizer(model, plan.optimizer, plan.weight_decay,
                                 fused=accelerator.device.type in ("cuda", "cpu"))
     schedule = build_schedule(config, plan, optimizer)
-    loader_kwargs = build_train_loader_kwargs(config, plan, accelerator.device)
+    train_loader = build_dataloader(train_source, "train", build_train_loader_config(config, plan))
+    validator = Validator.build(config, plan, val_source, accelerator)
     batch_hsv = BatchHSV().to(accelerator.device)
-    try:
-        train_loader = build_dataloader(train_source, **loader_kwargs)
-        validator = Validator.build(config, val_source, accelerator)
-    except MemoryError as err:  # --cache-images that does not fit
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    if config.run.plots and state.is_main_process and not config.run.resume:
-        # Augmentation is a function of (seed, epoch, index): this is exactly the first training batch.
-        first = next(iter(build_dataloader(train_source, **{**loader_kwargs, "workers": 0, "cache_images": False})))
-        if "hsv_gains" in first:
-            first["images"] = BatchHSV()(first["images"], first["hsv_gains"])
-        save_batch_preview(first, train_source.class_names, run_dir / "train_batch0.jpg")
     if config.run.compile:
         model = compile_model(model, config.run.compile_mode)
         batch_hsv = torch.compile(batch_hsv)  # one fused kernel instead of ~40 passes over the batch
@@ -105,74 +122,111 @@ def main(argv: list[str] | None = None) -> int:
     model, optimizer, train_loader = prepare_training(accelerator, model, optimizer, train_loader)
     if ema is not None:
         ema.module.to(accelerator.device)
-    train_state = TrainState()
-    accelerator.register_for_checkpointing(*(obj for obj in (train_state, ema) if obj is not None))
+    # DeepSpeed divides the loss by its own fixed accumulation count: no warmup ramp there.
+    ramp = plan.warmup_iters if accelerator.distributed_type != DistributedType.DEEPSPEED else -1
+    step = TrainStep(
+        accelerator=accelerator, model=model, criterion=criterion, optimizer=optimizer, schedule=schedule, ema=ema,
+        accumulation=Accumulation(plan.accumulation_steps, ramp), clip_grad=config.optim.clip_grad,
+        channels_last=plan.channels_last, batch_hsv=batch_hsv,
+        progress=Progress(accelerator, config.run.log_interval, config.run.epochs, plan.steps_per_epoch),
+        profiler=StepProfiler(run_dir / "profile", config.run.profile and accelerator.is_main_process,
+                              accelerator.device))
+    return Run(config, plan, run_dir, train_source, step, train_loader, validator, TrainState())
+
+
+def start_run(run: Run, val_source: DetectionSource) -> None:
+    """Resume (or preview the first batch), save the config, open the outputs, say what runs."""
+    accelerator, config, plan = run.step.accelerator, run.config, run.plan
+    accelerator.register_for_checkpointing(*(obj for obj in (run.state, run.step.ema) if obj is not None))
     if config.run.resume:
-        checkpoint = resolve_resume(config.run.resume, run_dir)
+        checkpoint = resolve_resume(config.run.resume, run.run_dir)
         accelerator.load_state(str(checkpoint))
-        accelerator.print(f"resumed from {checkpoint} at epoch {train_state.epoch + 1}, "
-                          f"batch {train_state.batches_in_epoch}")
+        accelerator.print(f"resumed from {checkpoint} at epoch {run.state.epoch + 1}, "
+                          f"batch {run.state.batches_in_epoch}")
+    elif config.run.plots and accelerator.is_main_process:
+        save_first_batch(run)
     if accelerator.is_main_process:
-        save_config(config, run_dir / "config.yaml")
-    outputs = RunOutputs(accelerator, run_dir, train_source.class_names, config, train_state, report_to,
-                         lr_groups=len(optimizer.param_groups))
+        save_config(config, run.run_dir / "config.yaml")
+    run.outputs = RunOutputs(accelerator, run.run_dir, run.train_source.class_names, config, run.state,
+                             tracking.resolve_report_to(config.run.report_to),
+                             lr_groups=len(run.step.optimizer.param_groups))
+    run.state.tracker_run_id = run.outputs.tracker_run_id
+    model = accelerator.unwrap_model(run.step.model, keep_torch_compile=False)
     accelerator.print(f"{config.model.model}: {sum(p.numel() for p in model.parameters()):,} parameters | "
                       f"{plan.num_processes} process(es) x batch {plan.per_process_batch} x accumulation "
                       f"{plan.accumulation_steps} | {plan.optimizer.name} lr {plan.optimizer.lr:g} | "
-                      f"{len(train_source.dataset)} train / {len(val_source.dataset)} val images | {run_dir}")
-
+                      f"{len(run.train_source.dataset)} train / {len(val_source.dataset)} val images | "
+                      f"{run.run_dir}")
     if accelerator.device.type == "cuda" and not config.run.compile:
         accelerator.print("note: the eager step is bound by Python launching its kernels; --compile true "
                           "--compile-loss true --compile-mode reduce-overhead trains about 2x faster after a few "
                           "minutes of compilation (README, 'Fast training on a GPU')")
-    progress = Progress(accelerator, config.run.log_interval, config.run.epochs, plan.steps_per_epoch)
-    profiler = StepProfiler(run_dir / "profile", config.run.profile and accelerator.is_main_process, accelerator.device)
-    # DeepSpeed divides the loss by its own fixed accumulation count: no warmup ramp there.
-    ramp = plan.warmup_iters if accelerator.distributed_type != DistributedType.DEEPSPEED else -1
-    accumulation = Accumulation(accelerator.num_processes, plan.accumulation_steps, ramp)
-    start, images_seen, exit_code = time.perf_counter(), 0, 0
+
+
+def save_first_batch(run: Run) -> None:
+    """Augmentation is a function of (seed, epoch, index): this is exactly the first training batch."""
+    config = dataclasses.replace(build_train_loader_config(run.config, run.plan), workers=0, cache_images=False)
+    first = next(iter(build_dataloader(run.train_source, "train", config)))
+    if "hsv_gains" in first:
+        first["images"] = BatchHSV()(first["images"], first["hsv_gains"])
+    save_batch_preview(first, run.train_source.class_names, run.run_dir / "train_batch0.jpg")
+
+
+def fit(run: Run) -> tuple[int, int]:
+    """The epochs, from where the state says; returns the exit code and the images trained on."""
+    config, state, step = run.config.run, run.state, run.step
+    accelerator, images_seen = step.accelerator, 0
     try:
-        for epoch in range(train_state.epoch, config.run.epochs):
-            if train_state.epoch != epoch or not train_state.batches_in_epoch:
-                train_state.start_epoch(epoch)
-            train_loader.set_epoch(epoch)
-            loader = train_loader
-            if train_state.batches_in_epoch:  # resumed mid-epoch
-                loader = accelerator.skip_first_batches(train_loader, train_state.batches_in_epoch)
-            result = train_one_epoch(
-                accelerator=accelerator, model=model, criterion=criterion, optimizer=optimizer, schedule=schedule,
-                ema=ema, loader=loader, state=train_state, epoch=epoch, accumulation=accumulation,
-                clip_grad=config.optim.clip_grad, channels_last=channels_last, max_steps=config.run.max_steps,
-                progress=progress, profiler=profiler, batch_hsv=batch_hsv)
+        for epoch in range(state.epoch, config.epochs):
+            if state.epoch != epoch or not state.batches_in_epoch:
+                state.start_epoch(epoch)
+            run.train_loader.set_epoch(epoch)
+            loader = run.train_loader
+            if state.batches_in_epoch:  # resumed mid-epoch
+                loader = accelerator.skip_first_batches(run.train_loader, state.batches_in_epoch)
+            result = train_one_epoch(step, loader, state, epoch, config.max_steps)
             images_seen += result.images
-            if result.reached_max_steps and train_state.batches_in_epoch < plan.batches_per_epoch:
-                save_checkpoint(accelerator, run_dir, train_state, config.run.keep_checkpoints)
-                accelerator.print(f"stopped after --max-steps {config.run.max_steps}; resume with --resume auto")
+            if result.reached_max_steps and state.batches_in_epoch < run.plan.batches_per_epoch:
+                save_checkpoint(accelerator, run.run_dir, state, config.keep_checkpoints)
+                accelerator.print(f"stopped after --max-steps {config.max_steps}; resume with --resume auto")
                 break
-            train_state.start_epoch(epoch + 1)
-            last_epoch = epoch + 1 == config.run.epochs or result.reached_max_steps
-            metrics = None
-            if config.run.val_interval and (last_epoch or (epoch + 1) % config.run.val_interval == 0):
-                metrics = validator.run(ema.module if ema is not None else model, criterion)
-            stop = outputs.end_epoch(epoch, result, schedule.lrs(), metrics, ema.module if ema else model)
-            if last_epoch or stop or (epoch + 1) % config.run.save_period == 0:
-                save_checkpoint(accelerator, run_dir, train_state, config.run.keep_checkpoints)
-            if stop or result.reached_max_steps:
+            state.start_epoch(epoch + 1)
+            if end_epoch(run, epoch, result) or result.reached_max_steps:
                 break
     except KeyboardInterrupt:
         accelerator.print("interrupted: saving a resumable checkpoint")
-        save_checkpoint(accelerator, run_dir, train_state, config.run.keep_checkpoints)
-        exit_code = 130
+        save_checkpoint(accelerator, run.run_dir, state, config.keep_checkpoints)
+        return 130, images_seen
     except NonFiniteLossError as err:
-        save_checkpoint(accelerator, run_dir, train_state, config.run.keep_checkpoints)
+        save_checkpoint(accelerator, run.run_dir, state, config.keep_checkpoints)
         if accelerator.is_main_process:
-            print(f"error: {err}\nthe last good state is saved in {run_dir / 'checkpoints'}", file=sys.stderr)
-        exit_code = 1
-    profiler.close(train_state.optimizer_steps)
-    print_summary(accelerator, time.perf_counter() - start, images_seen, outputs.best_summary())
-    outputs.finish()
-    accelerator.end_training()
-    return exit_code
+            print(f"error: {err}\nthe last good state is saved in {run.run_dir / 'checkpoints'}", file=sys.stderr)
+        return 1, images_seen
+    return 0, images_seen
+
+
+def end_epoch(run: Run, epoch: int, result) -> bool:
+    """Validate when due, record the epoch, checkpoint when due; returns whether training stops here."""
+    config, state, step = run.config.run, run.state, run.step
+    last_epoch = epoch + 1 == config.epochs or result.reached_max_steps
+    model = step.ema.module if step.ema is not None else step.model
+    metrics = None
+    if config.val_interval and (last_epoch or (epoch + 1) % config.val_interval == 0):
+        metrics = run.validator.run(model, step.criterion)
+    outcome = run.outputs.end_epoch(epoch, result, step.schedule.lrs(), metrics, model, state.optimizer_steps)
+    state.best_fitness, state.best_epoch = outcome.best_fitness, outcome.best_epoch
+    if last_epoch or outcome.stop or (epoch + 1) % config.save_period == 0:
+        save_checkpoint(step.accelerator, run.run_dir, state, config.keep_checkpoints)
+    return outcome.stop
+
+
+def finish(run: Run, seconds: float, images_seen: int) -> None:
+    step = run.step
+    if step.profiler is not None:
+        step.profiler.close(run.state.optimizer_steps)
+    print_summary(step.accelerator, seconds, images_seen, run.outputs.best_summary())
+    run.outputs.finish()
+    step.accelerator.end_training()
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 import yaml
 
-from yolo11.data import BatchHSV, build_dataloader, load_source
+from yolo11.data import BatchHSV, LoaderConfig, build_dataloader, load_source
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
@@ -79,9 +79,9 @@ def ours(yaml_path: Path, cache: Path, args: argparse.Namespace) -> float:
     cuda = torch.cuda.is_available()
     rate = 0.0
     for hsv_on_device in sorted({False, cuda and args.hsv_on_device}):
-        loader = build_dataloader(source, "train", imgsz=args.imgsz, batch_size=args.batch_size,
+        loader = build_dataloader(source, "train", LoaderConfig(imgsz=args.imgsz, batch_size=args.batch_size,
                                   workers=args.workers, epochs=100, close_mosaic=10, seed=0,  # epoch 0: mosaic on
-                                  cache_images=args.cache_images, hsv_on_device=hsv_on_device)
+                                  cache_images=args.cache_images, hsv_on_device=hsv_on_device))
         loader.set_epoch(0)
         consume = partial(to_device, hsv=BatchHSV().cuda()) if cuda else None
         rate, images = time_loader(loader, args.max_batches, consume)

@@ -71,7 +71,7 @@ def step_variant(args, flags: str) -> argparse.Namespace:
     parser.add_argument("--kernels-file", default=None, help="with --profile: every kernel's time, to this file")
     parser.add_argument("--inductor", action="append", default=[], metavar="KEY=VALUE",
                         help="an inductor option for the model's compile, over the trainer's "
-                             "(yolo11.engine.setup.MODEL_INDUCTOR_OPTIONS), e.g. realize_reads_threshold=4 or "
+                             "(yolo11.engine.compile.MODEL_INDUCTOR_OPTIONS), e.g. realize_reads_threshold=4 or "
                              "coordinate_descent_tuning=True; repeatable")
     variant = parser.parse_args(shlex.split(flags))
     try:
@@ -94,11 +94,11 @@ def ours_step(args) -> dict:
     criterion = DetectionLoss(80)
     optimizer = build_optimizer(model, OptimizerChoice("SGD", 0.01, 0.937), 5e-4)
     if args.compile:
-        from yolo11.engine.setup import compile_model
+        from yolo11.engine.compile import compile_model
 
         model = compile_model(model, args.compile_mode, **args.inductor)  # as train_accelerate.py --compile
     if args.compile_loss:
-        from yolo11.engine.setup import CompiledLoss
+        from yolo11.engine.compile import CompiledLoss
 
         criterion = CompiledLoss(criterion)  # as train_accelerate.py --compile-loss
     g = torch.Generator().manual_seed(0)

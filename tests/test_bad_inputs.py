@@ -13,7 +13,7 @@ import datasets
 import numpy as np
 import pytest
 
-from yolo11.data import DataSourceError, build_dataloader, load_source
+from yolo11.data import DataSourceError, LoaderConfig, build_dataloader, load_source
 from yolo11.data.schema import DetectionSource, detection_features
 
 NAMES = ["a", "b", "c"]
@@ -157,7 +157,7 @@ def test_undecodable_image_in_a_worker_falls_back_deterministically(tmp_path: Pa
             for i in range(3)]
     dataset = datasets.Dataset.from_list(rows, features=detection_features(NAMES))
     source = DetectionSource(dataset, NAMES, "corrupt")
-    loader = build_dataloader(source, "val", imgsz=64, batch_size=3, workers=0)
+    loader = build_dataloader(source, "val", LoaderConfig(imgsz=64, batch_size=3, workers=0))
     with caplog.at_level(logging.WARNING, logger="yolo11.data"):
         batch = next(iter(loader))
     assert batch["image_ids"] == [0, 2, 2]  # sample 1 replaced by sample 2

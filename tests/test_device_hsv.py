@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from yolo11.data import AugmentParams, BatchHSV, augment_preset, build_dataloader, load_source
+from yolo11.data import AugmentParams, BatchHSV, LoaderConfig, augment_preset, build_dataloader, load_source
 from yolo11.data.transforms import RandomHSV
 
 COCO_IMAGE = Path(__file__).resolve().parents[2] / "shared" / "data" / "coco128" / "images" / "train2017" / \
@@ -91,8 +91,8 @@ def test_loader_with_hsv_on_device_gives_the_same_batches_once_applied(source) -
     """Same boxes and, after BatchHSV, the same pixels (within cv2's rounding) as HSV in the workers; mosaic,
     mixup and flips included."""
     kwargs = dict(imgsz=64, batch_size=8, workers=0, epochs=2, seed=3, hyp=augment_preset("yolo", mixup=0.5))
-    on_cpu = list(build_dataloader(source, "train", **kwargs))
-    deferred = list(build_dataloader(source, "train", hsv_on_device=True, **kwargs))
+    on_cpu = list(build_dataloader(source, "train", LoaderConfig(**kwargs)))
+    deferred = list(build_dataloader(source, "train", LoaderConfig(hsv_on_device=True, **kwargs)))
     for cpu_batch, device_batch in zip(on_cpu, deferred, strict=True):
         assert "hsv_gains" not in cpu_batch
         gains = device_batch["hsv_gains"]
@@ -108,10 +108,11 @@ def test_loader_with_hsv_on_device_gives_the_same_batches_once_applied(source) -
 
 def test_no_gains_without_hsv(source) -> None:
     hyp = AugmentParams(hsv_h=0.0, hsv_s=0.0, hsv_v=0.0)
-    batch = next(iter(build_dataloader(source, "train", imgsz=64, batch_size=4, workers=0, hyp=hyp,
-                                       hsv_on_device=True)))
+    batch = next(iter(build_dataloader(source, "train", LoaderConfig(imgsz=64, batch_size=4, workers=0, hyp=hyp,
+                                       hsv_on_device=True))))
     assert "hsv_gains" not in batch  # nothing to apply: the device must not run a lossy colour round trip
-    val = next(iter(build_dataloader(source, "val", imgsz=64, batch_size=4, workers=0, hsv_on_device=True)))
+    val_config = LoaderConfig(imgsz=64, batch_size=4, workers=0, hsv_on_device=True)
+    val = next(iter(build_dataloader(source, "val", val_config)))
     assert "hsv_gains" not in val
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -14,7 +15,7 @@ import torch
 from accelerate import Accelerator
 from accelerate.data_loader import BatchSamplerShard
 
-from yolo11.data import AugmentParams, augment_preset, build_dataloader, load_source, save_batch_preview
+from yolo11.data import AugmentParams, LoaderConfig, augment_preset, build_dataloader, load_source, save_batch_preview
 from yolo11.data.dataset import decode_image
 
 NO_GEOMETRY = AugmentParams(mosaic=1.0, translate=0.0, scale=0.0, fliplr=0.0, hsv_h=0.0, hsv_s=0.0, hsv_v=0.0)
@@ -39,7 +40,8 @@ def assert_same_batches(a: list[dict], b: list[dict]) -> None:
 
 
 def test_train_batch_contract(source) -> None:
-    loader = build_dataloader(source, "train", imgsz=64, batch_size=5, workers=0, epochs=3, close_mosaic=1)
+    config = LoaderConfig(imgsz=64, batch_size=5, workers=0, epochs=3, close_mosaic=1)
+    loader = build_dataloader(source, "train", config)
     all_batches = batches(loader)
     assert [len(b["image_ids"]) for b in all_batches] == [5, 5, 5, 5, 4]
     batch = all_batches[0]
@@ -56,12 +58,12 @@ def test_train_batch_contract(source) -> None:
     epoch_ids = sorted(i for b in all_batches for i in b["image_ids"])
     assert epoch_ids == sorted(source.dataset["image_id"])  # a shuffled permutation: every image once
 
-    padded = next(iter(build_dataloader(source, "train", imgsz=64, batch_size=5, workers=0, max_boxes=40)))
+    padded = next(iter(build_dataloader(source, "train", dataclasses.replace(config, max_boxes=40))))
     assert padded["boxes"].shape == (5, 40, 4) and (padded["labels"][:, -1] == -1).all()
 
 
 def test_val_images_are_rgb_resized_and_invertible(source) -> None:
-    loader = build_dataloader(source, "val", imgsz=128, batch_size=4, workers=0)
+    loader = build_dataloader(source, "val", LoaderConfig(imgsz=128, batch_size=4, workers=0))
     batch = next(iter(loader))
     gain_h, gain_w, top, left = batch["ratio_pad"][0].tolist()
     # as Ultralytics' load_image: the long side goes to imgsz (up too), the letterbox then only pads
@@ -79,7 +81,7 @@ def test_val_images_are_rgb_resized_and_invertible(source) -> None:
 def test_rect_val_batches(source) -> None:
     wide = source.dataset.map(lambda row, i: {"width": 96 + 8 * i}, with_indices=True)  # pretend aspect ratios
     shaped = type(source)(wide, source.class_names, "wide")
-    loader = build_dataloader(shaped, "val", imgsz=64, batch_size=4, workers=0, rect=True)
+    loader = build_dataloader(shaped, "val", LoaderConfig(imgsz=64, batch_size=4, workers=0, rect=True))
     for batch in loader:
         _, _, height, width = batch["images"].shape
         assert height % 32 == 0 and width % 32 == 0 and height <= width
@@ -89,11 +91,11 @@ def test_rect_val_batches(source) -> None:
     shapes = [dataset[i]["image"].shape for i in (0, len(dataset) - 1)]
     assert shapes[0] != shapes[1] and mixed["images"].shape[2:] == tuple(max(a, b) for a, b in zip(*shapes))[:2]
     with pytest.raises(ValueError, match="rect"):
-        build_dataloader(source, "train", imgsz=64, batch_size=4, workers=0, rect=True)
+        build_dataloader(source, "train", LoaderConfig(imgsz=64, batch_size=4, workers=0, rect=True))
 
 
 def test_same_key_same_sample_and_epochs_differ(source) -> None:
-    dataset = build_dataloader(source, "train", imgsz=64, batch_size=4, workers=0, epochs=10).dataset
+    dataset = build_dataloader(source, "train", LoaderConfig(imgsz=64, batch_size=4, workers=0, epochs=10)).dataset
     a, b, other = dataset[(3, 5)], dataset[(3, 5)], dataset[(4, 5)]
     np.testing.assert_array_equal(a["image"], b["image"])
     np.testing.assert_array_equal(a["boxes"], b["boxes"])
@@ -102,15 +104,16 @@ def test_same_key_same_sample_and_epochs_differ(source) -> None:
 
 def test_worker_count_does_not_change_batches(source) -> None:
     kwargs = dict(imgsz=64, batch_size=6, epochs=4, close_mosaic=1, seed=3, hyp=augment_preset("yolo", mixup=0.5))
-    single = batches(build_dataloader(source, "train", workers=0, **kwargs), epoch=1)
-    multi = batches(build_dataloader(source, "train", workers=2, **kwargs), epoch=1)
+    single = batches(build_dataloader(source, "train", LoaderConfig(workers=0, **kwargs)), epoch=1)
+    multi = batches(build_dataloader(source, "train", LoaderConfig(workers=2, **kwargs)), epoch=1)
     assert_same_batches(single, multi)
-    assert single[0]["image_ids"] != batches(build_dataloader(source, "train", workers=0, **kwargs), 2)[0]["image_ids"]
+    other_epoch = batches(build_dataloader(source, "train", LoaderConfig(workers=0, **kwargs)), 2)
+    assert single[0]["image_ids"] != other_epoch[0]["image_ids"]
 
 
 def test_close_mosaic_follows_the_epoch(source) -> None:
-    loader = build_dataloader(source, "train", imgsz=96, batch_size=4, workers=0, epochs=5, close_mosaic=2,
-                              hyp=NO_GEOMETRY)
+    loader = build_dataloader(source, "train", LoaderConfig(imgsz=96, batch_size=4, workers=0, epochs=5, close_mosaic=2,
+                                                            hyp=NO_GEOMETRY))
     dataset = loader.dataset
     assert [dataset.mosaic_enabled(e) for e in range(5)] == [True, True, True, False, False]
     decoded = decode_image(source.dataset[7]["image"])
@@ -121,9 +124,9 @@ def test_close_mosaic_follows_the_epoch(source) -> None:
 
 def test_accelerate_prepare_set_epoch_and_skip_first_batches(source) -> None:
     kwargs = dict(imgsz=64, batch_size=4, workers=0, epochs=3, seed=1)
-    reference = batches(build_dataloader(source, "train", **kwargs), epoch=2)
+    reference = batches(build_dataloader(source, "train", LoaderConfig(**kwargs)), epoch=2)
     accelerator = Accelerator(cpu=True)
-    prepared = accelerator.prepare(build_dataloader(source, "train", **kwargs))
+    prepared = accelerator.prepare(build_dataloader(source, "train", LoaderConfig(**kwargs)))
     prepared.set_epoch(2)  # must reach our sampler through Accelerate's wrappers
     assert_same_batches(reference, list(prepared))
     # as train_accelerate.py resumes: set_epoch, then skip (Accelerate copies the epoch into the new loader, which
@@ -136,10 +139,10 @@ def test_accelerate_prepare_set_epoch_and_skip_first_batches(source) -> None:
 def test_sharding_over_ranks_gives_the_same_samples(source) -> None:
     """Two ranks through Accelerate's BatchSamplerShard see the single-process batches, split between them."""
     kwargs = dict(imgsz=64, batch_size=4, workers=0, epochs=3, seed=2)
-    single = batches(build_dataloader(source, "train", **kwargs), epoch=1)
+    single = batches(build_dataloader(source, "train", LoaderConfig(**kwargs)), epoch=1)
     per_rank = []
     for rank in range(2):
-        loader = build_dataloader(source, "train", **kwargs)
+        loader = build_dataloader(source, "train", LoaderConfig(**kwargs))
         loader.set_epoch(1)
         shard = BatchSamplerShard(loader.batch_sampler, num_processes=2, process_index=rank, even_batches=False)
         per_rank.append([loader.collate_fn([loader.dataset[key] for key in keys]) for keys in shard])
@@ -149,7 +152,7 @@ def test_sharding_over_ranks_gives_the_same_samples(source) -> None:
 
 
 def test_batch_preview(source, tmp_path: Path) -> None:
-    batch = next(iter(build_dataloader(source, "train", imgsz=64, batch_size=5, workers=0)))
+    batch = next(iter(build_dataloader(source, "train", LoaderConfig(imgsz=64, batch_size=5, workers=0))))
     path = save_batch_preview(batch, source.class_names, tmp_path / "train_batch0.jpg")
     preview = cv2.imread(str(path))
     assert preview.shape == (2 * 64, 3 * 64, 3)  # 5 images in a 3-column grid
@@ -169,7 +172,7 @@ def test_val_preprocessing_equals_ultralytics_reference(tmp_path: Path) -> None:
     source = load_source(str(DATA / "coco128.yaml"), "train", cache_dir=tmp_path)
     ids = source.dataset["image_id"]
     subset = type(source)(source.dataset.select([ids.index(9), ids.index(25)]), source.class_names, "two")
-    batch = next(iter(build_dataloader(subset, "val", imgsz=640, batch_size=2, workers=0)))
+    batch = next(iter(build_dataloader(subset, "val", LoaderConfig(imgsz=640, batch_size=2, workers=0))))
     expected = np.round(reference["input"] * 255).astype(np.uint8)
     np.testing.assert_array_equal(batch["images"].numpy(), expected)
     targets = reference["targets"]  # rows [image, class, cx, cy, w, h] normalised to the 640 input
@@ -188,14 +191,14 @@ def test_image_cache_gives_the_same_batches_and_stays_unchanged(source, imgsz) -
     """--cache-images must be invisible in the batches (train with mosaic, mixup, HSV, and the no-mosaic epochs;
     val) and no transform may write into the shared cache."""
     kwargs = dict(imgsz=imgsz, batch_size=6, epochs=3, close_mosaic=1, seed=5, hyp=augment_preset("yolo", mixup=0.5))
-    plain = build_dataloader(source, "train", workers=0, **kwargs)
-    cached = build_dataloader(source, "train", workers=2, cache_images=True, **kwargs)
+    plain = build_dataloader(source, "train", LoaderConfig(workers=0, **kwargs))
+    cached = build_dataloader(source, "train", LoaderConfig(workers=2, cache_images=True, **kwargs))
     assert (cached.dataset.cache.shapes[:, 1] > 0).all()  # every image came from the cache
     snapshot = cached.dataset.cache.buffer.copy()
     for epoch in (0, 2):  # mosaic on, then off
         assert_same_batches(batches(plain, epoch), batches(cached, epoch))
-    val_plain = build_dataloader(source, "val", imgsz=imgsz, batch_size=4, workers=0)
-    val_cached = build_dataloader(source, "val", imgsz=imgsz, batch_size=4, workers=0, cache_images=True)
+    val_plain = build_dataloader(source, "val", LoaderConfig(imgsz=imgsz, batch_size=4, workers=0))
+    val_cached = build_dataloader(source, "val", LoaderConfig(imgsz=imgsz, batch_size=4, workers=0, cache_images=True))
     assert_same_batches(batches(val_plain), batches(val_cached))
     np.testing.assert_array_equal(cached.dataset.cache.buffer, snapshot)
 
@@ -205,16 +208,17 @@ def test_image_cache_refuses_what_does_not_fit(source, monkeypatch) -> None:
 
     monkeypatch.setattr(dataset_module, "_available_memory", lambda: 1000)
     with pytest.raises(MemoryError, match=r"--cache-images needs about .* GiB for 24 images at 64 px in each of 1 "):
-        build_dataloader(source, "train", imgsz=64, batch_size=6, workers=0, cache_images=True)
+        build_dataloader(source, "train", LoaderConfig(imgsz=64, batch_size=6, workers=0, cache_images=True))
 
 
 def ring_loader(source, hyp_seed: int = 5):
     """A train loader whose workers use the shared batch ring, as on CUDA (where pin_memory is on)."""
     from torch.utils.data import DataLoader
 
-    from yolo11.data.loader import DetectionCollate
+    from yolo11.data.collate import DetectionCollate
 
-    reference = build_dataloader(source, "train", imgsz=64, batch_size=6, workers=0, epochs=3, seed=hyp_seed)
+    config = LoaderConfig(imgsz=64, batch_size=6, workers=0, epochs=3, seed=hyp_seed)
+    reference = build_dataloader(source, "train", config)
     ring = DataLoader(reference.dataset, batch_sampler=reference.batch_sampler, num_workers=2,
                       collate_fn=DetectionCollate(ring_slots=3), persistent_workers=True)
     ring.batch_sampler.sampler.set_epoch(0)
@@ -224,7 +228,7 @@ def ring_loader(source, hyp_seed: int = 5):
 def test_batch_ring_reuses_buffers_only_after_they_are_handed_back(source, monkeypatch) -> None:
     """The pin-memory thread's copy (simulated: Tensor.pin_memory is unavailable without CUDA) hands each slot
     back; later batches then reuse slots, and no pinned batch is changed by them."""
-    from yolo11.data.loader import ReusableBatch
+    from yolo11.data.collate import ReusableBatch
 
     monkeypatch.setattr(torch.Tensor, "pin_memory", lambda self, *args, **kwargs: self.clone())
     reference, ring = ring_loader(source)
@@ -248,7 +252,7 @@ def test_batch_ring_never_overwrites_a_batch_not_handed_back(source) -> None:
     for epoch in (0, 1):  # 8 batches: 4 per worker, one more than its slots
         ring.batch_sampler.sampler.set_epoch(epoch)
         kept += list(ring)
-    from yolo11.data.loader import ReusableBatch
+    from yolo11.data.collate import ReusableBatch
 
     in_slots = [item for item in kept if isinstance(item, ReusableBatch)]
     assert len(in_slots) == 6 and not any(item.reused for item in in_slots)  # 3 slots x 2 workers, then fresh
@@ -259,7 +263,7 @@ def test_batch_ring_never_overwrites_a_batch_not_handed_back(source) -> None:
 def test_copy_bgr_to_rgb_writes_into_the_rows_of_a_larger_batch_buffer() -> None:
     """cv2 must write into the given view (a silently reallocated output would leave the batch unwritten), also
     for a smaller image in the corner of a rect batch and for a flipped (negative-stride) view."""
-    from yolo11.data.loader import copy_bgr_to_rgb
+    from yolo11.data.collate import copy_bgr_to_rgb
 
     image = np.random.default_rng(0).integers(0, 256, (40, 50, 3), dtype=np.uint8)
     rows = np.full((2, 64, 64, 3), 7, np.uint8)
@@ -271,7 +275,7 @@ def test_copy_bgr_to_rgb_writes_into_the_rows_of_a_larger_batch_buffer() -> None
 
 
 def test_workers_are_capped_by_the_cores_per_local_process(monkeypatch):
-    from yolo11.data.loader import usable_workers
+    from yolo11.data.workers import usable_workers
 
     monkeypatch.setattr(os, "sched_getaffinity", lambda _: set(range(16)), raising=False)
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")
@@ -285,7 +289,7 @@ def test_workers_are_capped_by_the_cores_per_local_process(monkeypatch):
 FAULTS_PER_BATCH = """
 import resource, sys
 import numpy as np
-from yolo11.data.loader import keep_freed_memory
+from yolo11.data.workers import keep_freed_memory
 
 kept = keep_freed_memory() if sys.argv[1] == "keep" else None
 

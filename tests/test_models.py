@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 import yolo11
-from yolo11.engine.setup import MODEL_INDUCTOR_OPTIONS, compile_model
+from yolo11.engine.compile import MODEL_INDUCTOR_OPTIONS, compile_model
 from yolo11.models.blocks import C2PSA, SPPF, C3k2, Conv, dense_copy, repeat_nearest_2x, separable_max_pool2d
 from yolo11.models.flops import count_gflops
 from yolo11.models.neck import YOLO11Neck

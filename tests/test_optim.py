@@ -9,8 +9,10 @@ import torch
 from torch import nn
 
 import yolo11
+from yolo11.engine.build import build_schedule
 from yolo11.engine.config import parse_config
 from yolo11.engine.ema import ModelEMA
+from yolo11.engine.loop import Accumulation
 from yolo11.engine.musgd import MuSGD
 from yolo11.engine.optim import (
     OptimizerChoice,
@@ -20,8 +22,7 @@ from yolo11.engine.optim import (
     lr_scale_for_batch,
     parameter_groups,
 )
-from yolo11.engine.setup import build_schedule, plan_run
-from yolo11.engine.train import Accumulation
+from yolo11.engine.plan import plan_run
 
 
 def tiny_net():
@@ -138,7 +139,7 @@ def test_lr_momentum_and_accumulation_per_batch_equal_ultralytics():
     model = yolo11.create_model("yolo11n", num_classes=80)
     optimizer = build_optimizer(model, plan.optimizer, plan.weight_decay)
     schedule = build_schedule(config, plan, optimizer)  # as train_accelerate.py builds it
-    accumulation = Accumulation(1, plan.accumulation_steps, plan.warmup_iters)
+    accumulation = Accumulation(plan.accumulation_steps, plan.warmup_iters)
     assert [g["param_group"] for g in optimizer.param_groups] == reference["param_groups"]
     for ni, lrs, momentum, accumulate in zip(reference["ni"], reference["lr"], reference["momentum"],
                                              reference["accumulate"], strict=True):

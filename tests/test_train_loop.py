@@ -10,10 +10,12 @@ from accelerate import Accelerator
 from accelerate.state import AcceleratorState, GradientState
 
 import yolo11
+from yolo11.data import BatchHSV
 from yolo11.engine.checkpoint import TrainState
+from yolo11.engine.guard import NonFiniteLossError
+from yolo11.engine.loop import Accumulation, TrainStep, train_one_epoch
 from yolo11.engine.optim import OptimizerChoice, WarmupSchedule, build_optimizer, lr_lambda
 from yolo11.engine.progress import Progress
-from yolo11.engine.train import Accumulation, NonFiniteLossError, train_one_epoch
 from yolo11.loss import DetectionLoss
 
 
@@ -39,17 +41,17 @@ def make_batch(images: torch.Tensor, seed: int) -> dict:
 def run(batches: list[dict], accumulation: int, model: torch.nn.Module, criterion=None, max_steps=None, ema=None,
         state: TrainState | None = None, ramp_iters: int = -1):
     reset_accelerate_state()  # each run is a fresh process as far as Accelerate is concerned
-    accelerator = Accelerator(cpu=True, gradient_accumulation_steps=accumulation)
+    accelerator = Accelerator(cpu=True)  # accumulation is the loop's (Accumulation), as the trainer builds it
     optimizer = build_optimizer(model, OptimizerChoice("SGD", 0.05, 0.9), 5e-4)
     schedule = WarmupSchedule(optimizer, lr_lambda("linear", 10, 0.01), -1, 0.0, 0.8, 0.9)
     model, optimizer = accelerator.prepare(model, optimizer)
     state = TrainState() if state is None else state
-    result = train_one_epoch(
-        accelerator=accelerator, model=model, criterion=criterion or DetectionLoss(3), optimizer=optimizer,
-        schedule=schedule, ema=ema, loader=batches, state=state, epoch=0,
-        accumulation=Accumulation(1, accumulation, ramp_iters), clip_grad=10.0, channels_last=False,
-        max_steps=max_steps,
-        progress=Progress(accelerator, interval=1, epochs=1, steps_per_epoch=len(batches)))
+    step = TrainStep(accelerator=accelerator, model=model, criterion=criterion or DetectionLoss(3),
+                     optimizer=optimizer, schedule=schedule, ema=ema,
+                     accumulation=Accumulation(accumulation, ramp_iters), clip_grad=10.0, channels_last=False,
+                     batch_hsv=BatchHSV(),
+                     progress=Progress(accelerator, interval=1, epochs=1, steps_per_epoch=len(batches)))
+    result = train_one_epoch(step, batches, state, epoch=0, max_steps=max_steps)
     return model, state, result
 
 
@@ -179,7 +181,7 @@ def test_compiled_loss_is_one_graph_for_every_box_count():
     (dynamo's counting backend sees every graph it is handed)."""
     from torch._dynamo.testing import CompileCounter
 
-    from yolo11.engine.setup import CompiledLoss
+    from yolo11.engine.compile import CompiledLoss
 
     torch._dynamo.reset()
     counter = CompileCounter()
@@ -216,7 +218,7 @@ def test_step_profiler_window_and_early_close(tmp_path):
 
 
 def test_device_feed_passes_host_batches_through_on_cpu():
-    from yolo11.engine.train import DeviceFeed
+    from yolo11.engine.device_feed import DeviceFeed
 
     batches = [make_batch(torch.randint(0, 256, (2, 3, 32, 32), dtype=torch.uint8), seed=s) for s in range(3)]
     fed = list(DeviceFeed(batches, torch.device("cpu")))
@@ -230,7 +232,7 @@ def test_device_feed_passes_host_batches_through_on_cpu():
 def test_device_feed_copies_on_a_side_stream_without_races():
     """Pinned host batches copied on the side stream, each consumed by a long kernel queue on the compute
     stream: every batch arrives intact, although the next copy starts while the GPU is still busy."""
-    from yolo11.engine.train import DeviceFeed
+    from yolo11.engine.device_feed import DeviceFeed
 
     device = torch.device("cuda")
     host = [{"images": torch.full((8, 3, 256, 256), i, dtype=torch.uint8).pin_memory(),
@@ -261,10 +263,10 @@ def test_progress_line_restarts_its_window_in_each_epoch(capsys):
 
 
 def test_accumulation_ramps_up_during_warmup_as_ultralytics():
-    ramp = Accumulation(num_processes=2, nominal=4, warmup_iters=6)
+    ramp = Accumulation(nominal=4, warmup_iters=6)
     # round(interp(ni, [0, 6], [1, 4])), numpy's half-to-even rounding as Ultralytics' .round()
     assert [ramp.steps_at(i) for i in range(9)] == [1, 2, 2, 2, 3, 4, 4, 4, 4]
-    assert Accumulation(1, 4).steps_at(0) == 4 and ramp.loss_factor(3) == 6.0
+    assert Accumulation(4).steps_at(0) == 4
     # Ultralytics steps when `ni - last_opt_step >= accumulate`: after batches 0, 2 and 6
     torch.manual_seed(0)
     model = yolo11.create_model("yolo11n", num_classes=3)
@@ -275,9 +277,12 @@ def test_accumulation_ramps_up_during_warmup_as_ultralytics():
         if ni - last >= ramp.steps_at(ni):
             expected.append(ni)
             last = ni
-    _, state, _ = run(batches, 4, model, ramp_iters=6)
+    _, state, _ = run(batches, 4, model, ramp_iters=6, max_steps=3)
     assert expected == [0, 2, 6] and state.optimizer_steps == 3
-    assert state.iteration == 7 and state.batches_in_epoch == 7  # batches 7-9 are accumulated, not yet applied
+    assert state.iteration == 7 and state.batches_in_epoch == 7
+    # the epoch's last batch steps with what was accumulated since (batches 7-9), as Accelerate's rule
+    _, state, _ = run(batches, 4, model, ramp_iters=6)
+    assert state.optimizer_steps == 4 and state.iteration == 10 and state.batches_in_epoch == 10
 
 
 def test_fitness_is_map50_95_alone_as_ultralytics_8_4():

@@ -9,9 +9,10 @@ from accelerate import Accelerator
 from accelerate.utils import broadcast
 from torch import nn
 
-from yolo11.data import DetectionSource, build_dataloader, model_input
+from yolo11.data import DetectionSource, LoaderConfig, build_dataloader, model_input
+from yolo11.engine.compile import CompiledLoss
 from yolo11.engine.config import TrainConfig
-from yolo11.engine.setup import CompiledLoss
+from yolo11.engine.plan import RunPlan
 from yolo11.evaluation import CocoEvaluator, gather_predictions
 from yolo11.postprocess import Postprocessor, scale_boxes
 
@@ -94,17 +95,16 @@ class Validator:
         self.num_samples = num_samples
 
     @classmethod
-    def build(cls, config: TrainConfig, source: DetectionSource, accelerator: Accelerator) -> Validator:
+    def build(cls, config: TrainConfig, plan: RunPlan, source: DetectionSource, accelerator: Accelerator) -> Validator:
         run, data = config.run, config.data
-        global_batch = run.val_batch_size or 2 * run.batch_size
-        loader = build_dataloader(
-            source, split="val", imgsz=data.imgsz, batch_size=max(global_batch // accelerator.num_processes, 1),
-            workers=data.workers, augment=False, shuffle=False, seed=run.seed, max_boxes=data.max_boxes,
-            rect=run.val_rect, cache_images=data.cache_images and run.val_interval > 0)
+        loader_config = LoaderConfig(imgsz=data.imgsz, batch_size=plan.val_batch_size, workers=data.workers,
+                                     augment=False, shuffle=False, seed=run.seed, max_boxes=data.max_boxes,
+                                     rect=run.val_rect, cache_images=data.cache_images and run.val_interval > 0)
+        loader = build_dataloader(source, "val", loader_config)
         postprocessor = Postprocessor(conf=run.val_conf, iou=run.val_iou, max_det=run.max_det)
         evaluator = CocoEvaluator(source.dataset, source.class_names)
-        channels_last = run.channels_last and accelerator.device.type == "cuda"
-        return cls(accelerator, accelerator.prepare(loader), postprocessor, evaluator, channels_last, run.val_images)
+        return cls(accelerator, accelerator.prepare(loader), postprocessor, evaluator, plan.channels_last,
+                   run.val_images)
 
     def run(self, model: nn.Module, criterion: nn.Module) -> ValidationOutput:
         """Validate ``model`` (the EMA's or the trained one, wrapped or not) with ``criterion`` for the losses.

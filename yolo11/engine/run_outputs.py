@@ -1,12 +1,15 @@
 """What a run leaves behind: results.csv, plots, last/best weights, tracker logs, early stopping.
 
-Everything here writes on the main process only; weights are written to a temporary file and renamed.
+Everything here writes on the main process only; weights are written to a temporary file and renamed. The best
+epoch so far comes in (from the resumed ``TrainState``) and goes out in each ``EpochOutcome``; the training loop
+owns the state.
 """
 
 from __future__ import annotations
 
 import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from accelerate import Accelerator
@@ -16,8 +19,8 @@ from yolo11.engine import tracking
 from yolo11.engine.checkpoint import TrainState
 from yolo11.engine.config import TrainConfig
 from yolo11.engine.evaluate import ValidationOutput
+from yolo11.engine.loop import EpochResult
 from yolo11.engine.progress import LOSS_NAMES, format_duration, peak_memory_gb
-from yolo11.engine.train import EpochResult
 from yolo11.evaluation import plots
 from yolo11.evaluation.results import ResultsCSV
 from yolo11.weights import save_weights
@@ -28,32 +31,42 @@ def fitness(metrics: dict) -> float:
     return metrics["map50_95"]
 
 
+@dataclass(frozen=True)
+class EpochOutcome:
+    best_fitness: float
+    best_epoch: int  # 0-based; -1 before any validation
+    stop: bool  # patience ran out
+
+
 class RunOutputs:
+    """``resumed``: the TrainState of the run so far (finished epochs, best epoch, tracker run id)."""
+
     def __init__(self, accelerator: Accelerator, run_dir: Path, class_names: list[str], config: TrainConfig,
-                 state: TrainState, report_to: list[str], lr_groups: int = 3):
+                 resumed: TrainState, report_to: list[str], lr_groups: int = 3):
         self.accelerator = accelerator
         self.run_dir = run_dir
         self.class_names = class_names
-        self.state = state
+        self.best_fitness, self.best_epoch = resumed.best_fitness, resumed.best_epoch
         self.patience = config.run.patience
         self.epochs = config.run.epochs
         self.make_plots = config.run.plots
         self.weights_dir = run_dir / "weights"
         self.epoch_start = time.perf_counter()
         self.best_metrics: dict | None = None
-        self.csv = ResultsCSV(run_dir / "results.csv", keep_epochs=state.epoch, lr_groups=lr_groups) \
+        self.csv = ResultsCSV(run_dir / "results.csv", keep_epochs=resumed.epoch, lr_groups=lr_groups) \
             if accelerator.is_main_process else None
+        self.tracker_run_id = resumed.tracker_run_id
         if report_to:
-            init_kwargs = tracking.tracker_init_kwargs(report_to, run_dir, config.run.name, state.tracker_run_id)
+            init_kwargs = tracking.tracker_init_kwargs(report_to, run_dir, config.run.name, resumed.tracker_run_id)
             accelerator.init_trackers(config.run.tracker_project, config=_flatten(config.to_dict()),
                                       init_kwargs=init_kwargs)
-            state.tracker_run_id = tracking.current_run_id(accelerator) or state.tracker_run_id
+            self.tracker_run_id = tracking.current_run_id(accelerator) or resumed.tracker_run_id
         self.report_to = report_to
 
     def end_epoch(self, epoch: int, result: EpochResult, lrs: list[float], validation: ValidationOutput | None,
-                  model: nn.Module) -> bool:
-        """Record the epoch; save last/best weights; returns True when patience says stop."""
-        accelerator, state = self.accelerator, self.state
+                  model: nn.Module, optimizer_steps: int) -> EpochOutcome:
+        """Record the epoch (logged at ``optimizer_steps``); save last/best weights."""
+        accelerator = self.accelerator
         row = {"epoch": epoch + 1, "time": round(time.perf_counter() - self.epoch_start, 3)}
         row.update({f"train/{n}": v for n, v in zip(LOSS_NAMES, result.mean_losses.tolist(), strict=True)})
         if validation is not None:
@@ -62,8 +75,8 @@ class RunOutputs:
                         "metrics/mAP50(B)": m["map50"], "metrics/mAP50-95(B)": m["map50_95"]})
             row.update({f"val/{n}": v for n, v in zip(LOSS_NAMES, validation.losses.tolist(), strict=True)})
             score = fitness(m)
-            if score > state.best_fitness:
-                state.best_fitness, state.best_epoch = score, epoch
+            if score > self.best_fitness:
+                self.best_fitness, self.best_epoch = score, epoch
                 self.best_metrics = m
                 self._save(model, "best")
         row.update({f"lr/pg{i}": lr for i, lr in enumerate(lrs)})
@@ -71,7 +84,7 @@ class RunOutputs:
                     "memory/peak_gb": peak_memory_gb(accelerator.device)})
         self._save(model, "last")
         accelerator.log({k: v for k, v in row.items() if k != "epoch"} | {"epoch": epoch + 1},
-                        step=state.optimizer_steps)
+                        step=optimizer_steps)
         if accelerator.is_main_process:
             self.csv.append(row)
             print(self.epoch_line(row), flush=True)
@@ -80,9 +93,10 @@ class RunOutputs:
                     plots.save_validation_plots(self.run_dir, validation.metrics, validation.samples,
                                                 self.class_names)
                 tracking.log_validation_images(accelerator, validation.samples, self.class_names,
-                                               step=state.optimizer_steps)
+                                               step=optimizer_steps)
         self.epoch_start = time.perf_counter()
-        return self.patience > 0 and state.best_epoch >= 0 and epoch - state.best_epoch >= self.patience
+        stop = self.patience > 0 and self.best_epoch >= 0 and epoch - self.best_epoch >= self.patience
+        return EpochOutcome(self.best_fitness, self.best_epoch, stop)
 
     def epoch_line(self, row: dict) -> str:
         """``epoch 3/100 done in 0:01:02 | train box .. cls .. dfl .. | val box .. | mAP50-95 .. mAP50 .. P .. R ..``"""
@@ -98,9 +112,9 @@ class RunOutputs:
         return " | ".join(parts)
 
     def best_summary(self) -> dict | None:
-        if self.state.best_epoch < 0:
+        if self.best_epoch < 0:
             return None
-        summary = {"epoch": self.state.best_epoch + 1, "fitness": self.state.best_fitness}
+        summary = {"epoch": self.best_epoch + 1, "fitness": self.best_fitness}
         if self.best_metrics is not None:  # unknown when the best epoch was before a resume
             summary.update(map50_95=self.best_metrics["map50_95"], map50=self.best_metrics["map50"])
         return summary

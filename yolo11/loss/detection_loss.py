@@ -51,7 +51,7 @@ class DetectionLoss(nn.Module):
     ranks) and sums gradients over accumulation steps, so that the gradient is a *sum* over the global batch of
     per-batch-normalised losses; that is the scale at which lr0 = 0.01 for the nominal batch 64 was tuned. This
     module does not know the world size or accumulation: the engine applies those factors
-    (``yolo11.engine.train.Accumulation``).
+    (``yolo11.engine.loop.TrainStep.loss_factor``).
 
     The forward has no ``.item()``, boolean indexing or data-dependent branches (a batch without boxes flows
     through the same masked math and gives zero box/DFL terms), so it compiles without graph breaks or host syncs.

@@ -21,7 +21,7 @@ import torch
 from accelerate import Accelerator, DataLoaderConfiguration
 from torch import nn
 
-from yolo11.data import DetectionSource, build_dataloader, load_source, model_input
+from yolo11.data import DetectionSource, LoaderConfig, build_dataloader, load_source, model_input
 from yolo11.evaluation import CocoEvaluator, gather_predictions, plots
 from yolo11.evaluation.coco import coco_results
 from yolo11.postprocess import Postprocessor
@@ -78,8 +78,9 @@ def evaluate_weights(accelerator: Accelerator, model: nn.Module, source: Detecti
     if model.num_classes != len(source.class_names):
         raise ValueError(f"the model predicts {model.num_classes} classes, the dataset has "
                          f"{len(source.class_names)}")
-    loader = build_dataloader(source, split="val", imgsz=imgsz, batch_size=max(batch // accelerator.num_processes, 1),
-                              workers=workers, augment=False, shuffle=False, rect=rect)
+    config = LoaderConfig(imgsz=imgsz, batch_size=max(batch // accelerator.num_processes, 1), workers=workers,
+                          augment=False, shuffle=False, rect=rect)
+    loader = build_dataloader(source, "val", config)
     loader = accelerator.prepare(loader)
     model = model.to(accelerator.device).eval()
     postprocessor = Postprocessor(conf=conf, iou=iou, max_det=max_det, strides=model.strides, reg_max=model.reg_max)

@@ -1,0 +1,58 @@
+"""What every loader worker process sets up for itself: RNG seeds, OpenCV threads, CPU priority, memory reuse."""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+import random
+import sys
+
+import cv2
+import numpy as np
+import torch
+
+WORKER_NICENESS = 10
+# glibc mallopt parameters (malloc.h)
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
+
+
+def keep_freed_memory(trim_threshold: int = 1 << 30, mmap_threshold: int = 32 << 20) -> bool:
+    """Let this process's glibc malloc keep freed memory for reuse instead of returning it to the system.
+
+    A worker makes each sample's canvas and warped image (1-5 MB each) in fresh memory and frees a whole batch of
+    them after the collate. By default glibc hands large blocks back (``mmap``/heap trimming), so the next batch
+    page-faults all of it in again (100-300 first-touch faults per 640 px mosaic sample). Keeping a batch's worth
+    per worker removes them and about 15% of the worker's CPU time per sample (``benchmarks/RESULTS.md``).
+    Returns whether the settings took (glibc on Linux only; elsewhere nothing changes)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):  # not glibc (musl has no mallopt)
+        return False
+    return bool(mallopt(_M_TRIM_THRESHOLD, trim_threshold)) and bool(mallopt(_M_MMAP_THRESHOLD, mmap_threshold))
+
+
+def seed_worker(worker_id: int) -> None:
+    """Seed the libraries' global RNGs per worker (our augmentation does not use them, user code might), keep
+    OpenCV single-threaded inside each worker (the workers are the parallelism), and lower the worker's CPU
+    priority: with as many workers as cores, the training process's Python thread, which launches every GPU
+    kernel, must not queue behind them. The workers still get every cycle the main process does not use. Each
+    worker also keeps the memory it frees (``keep_freed_memory``)."""
+    seed = torch.initial_seed() % 2**32
+    np.random.seed(seed)
+    random.seed(seed)
+    cv2.setNumThreads(0)
+    if hasattr(os, "nice"):  # POSIX
+        os.nice(WORKER_NICENESS)
+    keep_freed_memory()
+
+
+def usable_workers(requested: int) -> int:
+    """``requested`` loader workers, capped at the CPU cores this process may use divided by the training processes
+    on this machine (as Ultralytics caps them): more workers than cores only oversubscribe them."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    local_processes = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    return min(requested, max(cores // max(local_processes, 1), 1))

@@ -1,0 +1,117 @@
+"""``build_*`` functions: where the training config and the run plan are turned into objects."""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from datetime import timedelta
+from pathlib import Path
+
+import torch
+from accelerate import Accelerator, DataLoaderConfiguration, PartialState
+from accelerate.utils import (
+    DistributedDataParallelKwargs,
+    DistributedType,
+    InitProcessGroupKwargs,
+    ProjectConfiguration,
+    broadcast_object_list,
+)
+from torch import nn
+
+from yolo11.data import AugmentParams, LoaderConfig
+from yolo11.engine.config import ModelConfig, TrainConfig
+from yolo11.engine.optim import WarmupSchedule, lr_lambda
+from yolo11.engine.plan import RunPlan
+from yolo11.models import YOLO11Detector, create_model
+from yolo11.weights import load_weights
+
+
+def build_schedule(config: TrainConfig, plan: RunPlan, optimizer: torch.optim.Optimizer) -> WarmupSchedule:
+    """The lr / momentum schedule of a run. As Ultralytics, optimizer 'auto' starts the biases' warmup at 0, an
+    explicit choice at --warmup-bias-lr."""
+    optim = config.optim
+    warmup_bias_lr = 0.0 if optim.optimizer == "auto" else optim.warmup_bias_lr
+    return WarmupSchedule(optimizer, lr_lambda(optim.schedule, config.run.epochs, optim.lrf), plan.warmup_iters,
+                          warmup_bias_lr, optim.warmup_momentum, optim.momentum)
+
+
+def resolve_run_dir(config: TrainConfig, state: PartialState) -> Path:
+    """``output_dir/name``, or ``name2``, ``name3`` ... when it exists; decided on the main process for all ranks."""
+    run = config.run
+    base = Path(run.output_dir) / run.name
+    choice = [None]
+    if state.is_main_process:
+        path = base
+        if not (run.exist_ok or run.resume):
+            index = 2
+            while path.exists():
+                path, index = base.with_name(f"{base.name}{index}"), index + 1
+        path.mkdir(parents=True, exist_ok=True)
+        choice = [str(path)]
+    if state.num_processes > 1:
+        broadcast_object_list(choice, from_process=0)
+    return Path(choice[0])
+
+
+def build_accelerator(plan: RunPlan, run_dir: Path, log_with: list[str]) -> Accelerator:
+    """The run's Accelerator. Accumulation is the training loop's (Ultralytics' ramping count, ``no_sync`` between
+    steps), except under DeepSpeed, which accumulates by its own fixed count."""
+    deepspeed = PartialState().distributed_type == DistributedType.DEEPSPEED
+    return Accelerator(
+        gradient_accumulation_steps=plan.accumulation_steps if deepspeed else 1,
+        log_with=log_with or None,
+        project_config=ProjectConfiguration(project_dir=str(run_dir), logging_dir=str(run_dir)),
+        dataloader_config=DataLoaderConfiguration(non_blocking=torch.cuda.is_available()),
+        kwargs_handlers=[
+            # The DFL conv is frozen; every other parameter gets a gradient every step.
+            DistributedDataParallelKwargs(find_unused_parameters=False),
+            # A rank that dies is caught by the launcher; a slow one (rank-0 evaluation) must not time out others.
+            InitProcessGroupKwargs(timeout=timedelta(minutes=30)),
+        ],
+    )
+
+
+def prepare_training(accelerator: Accelerator, model: nn.Module, optimizer: torch.optim.Optimizer, loader):
+    """``accelerator.prepare`` of the three, the train loader without device placement: its batches stay on the
+    host and ``DeviceFeed`` copies them on a side CUDA stream. DeepSpeed allows no per-object placement (and sizes
+    its micro-batch from the loader, so the loader stays in this call): there the loader places its batches."""
+    if accelerator.distributed_type == DistributedType.DEEPSPEED:
+        return accelerator.prepare(model, optimizer, loader)
+    return accelerator.prepare(model, optimizer, loader, device_placement=[None, None, False])
+
+
+def maybe_sync_batchnorm(model: nn.Module, requested: bool, accelerator: Accelerator) -> nn.Module:
+    """SyncBatchNorm only for multi-process CUDA runs (it raises on CPU/gloo); call before ``prepare``."""
+    if not requested:
+        return model
+    if accelerator.distributed_type == DistributedType.MULTI_GPU and accelerator.num_processes > 1:
+        return nn.SyncBatchNorm.convert_sync_batchnorm(model)
+    warnings.warn(f"--sync-bn ignored: it needs several CUDA processes (this run: {accelerator.num_processes} "
+                  f"process(es), {accelerator.distributed_type})", stacklevel=2)
+    return model
+
+
+def build_model(config: ModelConfig, num_classes: int) -> YOLO11Detector:
+    """The detector; ``--weights`` initialises every tensor whose name and shape match (a new class count keeps
+    the backbone and neck, re-initialises the class branch), as Ultralytics' transfer does."""
+    model = create_model(config.model, num_classes=num_classes, backbone=config.backbone,
+                         pretrained=config.pretrained)
+    if config.weights:
+        source = load_weights(config.weights).state_dict()
+        target = model.state_dict()
+        matched = {k: v for k, v in source.items() if k in target and v.shape == target[k].shape}
+        if not matched:
+            raise ValueError(f"--weights {config.weights}: no tensor matches {config.model} "
+                             f"(backbone {config.backbone}); is it the same architecture?")
+        model.load_state_dict(matched, strict=False)
+        print(f"--weights {config.weights}: transferred {len(matched)}/{len(target)} tensors")
+    return model
+
+
+def build_train_loader_config(config: TrainConfig, plan: RunPlan) -> LoaderConfig:
+    """The training split's ``LoaderConfig`` (per-process batch)."""
+    data = config.data
+    hyp = AugmentParams(**{f.name: getattr(data, f.name) for f in dataclasses.fields(AugmentParams)})
+    return LoaderConfig(imgsz=data.imgsz, batch_size=plan.per_process_batch, workers=data.workers, augment=True,
+                        epochs=config.run.epochs, close_mosaic=data.close_mosaic, seed=config.run.seed, hyp=hyp,
+                        max_boxes=data.max_boxes, cache_images=data.cache_images, hsv_on_device=plan.hsv_on_device)

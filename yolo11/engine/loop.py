@@ -1,0 +1,185 @@
+"""One training epoch on an ``Accelerator``: AMP, gradient accumulation, clipping, EMA, warmup, progress."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from accelerate import Accelerator
+from accelerate.utils import DistributedType
+from torch import nn
+
+from yolo11.data import model_input
+from yolo11.engine.checkpoint import TrainState
+from yolo11.engine.device_feed import DeviceFeed, TimedIterable
+from yolo11.engine.ema import ModelEMA
+from yolo11.engine.guard import NonFiniteGuard
+from yolo11.engine.optim import WarmupSchedule
+from yolo11.engine.profiling import StepProfiler
+from yolo11.engine.progress import Progress
+
+
+@dataclass(frozen=True)
+class Accumulation:
+    """How many micro-batches each optimizer step sums.
+
+    The count follows Ultralytics: ``nominal`` (``round(nominal batch / batch)``), except during the
+    ``warmup_iters`` warmup iterations, over which it ramps from 1 to ``nominal`` (rounded linear interpolation
+    in the batch index), so that the first steps are taken on single batches. ``warmup_iters`` -1: ``nominal``
+    throughout. A step is taken once the batches since the last one reach the count (it never shrinks), and
+    at the end of an epoch with whatever was accumulated.
+    """
+
+    nominal: int
+    warmup_iters: int = -1
+
+    def steps_at(self, iteration: int) -> int:
+        """Micro-batches of the step that batch ``iteration`` (counted from the start of training) belongs to."""
+        if self.warmup_iters > 0 and iteration <= self.warmup_iters:
+            return max(1, int(np.round(np.interp(iteration, [0, self.warmup_iters], [1, self.nominal]))))
+        return self.nominal
+
+
+@dataclass
+class TrainStep:
+    """What one optimizer step uses, prepared once per run.
+
+    ``batch_hsv`` (a ``BatchHSV`` on the device, possibly compiled) applies the HSV augmentation of batches that
+    carry ``hsv_gains`` (the loader left it to the device). ``channels_last``: the model's memory format.
+    """
+
+    accelerator: Accelerator
+    model: nn.Module
+    criterion: nn.Module
+    optimizer: torch.optim.Optimizer
+    schedule: WarmupSchedule
+    ema: ModelEMA | None
+    accumulation: Accumulation
+    clip_grad: float
+    channels_last: bool
+    batch_hsv: nn.Module
+    progress: Progress
+    profiler: StepProfiler | None = None
+
+    @property
+    def loss_factor(self) -> float:
+        """``DetectionLoss`` returns ``parts.sum() * per_process_batch`` (Ultralytics' convention); Ultralytics
+        then multiplies by the world size (DDP averages gradients over ranks) and sums gradients over the
+        accumulated batches. Accelerate divides by its own accumulation count (1 except under DeepSpeed, which
+        accumulates itself), so that is multiplied back: the gradient is the sum over every image of the step
+        of the per-batch-normalised loss, the quantity lr0 = 0.01 at nominal batch 64 was tuned for."""
+        return float(self.accelerator.num_processes * self.accelerator.gradient_accumulation_steps)
+
+
+@dataclass
+class EpochResult:
+    mean_losses: torch.Tensor  # (3,) box, cls, dfl averaged over the epoch's batches of this process (resume-exact)
+    images: int  # images seen by all processes
+    seconds: float
+    reached_max_steps: bool
+
+
+def train_one_epoch(step: TrainStep, loader, state: TrainState, epoch: int,
+                    max_steps: int | None = None) -> EpochResult:
+    """Train over ``loader`` (already skipped to ``state.batches_in_epoch`` on resume); updates ``state``.
+
+    No host sync per step: the non-finite check stays on the device (``NonFiniteGuard``) and the progress line
+    reads the losses once per interval.
+    """
+    accelerator, model = step.accelerator, step.model
+    model.train()
+    unwrapped = accelerator.unwrap_model(model, keep_torch_compile=False)  # EMA keys without _orig_mod.
+    guard = NonFiniteGuard(accelerator, step.optimizer, step.ema)
+    loss_sum = torch.zeros(3, device=accelerator.device)
+    if state.loss_sum is not None:  # resumed mid-epoch
+        loss_sum += torch.as_tensor(state.loss_sum, dtype=loss_sum.dtype, device=loss_sum.device)
+    applied = state.loss_batches  # batches of this epoch whose losses are in `loss_sum` as of the last step
+    images_seen = 0
+    pending = 0  # micro-batches since the last optimizer step: counted into `state` only once applied
+    reached_max_steps = False
+    start = time.perf_counter()
+    timed = TimedIterable(DeviceFeed(loader, accelerator.device))
+    for batch, last in _with_last_flag(timed):
+        iteration = state.iteration + pending  # Ultralytics' `ni`
+        step.schedule.step(epoch, iteration)
+        with _micro_batch(step, sync=last or pending + 1 >= step.accumulation.steps_at(iteration)) as sync:
+            parts = _forward_backward(step, batch, guard)
+            if sync:
+                grad_norm = accelerator.clip_grad_norm_(model.parameters(), step.clip_grad) \
+                    if step.clip_grad > 0 else None
+                guard.before_update(grad_norm, state)
+                step.optimizer.step()
+                step.optimizer.zero_grad(set_to_none=True)
+        pending += 1
+        images_seen += batch["images"].shape[0] * accelerator.num_processes
+        loss_sum += parts
+        if sync:
+            # A checkpoint taken now resumes after these batches, and only these: gradients of micro-batches not
+            # yet applied are never lost by an interruption, they are recomputed.
+            state.iteration += pending
+            state.batches_in_epoch += pending
+            applied += pending
+            pending = 0
+            state.loss_sum, state.loss_batches = loss_sum.clone(), applied
+            state.optimizer_steps += 1
+            if step.ema is not None:
+                step.ema.update(unwrapped, skip=guard.skip_flag)
+            guard.after_update(state)
+            step.progress.step(state, epoch, loss_sum / applied, step.schedule.lrs(), images_seen,
+                               time.perf_counter() - start, timed.seconds)
+            if step.profiler is not None:
+                step.profiler.step(state.optimizer_steps)
+            if max_steps is not None and state.optimizer_steps >= max_steps:
+                reached_max_steps = True
+                break
+    guard.flush(state)
+    return EpochResult(loss_sum / max(applied + pending, 1), images_seen, time.perf_counter() - start,
+                       reached_max_steps)
+
+
+def _forward_backward(step: TrainStep, batch: dict, guard: NonFiniteGuard) -> torch.Tensor:
+    """Forward, loss and backward of one micro-batch; returns the detached loss parts (box, cls, dfl)."""
+    images = batch["images"]  # uint8 travelled to the device; augment and normalise there
+    if "hsv_gains" in batch:
+        images = step.batch_hsv(images, batch["hsv_gains"])
+    images = model_input(images, step.channels_last)
+    with step.accelerator.autocast():
+        feats = step.model(images)
+    loss, parts = step.criterion(feats, batch["boxes"], batch["labels"])  # upcasts the maps itself
+    guard.observe_loss(loss.detach())
+    step.accelerator.backward(loss * step.loss_factor)
+    return parts
+
+
+@contextlib.contextmanager
+def _micro_batch(step: TrainStep, sync: bool):
+    """Gradient synchronisation of one micro-batch; yields whether the optimizer steps after it.
+
+    The step decides (Ultralytics' ramping count, through ``Accumulation``), and the micro-batches before it run
+    under ``no_sync`` (no all-reduce). DeepSpeed accumulates by its own fixed count (no ramp): there
+    ``accumulate`` decides."""
+    accelerator = step.accelerator
+    if accelerator.distributed_type == DistributedType.DEEPSPEED:
+        with accelerator.accumulate(step.model):
+            yield accelerator.sync_gradients
+    elif sync:
+        yield True
+    else:
+        with accelerator.no_sync(step.model):
+            yield False
+
+
+def _with_last_flag(iterable):
+    """``(item, is_last)`` pairs, one item of look-ahead: the last batch of an epoch steps with what it has."""
+    iterator = iter(iterable)
+    try:
+        current = next(iterator)
+    except StopIteration:
+        return
+    for following in iterator:
+        yield current, False
+        current = following
+    yield current, True

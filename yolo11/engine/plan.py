@@ -1,0 +1,86 @@
+"""``plan_run``: every value derived from the config and the launch, computed once (world size, per-process
+batch, accumulation, scaled weight decay, the optimizer 'auto' choice, warmup, memory format, where HSV runs);
+the rest of the engine receives these values as explicit arguments."""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+
+from accelerate import PartialState
+
+from yolo11.engine.config import TrainConfig
+from yolo11.engine.optim import OptimizerChoice, lr_scale_for_batch, resolve_optimizer
+
+
+class LaunchError(RuntimeError):
+    """The processes were started in a way that would not train correctly."""
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    num_processes: int
+    per_process_batch: int
+    accumulation_steps: int
+    weight_decay: float
+    optimizer: OptimizerChoice
+    steps_per_epoch: int  # optimizer steps
+    batches_per_epoch: int  # per process
+    warmup_iters: int  # batches; -1 disables warmup
+    channels_last: bool  # the model, its inputs and validation run channels_last (CUDA only)
+    hsv_on_device: bool  # the loader leaves the HSV pixels to BatchHSV on the device
+    val_batch_size: int  # per process
+
+    @property
+    def effective_batch(self) -> int:
+        return self.per_process_batch * self.num_processes * self.accumulation_steps
+
+
+def check_launch(state: PartialState) -> None:
+    """Refuse N processes that each think they are alone (FIELD-NOTES: a MULTI_GPU config on a CPU-only host)."""
+    launched = int(os.environ.get("WORLD_SIZE", "1"))
+    if launched != state.num_processes:
+        raise LaunchError(
+            f"{launched} processes were launched (WORLD_SIZE={launched}) but this one sees a world of "
+            f"{state.num_processes} ({state.distributed_type}): they would train independently and overwrite one "
+            "another's outputs. On a machine without GPUs set ACCELERATE_USE_CPU=1 for multi-process CPU training, "
+            "or use accelerate_configs/cpu.yaml.")
+
+
+def plan_run(config: TrainConfig, num_processes: int, num_train_images: int, num_classes: int,
+             device_type: str = "cpu") -> RunPlan:
+    """Every value derived from the config and the launch, computed once (``device_type``: "cuda", "cpu"...)."""
+    run, optim = config.run, config.optim
+    if run.batch_size % num_processes:
+        raise ValueError(f"--batch-size {run.batch_size} is the global batch and must be divisible by the "
+                         f"{num_processes} processes")
+    per_process = run.batch_size // num_processes
+    accumulation = optim.grad_accum or max(round(optim.nominal_batch / run.batch_size), 1)
+    weight_decay = optim.weight_decay * run.batch_size * accumulation / optim.nominal_batch
+    batches_per_epoch = math.ceil(num_train_images / run.batch_size)
+    # As Ultralytics (after the weight decay): never more micro-batches per step than the whole run has.
+    accumulation = min(accumulation, batches_per_epoch * run.epochs)
+    # Ultralytics counts iterations for optimizer='auto' at the nominal batch.
+    auto_iterations = math.ceil(num_train_images / max(run.batch_size, optim.nominal_batch)) * run.epochs
+    choice = resolve_optimizer(optim, num_classes, auto_iterations)
+    scale = lr_scale_for_batch(optim.lr_scaling, run.batch_size * accumulation, optim.nominal_batch)
+    choice = OptimizerChoice(choice.name, choice.lr * scale, choice.momentum)
+    # Ultralytics 8.4: warmup_epochs x batches per epoch, no longer at least 100 iterations, and never into the last
+    # epoch (a 1-epoch run has none); -1: no warmup.
+    warmup_epochs = min(optim.warmup_epochs, max(run.epochs - 1, 0))
+    warmup = round(warmup_epochs * batches_per_epoch) if warmup_epochs > 0 else 0
+    warmup = warmup or -1
+    return RunPlan(
+        num_processes=num_processes,
+        per_process_batch=per_process,
+        accumulation_steps=accumulation,
+        weight_decay=weight_decay,
+        optimizer=choice,
+        steps_per_epoch=math.ceil(batches_per_epoch / accumulation),
+        batches_per_epoch=batches_per_epoch,
+        warmup_iters=warmup,
+        channels_last=run.channels_last and device_type == "cuda",
+        hsv_on_device=config.data.hsv_on_device if config.data.hsv_on_device is not None else device_type == "cuda",
+        val_batch_size=max((run.val_batch_size or 2 * run.batch_size) // num_processes, 1),
+    )
