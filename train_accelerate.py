@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     batch_hsv = BatchHSV().to(accelerator.device)
     try:
         train_loader = build_dataloader(train_source, **loader_kwargs)
-        validator = Validator.build(config, val_source, accelerator)
+        validator = Validator.build(config, val_source, accelerator, model)
     except MemoryError as err:  # --cache-images that does not fit
         print(f"error: {err}", file=sys.stderr)
         return 2

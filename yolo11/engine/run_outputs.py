@@ -15,10 +15,9 @@ from torch import nn
 from yolo11.engine import tracking
 from yolo11.engine.checkpoint import TrainState
 from yolo11.engine.config import TrainConfig
-from yolo11.engine.evaluate import ValidationOutput
 from yolo11.engine.progress import LOSS_NAMES, format_duration, peak_memory_gb
 from yolo11.engine.train import EpochResult
-from yolo11.evaluation import plots
+from yolo11.evaluation import EvaluationResult, plots
 from yolo11.evaluation.results import ResultsCSV
 from yolo11.weights import save_weights
 
@@ -50,7 +49,7 @@ class RunOutputs:
             state.tracker_run_id = tracking.current_run_id(accelerator) or state.tracker_run_id
         self.report_to = report_to
 
-    def end_epoch(self, epoch: int, result: EpochResult, lrs: list[float], validation: ValidationOutput | None,
+    def end_epoch(self, epoch: int, result: EpochResult, lrs: list[float], validation: EvaluationResult | None,
                   model: nn.Module) -> bool:
         """Record the epoch; save last/best weights; returns True when patience says stop."""
         accelerator, state = self.accelerator, self.state
