@@ -112,7 +112,7 @@ def build_run(config: TrainConfig, plan: RunPlan, run_dir: Path, train_source: D
                                 fused=accelerator.device.type in ("cuda", "cpu"))
     schedule = build_schedule(config, plan, optimizer)
     train_loader = build_dataloader(train_source, "train", build_train_loader_config(config, plan))
-    validator = Validator.build(config, plan, val_source, accelerator)
+    validator = Validator.build(config, plan, val_source, accelerator, model)
     batch_hsv = BatchHSV().to(accelerator.device)
     if config.run.compile:
         model = compile_model(model, config.run.compile_mode)

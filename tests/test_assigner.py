@@ -3,8 +3,9 @@
 import pytest
 import torch
 
+from yolo11.geometry import make_anchors
 from yolo11.loss import TaskAlignedAssigner
-from yolo11.loss.boxes import complete_iou, make_anchors
+from yolo11.loss.boxes import complete_iou
 
 STRIDES = (8, 16, 32)
 

@@ -230,3 +230,48 @@ def test_compute_with_predictions_forgets_earlier_epochs():
     evaluator.reset()
     evaluator.update([det for _, det in perfect_predictions(IMAGES)], [i for i, *_ in IMAGES])
     assert evaluator.compute()["map50"] == pytest.approx(1.0)
+
+
+def test_training_validation_and_the_val_tool_share_one_runner(tmp_path, monkeypatch):
+    """``Validator.run`` (training) and ``evaluate_weights`` (``yolo11-val``) both go through ``predict_and_score``
+    and give the same predictions and metrics; only training's adds the validation losses and samples."""
+    from accelerate import Accelerator
+
+    from yolo11 import create_model
+    from yolo11.data import load_source
+    from yolo11.engine import evaluate
+    from yolo11.engine.config import parse_config
+    from yolo11.engine.plan import plan_run
+    from yolo11.evaluation import runner
+    from yolo11.loss import DetectionLoss
+    from yolo11.tools import val
+
+    calls = []
+
+    def spy(*args, **kwargs):
+        calls.append(kwargs.get("criterion") is not None)
+        return runner.predict_and_score(*args, **kwargs)
+
+    monkeypatch.setattr(evaluate, "predict_and_score", spy)
+    monkeypatch.setattr(val, "predict_and_score", spy)
+    spec = "synthetic:num_images=4,num_val=6,imgsz=64"
+    source = load_source(spec, split="val", cache_dir=tmp_path)
+    torch.manual_seed(0)
+    model = create_model("yolo11n", num_classes=6)
+    accelerator = Accelerator()
+    config = parse_config(["--data", spec, "--imgsz", "64", "--batch-size", "2", "--workers", "0",
+                           "--val-images", "2"])
+    criterion = DetectionLoss(6, strides=model.strides, reg_max=model.reg_max)
+    plan = plan_run(config, 1, len(source.dataset), 6, accelerator.device.type)
+    training = evaluate.Validator.build(config, plan, source, accelerator, model).run(model, criterion)
+    assert model.training  # the trainer's model goes back to train mode
+    metrics, predictions, _ = val.evaluate_weights(accelerator, model, source, imgsz=64, batch=4, workers=0,
+                                                   conf=0.001, iou=0.7, max_det=300)
+    assert calls == [True, False]
+    assert [i for i, _ in training.predictions] == [i for i, _ in predictions] and len(predictions) == 6
+    assert sum(len(det) for _, det in predictions) > 0
+    for (_, ours), (_, theirs) in zip(training.predictions, predictions, strict=True):
+        assert torch.equal(ours, theirs)
+    assert training.metrics == metrics
+    assert training.losses.shape == (3,) and torch.isfinite(training.losses).all()
+    assert len(training.samples) == 2 and training.samples[0]["image"].dtype == torch.uint8

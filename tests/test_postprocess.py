@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from yolo11.postprocess import Postprocessor, decode, letterbox_params, non_max_suppression, scale_boxes
+from yolo11.geometry import scale_boxes
+from yolo11.postprocess import Postprocessor, decode, non_max_suppression
 
 REFERENCE = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "reference" / "yolo11n_coco128_outputs.npz"
 VAL = dict(conf=0.001, iou=0.7, max_det=300, multi_label=True)
@@ -78,25 +79,6 @@ def test_multi_label_conf_and_caps():
     assert len(non_max_suppression(decoded, conf=0.0, max_det=2)[0]) == 2
     assert non_max_suppression(decoded, conf=0.0, max_nms=1)[0][:, 4].tolist() == pytest.approx([0.9])
     assert non_max_suppression(decoded, conf=0.95)[0].shape == (0, 6)
-
-
-def test_letterbox_params():
-    assert letterbox_params((480, 640), (640, 640)) == (1.0, 1.0, 80, 0)
-    gain_h, gain_w, top, left = letterbox_params((427, 640), (640, 640))  # odd padding: round(106.5 - 0.1) = 106
-    assert (gain_h, gain_w, top, left) == (1.0, 1.0, 106, 0)
-    gain, _, top, left = letterbox_params((1000, 500), (640, 640))
-    assert gain == pytest.approx(0.64) and (top, left) == (0, 160)
-
-
-def test_scale_boxes_inverts_letterbox_and_clips():
-    orig_size = (1000, 500)
-    gain_h, gain_w, top, left = letterbox_params(orig_size, (640, 640))
-    original = torch.tensor([[10.0, 20.0, 300.0, 900.0], [0.0, 0.0, 500.0, 1000.0]])
-    letterboxed = original * torch.tensor([gain_w, gain_h, gain_w, gain_h]) + torch.tensor([left, top, left, top])
-    ratio_pad = torch.tensor([gain_h, gain_w, top, left])
-    torch.testing.assert_close(scale_boxes(letterboxed, ratio_pad, torch.tensor(orig_size)), original)
-    outside = torch.tensor([[100.0, -20.0, 700.0, 660.0]])  # beyond the image on three sides
-    assert scale_boxes(outside, ratio_pad, torch.tensor(orig_size)).tolist() == [[0.0, 0.0, 500.0, 1000.0]]
 
 
 def test_postprocessor_maps_to_original_pixels(reference):

@@ -16,7 +16,7 @@ from engine_helpers import launch
 
 from yolo11 import create_model
 from yolo11.data.sources.synthetic import SHAPES
-from yolo11.postprocess import letterbox_params, scale_boxes
+from yolo11.geometry import letterbox_params, scale_boxes
 from yolo11.tools import export, predict, val
 from yolo11.weights import save_weights
 

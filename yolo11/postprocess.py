@@ -2,6 +2,7 @@
 
 Semantics follow Ultralytics 8.4 (``Detect`` inference output and ``utils.nms.non_max_suppression``), with
 ``torchvision.ops.batched_nms`` doing the suppression (it separates classes itself, so no ``max_wh`` offsets).
+The geometry (anchors, box formats, ``scale_boxes``) is ``yolo11.geometry``'s.
 """
 
 from __future__ import annotations
@@ -12,7 +13,15 @@ import torch
 from torch import Tensor
 from torchvision.ops import batched_nms, nms
 
-from yolo11.loss.boxes import dfl_expectation, flatten_levels, ltrb_to_xyxy, make_anchors, xywh_to_xyxy, xyxy_to_xywh
+from yolo11.geometry import (
+    dfl_expectation,
+    flatten_levels,
+    ltrb_to_xyxy,
+    make_anchors,
+    scale_boxes,
+    xywh_to_xyxy,
+    xyxy_to_xywh,
+)
 
 
 def decode(feats: Sequence[Tensor], strides: Sequence[int] = (8, 16, 32), reg_max: int = 16) -> Tensor:
@@ -79,54 +88,17 @@ def non_max_suppression(
     return output
 
 
-def letterbox_params(orig_size: tuple[int, int], input_size: tuple[int, int],
-                     scaleup: bool = True) -> tuple[float, float, int, int]:
-    """``(gain_h, gain_w, pad_top, pad_left)`` of Ultralytics' centred letterbox of ``orig_size`` into ``input_size``.
-
-    Both sizes are ``(height, width)`` in pixels. The long side is scaled to fit (``scaleup=False``: never
-    enlarged) and each side is resized to ``round(side * gain)`` pixels, so each axis's gain is its own ratio of
-    new to old size (as Ultralytics' ``scale_boxes`` maps boxes back); the rest is padded equally, the ``- 0.1``
-    rounding of odd padding putting the extra pixel at the bottom/right.
-    """
-    (height, width), (input_h, input_w) = orig_size, input_size
-    new_h, new_w = resized_size(orig_size, input_size, scaleup)
-    return new_h / height, new_w / width, round((input_h - new_h) / 2 - 0.1), round((input_w - new_w) / 2 - 0.1)
-
-
-def resized_size(orig_size: tuple[int, int], input_size: tuple[int, int], scaleup: bool = True) -> tuple[int, int]:
-    """``(height, width)`` of the image inside its letterbox: scaled to fit ``input_size`` (``scaleup=False``:
-    never enlarged), each side rounded."""
-    (height, width), (input_h, input_w) = orig_size, input_size
-    gain = min(input_h / height, input_w / width)
-    if not scaleup:
-        gain = min(gain, 1.0)
-    return max(round(height * gain), 1), max(round(width * gain), 1)
-
-
-def rect_input_size(orig_size: tuple[int, int], imgsz: int, stride: int = 32) -> tuple[int, int]:
-    """The smallest letterboxed input ``(height, width)`` for one image, as Ultralytics' predict (``LetterBox``
-    with ``auto``): the long side scaled to ``imgsz``, the short side padded only up to a multiple of ``stride``."""
-    new_h, new_w = resized_size(orig_size, (imgsz, imgsz))
-    return new_h + (imgsz - new_h) % stride, new_w + (imgsz - new_w) % stride
-
-
-def scale_boxes(boxes: Tensor, ratio_pad: Tensor, orig_size: Tensor) -> Tensor:
-    """Map xyxy boxes from the letterboxed network input back to the original image, clipped to it.
+def to_original_pixels(detections: Sequence[Tensor], ratio_pad: Tensor, orig_sizes: Tensor) -> list[Tensor]:
+    """``non_max_suppression``'s detections per image mapped from input pixels to original-image pixels.
 
     Args:
-        boxes: ``(n, 4)`` xyxy in input pixels.
-        ratio_pad: ``(4,)`` = ``(gain_h, gain_w, pad_top, pad_left)``; ``original = (input - pad) / gain``.
-        orig_size: ``(2,)`` original ``(height, width)``.
-
-    Returns:
-        a new ``(n, 4)`` tensor in original-image pixels.
+        ratio_pad: ``(B, 4)`` letterbox parameters per image, see ``yolo11.geometry.scale_boxes``.
+        orig_sizes: ``(B, 2)`` original ``(height, width)``.
     """
-    gain_h, gain_w, pad_top, pad_left = torch.as_tensor(ratio_pad, dtype=boxes.dtype, device=boxes.device).unbind()
-    height, width = torch.as_tensor(orig_size, dtype=boxes.dtype, device=boxes.device).unbind()
-    # tensor bounds rather than Python floats: no device-to-host copy per image on CUDA
-    x = torch.minimum(((boxes[:, 0::2] - pad_left) / gain_w).clamp(min=0), width)
-    y = torch.minimum(((boxes[:, 1::2] - pad_top) / gain_h).clamp(min=0), height)
-    return torch.stack((x[:, 0], y[:, 0], x[:, 1], y[:, 1]), dim=1)
+    return [
+        torch.cat((scale_boxes(det[:, :4], pad, size), det[:, 4:]), dim=1)
+        for det, pad, size in zip(detections, ratio_pad, orig_sizes, strict=True)
+    ]
 
 
 class Postprocessor:
@@ -164,7 +136,4 @@ class Postprocessor:
         )
         if ratio_pad is None or orig_sizes is None:
             return detections
-        return [
-            torch.cat((scale_boxes(det[:, :4], pad, size), det[:, 4:]), dim=1)
-            for det, pad, size in zip(detections, ratio_pad, orig_sizes, strict=True)
-        ]
+        return to_original_pixels(detections, ratio_pad, orig_sizes)

@@ -13,8 +13,7 @@ from yolo11.data.dataset import DetectionDataset, EpochKeySampler
 from yolo11.data.schema import DetectionSource
 from yolo11.data.transforms import AugmentParams
 from yolo11.data.workers import seed_worker, usable_workers
-
-STRIDE = 32  # the largest model stride: input sides are multiples of it
+from yolo11.geometry import MAX_STRIDE
 
 
 @dataclass(frozen=True)
@@ -56,7 +55,7 @@ def rect_batches(sizes_hw: np.ndarray, imgsz: int, batch_size: int, pad: float =
     """Ultralytics' rectangular validation batches: images sorted by aspect ratio, one letterbox shape per batch.
 
     ``sizes_hw`` is ``(N, 2)`` original (height, width). Returns the sample order and the ``(N, 2)`` (h, w)
-    letterbox shape of each sample (indexed by dataset index), multiples of ``STRIDE``.
+    letterbox shape of each sample (indexed by dataset index), multiples of ``MAX_STRIDE``.
 
     The sort is numpy's default (not stable), as in Ultralytics: many images share an aspect ratio (640x427...), and
     the order among equals decides which batch, hence which letterbox shape, an image at a batch boundary gets. With
@@ -70,7 +69,7 @@ def rect_batches(sizes_hw: np.ndarray, imgsz: int, batch_size: int, pad: float =
         members = order[start:start + batch_size]
         low, high = aspect[members].min(), aspect[members].max()
         relative = [high, 1.0] if high < 1 else [1.0, 1.0 / low] if low > 1 else [1.0, 1.0]
-        shapes[members] = np.ceil(np.array(relative) * imgsz / STRIDE + pad).astype(np.int64) * STRIDE
+        shapes[members] = np.ceil(np.array(relative) * imgsz / MAX_STRIDE + pad).astype(np.int64) * MAX_STRIDE
     return order, shapes
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 import cv2
 import numpy as np
 
-from yolo11.postprocess import letterbox_params, resized_size
+from yolo11.geometry import letterbox_params, resized_size
 
 PAD_VALUE = 114  # grey used by Ultralytics for letterbox, mosaic and affine borders
 Target = dict  # {"boxes": float32 (N, 4) xyxy px, "labels": int64 (N,)}
@@ -78,7 +78,7 @@ def scale_target(target: Target, gain_w: float, gain_h: float, pad_left: float =
 class LetterBox:
     """Resize keeping aspect ratio and pad to ``shape`` (centred, grey 114); ``scaleup=False`` never enlarges.
 
-    The geometry is ``yolo11.postprocess.letterbox_params``' (which maps predictions back). The applied
+    The geometry is ``yolo11.geometry.letterbox_params``' (which ``scale_boxes`` inverts). The applied
     ``(gain_h, gain_w, pad_top, pad_left)`` is written to ``target["letterbox"]``. Boxes are shifted
     by the integer padding that the image gets (Ultralytics shifts labels by the unrounded half-padding, up to
     half a pixel off its own image; we keep boxes and pixels consistent).
@@ -166,8 +166,7 @@ def mosaic_perspective(images: list[np.ndarray], targets: list[Target], imgsz: i
 
     The warp's output covers a window of the ``2 imgsz`` canvas of about ``(imgsz / scale)^2`` pixels: on
     average a third of the canvas at Ultralytics' scale 0.5, so most of the canvas fill and tile copies are
-    skipped. A cached mosaic sample's mosaic and warp took 2.9 instead of 3.2 ms (medians of 10 runs of 150
-    samples of coco128 on the CI box).
+    skipped (timings: ``benchmarks/RESULTS.md``).
     """
     centre = mosaic_centre(imgsz, rng)
     perspective = RandomPerspective(params, -imgsz // 2)
@@ -309,8 +308,7 @@ class RandomHSV:
         lut_sat = np.clip(x * (gains[1] + 1), 0, 255).astype(np.uint8)
         lut_sat[0] = 0
         lut_val = np.clip(x * (gains[2] + 1), 0, 255).astype(np.uint8)
-        # One 3-channel LUT pass instead of split + three LUTs + merge: the same bytes in fewer passes (a cached
-        # mosaic sample on the CI box: 3.07 -> 2.64 ms).
+        # One 3-channel LUT pass instead of split + three LUTs + merge: the same bytes in fewer passes over the image
         lut = np.stack((lut_hue, lut_sat, lut_val), -1).reshape(1, 256, 3)
         hsv = cv2.LUT(cv2.cvtColor(image, cv2.COLOR_BGR2HSV), lut)
         return cv2.cvtColor(hsv, cv2.COLOR_HSV2BGR)

@@ -21,6 +21,7 @@ import yaml
 
 from yolo11.data.transforms import AugmentParams
 from yolo11.engine.checkpoint import write_text_atomic
+from yolo11.geometry import MAX_STRIDE
 
 _AUGMENT = AugmentParams()  # the augmentation defaults (Ultralytics' values) live with the transforms
 _BOOL_STRINGS = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
@@ -72,8 +73,8 @@ class DataConfig:
     close_mosaic: int = _opt(10, "train the last N epochs without mosaic and mixup")
 
     def __post_init__(self) -> None:
-        if self.imgsz % 32:
-            raise ValueError(f"--imgsz must be a multiple of 32 (the largest stride), got {self.imgsz}")
+        if self.imgsz % MAX_STRIDE:
+            raise ValueError(f"--imgsz must be a multiple of {MAX_STRIDE} (the largest stride), got {self.imgsz}")
         if self.workers < 0:
             raise ValueError(f"--workers must be >= 0, got {self.workers}")
         if self.max_boxes is not None and self.max_boxes < 1:

@@ -18,10 +18,9 @@ from torch import nn
 from yolo11.engine import tracking
 from yolo11.engine.checkpoint import TrainState
 from yolo11.engine.config import TrainConfig
-from yolo11.engine.evaluate import ValidationOutput
 from yolo11.engine.loop import EpochResult
 from yolo11.engine.progress import LOSS_NAMES, format_duration, peak_memory_gb
-from yolo11.evaluation import plots
+from yolo11.evaluation import EvaluationResult, plots
 from yolo11.evaluation.results import ResultsCSV
 from yolo11.weights import save_weights
 
@@ -63,7 +62,7 @@ class RunOutputs:
             self.tracker_run_id = tracking.current_run_id(accelerator) or resumed.tracker_run_id
         self.report_to = report_to
 
-    def end_epoch(self, epoch: int, result: EpochResult, lrs: list[float], validation: ValidationOutput | None,
+    def end_epoch(self, epoch: int, result: EpochResult, lrs: list[float], validation: EvaluationResult | None,
                   model: nn.Module, optimizer_steps: int) -> EpochOutcome:
         """Record the epoch (logged at ``optimizer_steps``); save last/best weights."""
         accelerator = self.accelerator

@@ -9,11 +9,9 @@ shapes. The price is memory proportional to ``B * M * A``:
 - transient: the CIoU evaluation in eager mode holds several more float32 maps while it runs; ``torch.compile``
   fuses most of them away.
 
-Measured on an H200 (``benchmarks/loss_speed.py``, whole loss forward + backward at 640 px, A = 8400, inputs and
-gradients included): peak 1.4 GiB for B=64 with M=18 (8 boxes per image on average); for the worst padding the
-loader allows, M=300, 8.9 GiB at B=64 in eager mode (about 50 bytes per ``(b, m, a)``) and 3.8 GiB compiled
-(about 16 bytes). Callers that need less can pad to the batch's largest box count rather than a fixed 300, or
-compile the loss.
+Peak memory therefore follows the padded box count M (figures: ``benchmarks/RESULTS.md``, "Loss + assigner
+alone"). Callers that need less can pad to the batch's largest box count rather than a fixed 300, or compile the
+loss.
 """
 
 from __future__ import annotations
@@ -24,7 +22,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from yolo11.loss.boxes import complete_iou, xywh_to_xyxy, xyxy_to_xywh
+from yolo11.geometry import xywh_to_xyxy, xyxy_to_xywh
+from yolo11.loss.boxes import complete_iou
 
 
 @dataclass(frozen=True)

@@ -8,15 +8,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from yolo11.geometry import dfl_expectation, flatten_levels_anchor_major, ltrb_to_xyxy, make_anchors, xyxy_to_ltrb
 from yolo11.loss.assigner import TaskAlignedAssigner
-from yolo11.loss.boxes import (
-    complete_iou,
-    dfl_expectation,
-    flatten_levels_anchor_major,
-    ltrb_to_xyxy,
-    make_anchors,
-    xyxy_to_ltrb,
-)
+from yolo11.loss.boxes import complete_iou
 
 
 def distribution_focal_loss(distribution: Tensor, target: Tensor, reg_max: int = 16) -> Tensor:
@@ -116,9 +110,9 @@ class DetectionLoss(nn.Module):
         # Box terms over all anchors with weight = target score: zero on background, so no boolean indexing.
         weight = target.scores.sum(-1) * target.foreground  # (B, A)
         # The class axis is summed first, as for `weight`, so that inductor can take both sums in one pass over the
-        # (B, A, C) logits; with one sum over all elements, it wrote the per-element losses out as a float32 map to
-        # sum them in another kernel (fifth session's generated code). The scores are zero on background anchors,
-        # so weight.sum() is their total, without a second pass over the (B, A, C) scores.
+        # (B, A, C) logits; with one sum over all elements, it writes the per-element losses out as a float32 map to
+        # sum them in another kernel. The scores are zero on background anchors, so weight.sum() is their total,
+        # without a second pass over the (B, A, C) scores.
         score_sum = weight.sum().clamp(min=1.0)
         cls_loss = F.binary_cross_entropy_with_logits(pred_logits, target.scores, reduction="none").sum(-1)
         cls_loss = cls_loss.sum() / score_sum

@@ -28,7 +28,7 @@ import torch
 from torch import nn
 from torchvision.ops import nms
 
-from yolo11.loss.boxes import xywh_to_xyxy
+from yolo11.geometry import MAX_STRIDE, xywh_to_xyxy
 from yolo11.postprocess import decode
 from yolo11.weights import load_weights
 
@@ -95,8 +95,8 @@ def export_onnx(model: nn.Module, output: Path, imgsz: int = 640, opset: int = O
 
     ``nms`` = (conf, iou, max_det) ends the graph in ONNX NonMaxSuppression (see the module docstring).
     """
-    if imgsz % 32:
-        raise ValueError(f"--imgsz must be a multiple of 32, got {imgsz}")
+    if imgsz % MAX_STRIDE:
+        raise ValueError(f"--imgsz must be a multiple of {MAX_STRIDE}, got {imgsz}")
     fused = model.fuse() if hasattr(model, "fuse") else model
     wrapped = (DecodedDetector(fused) if nms is None else NmsDetector(fused, *nms)).eval()
     outputs = ["output"] if nms is None else ["boxes", "scores", "selected"]

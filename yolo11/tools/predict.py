@@ -24,7 +24,8 @@ import yaml
 
 from yolo11.data.transforms import LetterBox
 from yolo11.evaluation.plots import draw_detections
-from yolo11.postprocess import Postprocessor, rect_input_size
+from yolo11.geometry import MAX_STRIDE, rect_input_size
+from yolo11.postprocess import Postprocessor
 from yolo11.weights import load_weights
 
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff"}
@@ -48,7 +49,7 @@ def list_images(inputs: Sequence[str | Path]) -> list[Path]:
 def letterbox(image: np.ndarray, imgsz: int, rect: bool = False) -> tuple[np.ndarray, tuple[float, float, int, int]]:
     """Resize (H, W, 3) uint8 to fit ``imgsz`` x ``imgsz`` keeping the aspect ratio and pad with grey, to the square
     or, with ``rect``, only up to a multiple of 32 (``rect_input_size``); returns the image and
-    ``(gain_h, gain_w, pad_top, pad_left)`` (``yolo11.postprocess.letterbox_params``)."""
+    ``(gain_h, gain_w, pad_top, pad_left)`` (``yolo11.geometry.letterbox_params``)."""
     shape = rect_input_size(image.shape[:2], imgsz) if rect else (imgsz, imgsz)
     no_boxes = {"boxes": np.zeros((0, 4), np.float32), "labels": np.zeros(0, np.int64)}
     image, target = LetterBox(shape)(image, no_boxes)
@@ -148,8 +149,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    if args.imgsz % 32:
-        raise SystemExit(f"error: --imgsz must be a multiple of 32, got {args.imgsz}")
+    if args.imgsz % MAX_STRIDE:
+        raise SystemExit(f"error: --imgsz must be a multiple of {MAX_STRIDE}, got {args.imgsz}")
     model = load_weights(args.weights).fuse()
     names = class_names_for(args.weights, model.num_classes, args.names)
     files = list_images(args.sources)

@@ -21,8 +21,8 @@ import torch
 from accelerate import Accelerator, DataLoaderConfiguration
 from torch import nn
 
-from yolo11.data import DetectionSource, LoaderConfig, build_dataloader, load_source, model_input
-from yolo11.evaluation import CocoEvaluator, gather_predictions, plots
+from yolo11.data import DetectionSource, LoaderConfig, build_dataloader, load_source
+from yolo11.evaluation import CocoEvaluator, plots, predict_and_score
 from yolo11.evaluation.coco import coco_results
 from yolo11.postprocess import Postprocessor
 from yolo11.weights import load_weights
@@ -52,20 +52,6 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-@torch.no_grad()
-def predict_dataset(accelerator: Accelerator, model: nn.Module, loader, postprocessor: Postprocessor
-                    ) -> list[tuple[int, torch.Tensor]]:
-    """This process' ``(image_id, (n, 6))`` predictions in original pixels over its shard of ``loader``."""
-    per_image = []
-    for batch in loader:
-        images = model_input(batch["images"], channels_last=accelerator.device.type == "cuda")
-        with accelerator.autocast():
-            feats = model(images)
-        detections = postprocessor(feats, batch["ratio_pad"], batch["orig_sizes"])
-        per_image.extend((int(i), det.cpu()) for i, det in zip(batch["image_ids"], detections, strict=True))
-    return per_image
-
-
 def evaluate_weights(accelerator: Accelerator, model: nn.Module, source: DetectionSource, *, imgsz: int,
                      batch: int, workers: int, conf: float, iou: float, max_det: int, rect: bool = True,
                      backend: str = "pycocotools") -> tuple[dict, list[tuple[int, torch.Tensor]], dict]:
@@ -81,12 +67,12 @@ def evaluate_weights(accelerator: Accelerator, model: nn.Module, source: Detecti
     config = LoaderConfig(imgsz=imgsz, batch_size=max(batch // accelerator.num_processes, 1), workers=workers,
                           augment=False, shuffle=False, rect=rect)
     loader = build_dataloader(source, "val", config)
-    loader = accelerator.prepare(loader)
-    model = model.to(accelerator.device).eval()
     postprocessor = Postprocessor(conf=conf, iou=iou, max_det=max_det, strides=model.strides, reg_max=model.reg_max)
-    predictions = gather_predictions(accelerator, predict_dataset(accelerator, model, loader, postprocessor))
     evaluator = CocoEvaluator(source.dataset, source.class_names, backend=backend)
-    return evaluator.compute(predictions, accelerator), predictions, evaluator.ground_truth
+    model = model.to(accelerator.device).eval()
+    result = predict_and_score(accelerator, model, accelerator.prepare(loader), postprocessor, evaluator,
+                               channels_last=accelerator.device.type == "cuda")
+    return result.metrics, result.predictions, evaluator.ground_truth
 
 
 def format_table(metrics: dict, class_names: list[str], ground_truth: dict) -> str:

@@ -1,0 +1,86 @@
+"""The predict-and-score loop that training's validation (``engine/evaluate.py``) and ``yolo11-val`` both run."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from accelerate import Accelerator
+from torch import nn
+
+from yolo11.data import model_input
+from yolo11.evaluation.coco import CocoEvaluator, gather_predictions
+from yolo11.postprocess import Postprocessor, to_original_pixels
+
+
+@dataclass
+class EvaluationResult:
+    metrics: dict  # COCO stats, per-class AP, precision/recall; identical on every process
+    predictions: list[tuple[int, torch.Tensor]]  # every process's (image_id, (n, 6) original pixels), each image once
+    losses: torch.Tensor | None  # (3,) box, cls, dfl averaged over all processes' batches; None without a criterion
+    samples: list[dict]  # up to `num_samples` images of this process with predictions and targets (CPU)
+
+
+@torch.no_grad()
+def predict_and_score(
+    accelerator: Accelerator,
+    model: nn.Module,
+    loader,
+    postprocessor: Postprocessor,
+    evaluator: CocoEvaluator,
+    *,
+    criterion: nn.Module | None = None,
+    channels_last: bool = False,
+    num_samples: int = 0,
+) -> EvaluationResult:
+    """Run ``model`` in eval mode over this process's shard of the prepared ``loader`` and score all processes'
+    predictions, mapped to original pixels, with ``evaluator``.
+
+    Args:
+        postprocessor: built with the model's ``strides`` and ``reg_max``.
+        criterion: when given, also the mean validation loss terms.
+        channels_last: the model input's memory format.
+        num_samples: images of this process kept for plots and trackers (network input, predictions in input
+            pixels).
+
+    ``gather_predictions`` drops the samples that ``even_batches`` duplicated on the last batch, so the metrics
+    equal a single-process evaluation whatever the number of processes.
+    """
+    was_training = model.training
+    model.eval()
+    loss_sum = torch.zeros(3, device=accelerator.device)
+    batches = 0
+    per_image: list[tuple[int, torch.Tensor]] = []
+    samples: list[dict] = []
+    for batch in loader:
+        with accelerator.autocast():
+            feats = model(model_input(batch["images"], channels_last))
+        feats = [f.float() for f in feats]
+        if criterion is not None:
+            loss_sum += criterion(feats, batch["boxes"], batch["labels"])[1]
+            batches += 1
+        detections = postprocessor(feats)  # input pixels
+        original = to_original_pixels(detections, batch["ratio_pad"], batch["orig_sizes"])
+        per_image.extend((int(i), det.cpu()) for i, det in zip(batch["image_ids"], original, strict=True))
+        if len(samples) < num_samples:
+            samples.extend(_samples(batch, detections, num_samples - len(samples)))
+    predictions = gather_predictions(accelerator, per_image)
+    metrics = evaluator.compute(predictions, accelerator)
+    losses = None
+    if criterion is not None:
+        losses = accelerator.reduce(loss_sum / max(batches, 1), reduction="mean")
+    model.train(was_training)
+    return EvaluationResult(metrics, predictions, losses, samples)
+
+
+def _samples(batch: dict, detections: list[torch.Tensor], limit: int) -> list[dict]:
+    out = []
+    for i in range(min(limit, batch["images"].shape[0])):
+        keep = batch["labels"][i] >= 0
+        out.append({
+            "image": batch["images"][i].cpu(),  # uint8 (3, H, W), network input
+            "predictions": detections[i].cpu(),  # (n, 6) input pixels
+            "boxes": batch["boxes"][i][keep].cpu(),
+            "labels": batch["labels"][i][keep].cpu(),
+        })
+    return out
