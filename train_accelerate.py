@@ -115,7 +115,7 @@ def build_run(config: TrainConfig, plan: RunPlan, run_dir: Path, train_source: D
     validator = Validator.build(config, plan, val_source, accelerator, model)
     batch_hsv = BatchHSV().to(accelerator.device)
     if config.run.compile:
-        model = compile_model(model, config.run.compile_mode)
+        model = compile_model(model, config.run.compile_mode, fast_layers=accelerator.device.type == "cuda")
         batch_hsv = torch.compile(batch_hsv)  # one fused kernel instead of ~40 passes over the batch
     if config.run.compile_loss:
         criterion = CompiledLoss(criterion)

@@ -6,10 +6,11 @@ Pieces (shapes of the training step at 640 px):
 
 - ``sppf-pool``: SPPF's three chained 5x5 max-pools on the ``(B, C/2, 20, 20)`` map: ``nn.MaxPool2d`` eager and
   through inductor, a custom op that keeps aten's CUDA kernels (opaque to inductor), and ``separable_max_pool2d``
-  (what ``SPPF`` uses when training under ``torch.compile``);
+  (what ``SeparablePoolSPPF`` uses, the fast training variant of ``SPPF`` in ``yolo11.models.fast_layers``);
 - ``stem``: the first Conv (3 input channels, 3x3, stride 2) with the uint8 -> float input step before it, as is,
   on input zero-padded to 4 or 8 channels, and as a matrix product over the input's patches
-  (``Conv._conv_as_matmul``, what the model uses); outputs and weight gradients are compared with the eager conv's.
+  (``MatmulConv.conv_as_matmul``, the stem's fast training variant); outputs and weight gradients are compared
+  with the eager conv's.
 
 Median of 20 timed runs after 5 warm-up runs (CUDA events). The pool variants' outputs and input gradients are
 compared with eager ``nn.MaxPool2d`` (gradients differ where a window holds equal maxima).
@@ -94,7 +95,7 @@ def chained_pools(pool):
 
 
 def bench_pool(batch: int, channels: int, size: int) -> None:
-    from yolo11.models.blocks import separable_max_pool2d
+    from yolo11.models.fast_layers import separable_max_pool2d
 
     x0 = torch.randn(batch, channels, size, size, device="cuda", dtype=torch.bfloat16)
     x0 = x0.contiguous(memory_format=torch.channels_last)
@@ -124,8 +125,8 @@ def bench_pool(batch: int, channels: int, size: int) -> None:
 
 
 def conv_zero_padded(conv: nn.Conv2d, x: torch.Tensor, channels: int) -> torch.Tensor:
-    """``conv(x)`` with input and weight zero-padded to ``channels`` input channels (zero channels add exact zeros):
-    how the model ran its stem under compile before ``Conv._conv_as_matmul``."""
+    """``conv(x)`` with input and weight zero-padded to ``channels`` input channels (zero channels add exact
+    zeros)."""
     pad = (0, 0, 0, 0, 0, channels - x.shape[1])
     x = F.pad(x, pad).contiguous(memory_format=torch.channels_last)
     return F.conv2d(x, F.pad(conv.weight, pad), conv.bias, conv.stride, conv.padding, conv.dilation, conv.groups)
@@ -133,11 +134,12 @@ def conv_zero_padded(conv: nn.Conv2d, x: torch.Tensor, channels: int) -> torch.T
 
 def bench_stem(batch: int, width: int, imgsz: int) -> None:
     from yolo11.models.blocks import Conv
+    from yolo11.models.fast_layers import MatmulConv
 
     images = torch.randint(0, 256, (batch, imgsz, imgsz, 3), dtype=torch.uint8, device="cuda").permute(0, 3, 1, 2)
     conv = Conv(3, width, 3, 2).cuda().to(memory_format=torch.channels_last)
+    matmul_conv = MatmulConv(conv)  # shares conv's parameters
 
-    # The conv is called explicitly: under compile, in training, Conv.forward itself takes Conv._conv_as_matmul.
     def eager(u8):
         with torch.autocast("cuda", dtype=torch.bfloat16):
             return conv.act(conv.bn(conv.conv(u8.contiguous(memory_format=torch.channels_last).float().div_(255))))
@@ -154,7 +156,7 @@ def bench_stem(batch: int, width: int, imgsz: int) -> None:
 
     def as_matmul(u8):
         with torch.autocast("cuda", dtype=torch.bfloat16):
-            return conv.act(conv.bn(conv._conv_as_matmul(u8.float() / 255)))
+            return matmul_conv(u8.float() / 255)
 
     variants = {"float input eager": eager, "float input, compiled": torch.compile(fused_input),
                 "input padded to 4 channels, compiled": torch.compile(padded_input(4)),

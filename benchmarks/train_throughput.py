@@ -9,8 +9,8 @@ backward, optimizer step; median over timed steps after warm-up; peak memory. ``
 Ultralytics' trainer, each for ``--steps`` batches, img/s over the steady-state window. Prints both and the ratio.
 
 ``--variants`` runs our side several times in one call, Ultralytics once; each variant is a string of flags:
-step mode takes ``--compile``, ``--compile-loss``, ``--compile-mode MODE``, ``--boxes N``, ``--profile``
-(``--kernels-file PATH``), ``--inductor KEY=VALUE`` (see ``step_variant``); e2e mode passes
+step mode takes ``--compile``, ``--compile-loss``, ``--compile-mode MODE``, ``--plain-layers``, ``--boxes N``,
+``--profile`` (``--kernels-file PATH``), ``--inductor KEY=VALUE`` (see ``step_variant``); e2e mode passes
 the string to ``train_accelerate.py``, e.g. ``--variants="; --compile; --compile --compile-loss --workers 12"``
 (with ``=``: the value starts with dashes).
 """
@@ -65,6 +65,8 @@ def step_variant(args, flags: str) -> argparse.Namespace:
     parser.add_argument("--compile", action="store_true")
     parser.add_argument("--compile-loss", action="store_true")
     parser.add_argument("--compile-mode", default=None)
+    parser.add_argument("--plain-layers", action="store_true",
+                        help="with --compile: keep the plain blocks (no yolo11.models.fast_layers swap)")
     parser.add_argument("--cudnn-benchmark", action="store_true", help="cuDNN picks conv algorithms by timing them")
     parser.add_argument("--boxes", type=int, default=8, help="synthetic boxes per image (target rows M)")
     parser.add_argument("--profile", action="store_true", help="after timing, print the kernels of 3 steps")
@@ -96,7 +98,8 @@ def ours_step(args) -> dict:
     if args.compile:
         from yolo11.engine.compile import compile_model
 
-        model = compile_model(model, args.compile_mode, **args.inductor)  # as train_accelerate.py --compile
+        # as train_accelerate.py --compile on CUDA
+        model = compile_model(model, args.compile_mode, fast_layers=not args.plain_layers, **args.inductor)
     if args.compile_loss:
         from yolo11.engine.compile import CompiledLoss
 

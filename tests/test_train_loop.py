@@ -176,27 +176,6 @@ def test_compiled_model_trains_and_updates_ema():
     assert moved > 0
 
 
-def test_compiled_loss_is_one_graph_for_every_box_count():
-    """Targets are padded to each batch's own box count M: the compiled loss must not recompile as M changes
-    (dynamo's counting backend sees every graph it is handed)."""
-    from torch._dynamo.testing import CompileCounter
-
-    from yolo11.engine.compile import CompiledLoss
-
-    torch._dynamo.reset()
-    counter = CompileCounter()
-    loss_fn = DetectionLoss(3)
-    compiled = CompiledLoss(loss_fn, backend=counter, fullgraph=True)
-    gen = torch.Generator().manual_seed(0)
-    feats = [torch.randn(2, 64 + 3, 64 // s, 64 // s, generator=gen) for s in (8, 16, 32)]
-    for rows in (8, 13, 30, 2):
-        xy = torch.rand(2, rows, 2, generator=gen) * 40
-        boxes = torch.cat([xy, xy + 8 + torch.rand(2, rows, 2, generator=gen) * 16], -1)
-        labels = torch.randint(0, 3, (2, rows), generator=gen)
-        torch.testing.assert_close(compiled(feats, boxes, labels)[1], loss_fn(feats, boxes, labels)[1])
-    assert counter.frame_count == 1
-
-
 def test_step_profiler_window_and_early_close(tmp_path):
     from yolo11.engine.profiling import StepProfiler
 

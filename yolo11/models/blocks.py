@@ -8,11 +8,9 @@ ours by renaming only its ``model.N`` prefix (see ``yolo11.weights.ultralytics``
 
 from __future__ import annotations
 
-import functools
 import math
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 from torch.nn.utils.fusion import fuse_conv_bn_eval
 
@@ -41,36 +39,7 @@ class Conv(nn.Module):
         self.act = nn.SiLU() if act else nn.Identity()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.shape[1] < 8 and self.conv.groups == 1 and x.is_cuda and self.training and torch.compiler.is_compiling():
-            return self.act(self.bn(self._conv_as_matmul(x)))
         return self.act(self.bn(self.conv(x)))
-
-    def _conv_as_matmul(self, x: torch.Tensor) -> torch.Tensor:
-        """The same conv (groups 1) as one matrix product over the input's patches (im2col), the patch length
-        zero-padded to a multiple of 8; returns a channels_last map. For the stem (RGB input) when training under
-        ``torch.compile`` on CUDA.
-
-        cuDNN runs convs of few input channels with slow kernels: even with input and weight zero-padded to 8
-        channels, the yolo11n stem took 4.7 ms forward + backward at batch 128 on an H200 (BatchNorm and SiLU
-        included). Here one inductor kernel builds the patches (27 values per output pixel, from the image) and
-        the forward and the weight's gradient are two skinny cuBLAS products. On an H200 (yolo11n, batch 128),
-        this and ``MODEL_INDUCTOR_OPTIONS``' threshold 6 together took the model step from 2614 to 2798 img/s
-        (``benchmarks/RESULTS.md``, sixth session). An input gradient, if one were needed, would be correct but
-        slow (the patches' gradient summed back into the padded input); the stem's input is the image.
-        """
-        weight = self.conv.weight
-        out_channels, in_channels, kh, kw = weight.shape
-        (sh, sw), (ph, pw) = self.conv.stride, self.conv.padding
-        x = F.pad(x, (pw, pw, ph, ph))
-        batch, _, height, width = x.shape
-        out_h, out_w = (height - kh) // sh + 1, (width - kw) // sw + 1
-        taps = [x[:, :, i:i + sh * (out_h - 1) + 1:sh, j:j + sw * (out_w - 1) + 1:sw]
-                for i in range(kh) for j in range(kw)]  # each (B, C, out_h, out_w)
-        # (B, out_h, out_w, C * kh * kw) in the weight's (C, kh, kw) order
-        patches = torch.stack(taps, 2).permute(0, 3, 4, 1, 2).reshape(batch, out_h, out_w, -1)
-        pad = (0, -patches.shape[-1] % 8)
-        patches = F.pad(patches, pad)
-        return (patches @ F.pad(weight.reshape(out_channels, -1), pad).t()).permute(0, 3, 1, 2)
 
     @torch.no_grad()
     def fuse(self) -> None:
@@ -162,8 +131,6 @@ class C3k2(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = list(self.cv1(x).chunk(2, 1))
-        if self.training and torch.compiler.is_compiling():
-            y[-1] = dense_copy(y[-1])
         for block in self.m:
             y.append(block(y[-1]))
         return self.cv2(torch.cat(y, 1))
@@ -180,63 +147,10 @@ class SPPF(nn.Module):
         self.m = nn.MaxPool2d(kernel_size, stride=1, padding=kernel_size // 2)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        pool = self.m
-        if self.training and torch.compiler.is_compiling():
-            pool = functools.partial(separable_max_pool2d, kernel_size=self.m.kernel_size)
         y = [self.cv1(x)]
         for _ in range(3):
-            y.append(pool(y[-1]))
+            y.append(self.m(y[-1]))
         return self.cv2(torch.cat(y, 1))
-
-
-def separable_max_pool2d(x: torch.Tensor, kernel_size: int) -> torch.Tensor:
-    """Stride-1 ``k x k`` max-pool with ``k // 2`` padding as a max over ``k`` shifted rows, then over ``k`` shifted
-    columns: the same output as ``nn.MaxPool2d``, as pointwise maxima that ``torch.compile`` fuses.
-
-    For training under ``torch.compile`` (``SPPF``): inductor's own max-pool backward scatters through indices and
-    took 3.4 ms for SPPF's three pools at batch 128 on an H200, this one 0.8 ms (``benchmarks/block_speed.py``).
-    The gradient differs only where a window holds equal maxima: it is shared between them (``torch.maximum``)
-    instead of going to one of them, whose choice already differs between PyTorch's own kernels.
-    """
-    pad = kernel_size // 2
-    height, width = x.shape[-2:]
-    padded = F.pad(x, (pad, pad, 0, 0), value=float("-inf"))
-    rows = padded[..., :width]
-    for shift in range(1, kernel_size):
-        rows = torch.maximum(rows, padded[..., shift:shift + width])
-    padded = F.pad(rows, (0, 0, pad, pad), value=float("-inf"))
-    out = padded[..., :height, :]
-    for shift in range(1, kernel_size):
-        out = torch.maximum(out, padded[..., shift:shift + height, :])
-    return out
-
-
-def dense_copy(x: torch.Tensor) -> torch.Tensor:
-    """A dense copy of a channel slice of a map, in the map's memory format (channels_last when channels are the
-    innermost dimension).
-
-    For training under ``torch.compile`` (``C3k2``, ``C2PSA``): the half that these blocks split off their first
-    conv's output is a view whose pixels lie ``2 * hidden`` channels apart. Inductor hands such a view straight to
-    the next convolutions, and cuDNN then copies it itself; a copy made in the graph is fused into the kernel
-    that writes the split output. Same values; on an H200 (yolo11n, batch 128) the model step went from 2809 to
-    2875 img/s (``benchmarks/RESULTS.md``, eighth session).
-    """
-    channels_last = x.dim() == 4 and x.stride(1) == 1 and x.shape[1] > 1
-    return x.contiguous(memory_format=torch.channels_last if channels_last else torch.contiguous_format)
-
-
-def repeat_nearest_2x(x: torch.Tensor) -> torch.Tensor:
-    """``nn.Upsample(scale_factor=2, mode="nearest")`` as a broadcast and a reshape, in ``x``'s memory format.
-
-    For training under ``torch.compile`` (``YOLO11Neck``): inductor turns the nearest-upsample backward into an
-    index-put scatter (1.7 ms of the yolo11n step at batch 128 on an H200); here the backward is a sum over each
-    2x2 block, a plain reduction. The output is the same; the gradient is the same up to summation order.
-    """
-    b, c, h, w = x.shape
-    if x.is_contiguous(memory_format=torch.channels_last):  # repeat in NHWC, return the channels_last view
-        nhwc = x.permute(0, 2, 3, 1)[:, :, None, :, None, :].expand(b, h, 2, w, 2, c)
-        return nhwc.reshape(b, 2 * h, 2 * w, c).permute(0, 3, 1, 2)
-    return x[:, :, :, None, :, None].expand(b, c, h, 2, w, 2).reshape(b, c, 2 * h, 2 * w)
 
 
 class Attention(nn.Module):
@@ -300,8 +214,6 @@ class C2PSA(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         a, b = self.cv1(x).split((self.hidden, self.hidden), dim=1)
-        if self.training and torch.compiler.is_compiling():
-            b = dense_copy(b)
         return self.cv2(torch.cat((a, self.m(b)), 1))
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from yolo11.models.blocks import C3k2, Conv, repeat_nearest_2x
+from yolo11.models.blocks import C3k2, Conv
 
 # Ultralytics layer index of each neck module, for mapping checkpoint keys.
 ULTRALYTICS_LAYERS = {
@@ -46,11 +46,8 @@ class YOLO11Neck(nn.Module):
 
     def forward(self, features: list[torch.Tensor]) -> list[torch.Tensor]:
         p3, p4, p5 = features
-        upsample = self.upsample
-        if self.training and torch.compiler.is_compiling():
-            upsample = repeat_nearest_2x  # the same maps; its backward is a sum, not inductor's scatter
-        t4 = self.top_down_p4(torch.cat((upsample(p5), p4), 1))
-        n3 = self.top_down_p3(torch.cat((upsample(t4), p3), 1))
+        t4 = self.top_down_p4(torch.cat((self.upsample(p5), p4), 1))
+        n3 = self.top_down_p3(torch.cat((self.upsample(t4), p3), 1))
         n4 = self.bottom_up_p4(torch.cat((self.down_p3(n3), t4), 1))
         n5 = self.bottom_up_p5(torch.cat((self.down_p4(n4), p5), 1))
         return [n3, n4, n5]
