@@ -71,6 +71,13 @@ def _fast_variant(module: nn.Module, parent: nn.Module) -> nn.Module | None:
     return None
 
 
+def adopt(variant: nn.Module, plain: nn.Module) -> None:
+    """Give ``variant`` the submodules, parameters, buffers and attributes of ``plain`` (the same objects, not
+    copies), so the swap keeps every parameter and state-dict key."""
+    nn.Module.__init__(variant)
+    variant.__dict__.update(plain.__dict__)
+
+
 class MatmulConv(Conv):
     """``Conv`` whose convolution (groups 1) is one matrix product over the input's patches (im2col), the patch
     length zero-padded to a multiple of 8; returns a channels_last map.
@@ -85,9 +92,7 @@ class MatmulConv(Conv):
         conv = plain.conv
         if conv.groups != 1 or conv.dilation != (1, 1) or conv.padding_mode != "zeros":
             raise ValueError(f"MatmulConv needs groups 1, dilation 1 and zero padding, got {conv}")
-        nn.Module.__init__(self)  # adopt plain's submodules rather than build new ones: same parameters and keys
-        self.conv, self.bn, self.act = plain.conv, plain.bn, plain.act
-        self.training = plain.training
+        adopt(self, plain)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.act(self.bn(self.conv_as_matmul(x)))
@@ -115,10 +120,7 @@ class DenseSplitC3k2(C3k2):
     """``C3k2`` that hands its inner blocks a dense copy (``dense_copy``) of the half it splits off."""
 
     def __init__(self, plain: C3k2) -> None:
-        nn.Module.__init__(self)  # adopt plain's submodules rather than build new ones: same parameters and keys
-        self.hidden = plain.hidden
-        self.cv1, self.cv2, self.m = plain.cv1, plain.cv2, plain.m
-        self.training = plain.training
+        adopt(self, plain)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = list(self.cv1(x).chunk(2, 1))
@@ -132,10 +134,7 @@ class DenseSplitC2PSA(C2PSA):
     """``C2PSA`` that hands its PSABlocks a dense copy (``dense_copy``) of the half it splits off."""
 
     def __init__(self, plain: C2PSA) -> None:
-        nn.Module.__init__(self)  # adopt plain's submodules rather than build new ones: same parameters and keys
-        self.hidden = plain.hidden
-        self.cv1, self.cv2, self.m = plain.cv1, plain.cv2, plain.m
-        self.training = plain.training
+        adopt(self, plain)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         a, b = self.cv1(x).split((self.hidden, self.hidden), dim=1)
@@ -147,9 +146,7 @@ class SeparablePoolSPPF(SPPF):
     kernel size and for the module tree)."""
 
     def __init__(self, plain: SPPF) -> None:
-        nn.Module.__init__(self)  # adopt plain's submodules rather than build new ones: same parameters and keys
-        self.cv1, self.cv2, self.m = plain.cv1, plain.cv2, plain.m
-        self.training = plain.training
+        adopt(self, plain)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = [self.cv1(x)]
