@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One device call: install the carried wheels, then run the benchmark commands given as arguments, each logged
+# On the GPU machine: install the carried wheels, then run the benchmark commands given as arguments, each logged
 # under $OUT. Usage on the device machine:  bash benchmarks/gpu_session.sh "<cmd 1>" "<cmd 2>" ...
 set -u
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1

@@ -161,7 +161,7 @@ def test_max_steps_stops_and_counts():
 
 def test_compiled_model_trains_and_updates_ema():
     """--compile wraps the model (state-dict keys gain ``_orig_mod.``); the EMA must follow the real weights.
-    Dynamo's eager backend traces the model the way inductor would, without compiling kernels on the CI box."""
+    Dynamo's eager backend traces the model the way inductor would, without compiling kernels."""
     from yolo11.engine.ema import ModelEMA
 
     torch.manual_seed(0)

@@ -72,7 +72,7 @@ class ImageCache:
 
     Built in the main process before the loader starts its workers: forked workers read the same physical pages
     (numpy buffers are not touched by reference counting, so copy-on-write never copies them). Decoding and
-    resizing are most of a mosaic sample's CPU time (on the CI box 9.9 ms per sample, 2.6 ms from the cache).
+    resizing are most of a mosaic sample's CPU time (benchmarks/RESULTS.md).
     The buffer is sized from the schema's width and height and filled in place by decoding threads. An image
     that fails to decode, or whose decoded size disagrees with the schema, is left out (size 0) and goes through
     the normal decode path.

@@ -1,8 +1,8 @@
 """The HSV augmentation of a whole batch on the training device, after the batch has travelled there.
 
 On a GPU the loader workers are the limit of a CUDA-graph training step, and the HSV pass was the largest part
-of their work per sample (two colour conversions and a lookup over 640 x 640 x 3 bytes: 3.4 of 7.6 ms of a
-cached mosaic sample on the CI box). The workers still draw the gains from the sample's own random generator
+of their work per sample (two colour conversions and a lookup over 640 x 640 x 3 bytes: about half of a
+cached mosaic sample's CPU time, benchmarks/RESULTS.md). The workers still draw the gains from the sample's own random generator
 (``RandomHSV.draw``), so the augmentation stays a function of (seed, epoch, index); they send them with the
 batch and the device applies them to all images at once.
 
