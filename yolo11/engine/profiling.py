@@ -70,7 +70,7 @@ class StepProfiler:
         if self.device.type == "cuda":
             lines.append(f"device kernels and copies: {device_seconds * 1e3:.1f} ms, "
                          f"{device_seconds / max(seconds, 1e-9):.0%} of the window")
-            lines += ["", "by device time:", events.table(sort_by="self_device_time_total", row_limit=30)]
+            lines += ["", "by time on the device:", events.table(sort_by="self_device_time_total", row_limit=30)]
         lines += ["", "by host time:", events.table(sort_by="self_cpu_time_total", row_limit=30)]
         (self.out_dir / "summary.txt").write_text("\n".join(lines) + "\n")
         print(f"profile written to {self.out_dir}: " + "; ".join(line for line in lines[:2]), flush=True)
