@@ -2,10 +2,11 @@
 preemption), with every rank stopping after the same optimizer step, so that one checkpoint holds them all.
 
 The first signal only sets a flag; the step in flight completes, the trainer writes a checkpoint and exits with
-128 + the signal's number (130, 143). A second signal of the same kind, or any signal more than
-``GRACE_SECONDS`` after the first, ends the process at once. (A Ctrl-C under a single-process ``accelerate
-launch`` delivers SIGINT and, a moment later, the launcher's SIGTERM; that pair counts as one request. The
-launcher sends SIGKILL 5 s later: the checkpoint must be written by then.)
+128 + the first signal's number (130, 143). A signal more than ``GRACE_SECONDS`` after the first ends the
+process at once. Signals within that window are the same request passed on by launchers: a Ctrl-C under a
+single-process ``accelerate launch`` delivers SIGINT and, a moment later, the launcher's SIGTERM; a scheduler's
+SIGTERM to the launcher is forwarded to the trainer, which got its own. The launcher sends SIGKILL 5 s after
+its SIGTERM: the step and the checkpoint must be done by then.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import torch
 from accelerate import Accelerator
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
-GRACE_SECONDS = 2.0
+GRACE_SECONDS = 1.0
 
 
 class StopSignal:
@@ -53,7 +54,7 @@ class StopSignal:
             print(f"\n{signal.Signals(signum).name}: stopping after the current step and saving a checkpoint "
                   "(send it again to stop at once)", flush=True)
             return
-        if signum == self.signum or time.monotonic() - self._first_at > GRACE_SECONDS:
+        if time.monotonic() - self._first_at > GRACE_SECONDS:
             signal.signal(signum, signal.SIG_DFL)  # a second request: the default action, now
             os.kill(os.getpid(), signum)
 
