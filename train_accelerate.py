@@ -31,12 +31,20 @@ from yolo11.engine.build import (
     prepare_training,
     resolve_run_dir,
 )
-from yolo11.engine.checkpoint import TrainState, resolve_resume, run_dir_of_checkpoint, save_checkpoint
+from yolo11.engine.checkpoint import (
+    CheckpointError,
+    TrainState,
+    load_checkpoint,
+    resolve_resume,
+    run_dir_of_checkpoint,
+    save_checkpoint,
+)
 from yolo11.engine.compile import CompiledLoss, compile_model
 from yolo11.engine.config import TrainConfig, parse_config, save_config
 from yolo11.engine.ema import ModelEMA
 from yolo11.engine.evaluate import Validator
 from yolo11.engine.guard import NonFiniteLossError
+from yolo11.engine.interrupt import StopAgreement, StopSignal
 from yolo11.engine.loop import Accumulation, TrainStep, train_one_epoch
 from yolo11.engine.optim import build_optimizer
 from yolo11.engine.plan import LaunchError, RunPlan, check_launch, plan_run
@@ -47,7 +55,8 @@ from yolo11.loss import DetectionLoss
 from yolo11.weights import UnsafeCheckpointError
 
 # What a user can get wrong (launch, data, flags, weights, --resume, RAM for --cache-images): one line, exit 2.
-USER_ERRORS = (LaunchError, DataSourceError, FileNotFoundError, ValueError, UnsafeCheckpointError, MemoryError)
+USER_ERRORS = (LaunchError, DataSourceError, FileNotFoundError, ValueError, UnsafeCheckpointError, MemoryError,
+               CheckpointError)
 
 
 @dataclass
@@ -62,6 +71,7 @@ class Run:
     train_loader: object
     validator: Validator
     state: TrainState
+    stop: StopSignal
     outputs: RunOutputs | None = None
 
 
@@ -79,22 +89,29 @@ def main(argv: list[str] | None = None) -> int:
     except USER_ERRORS as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("interrupted before training started: nothing to save", file=sys.stderr)
+        return 130
     start = time.perf_counter()
-    exit_code, images_seen = fit(run)
+    run.stop.install()
+    try:
+        exit_code, images_seen = fit(run)
+    finally:
+        run.stop.uninstall()
     finish(run, time.perf_counter() - start, images_seen)
     return exit_code
 
 
 def locate_inputs(config: TrainConfig, launch: PartialState) -> tuple[Path, DetectionSource, DetectionSource]:
-    """The run folder (this run's, or the one ``--resume`` names) and the train and val sources."""
+    """The train and val sources and the run folder (this run's, or the one ``--resume`` names); a new run
+    folder is made only once the inputs are known to be good."""
+    resumed = None
     if config.run.resume and config.run.resume != "auto":
-        run_dir = run_dir_of_checkpoint(resolve_resume(config.run.resume, Path(config.run.resume)))
-    else:
-        run_dir = resolve_run_dir(config, launch)
+        resumed = run_dir_of_checkpoint(resolve_resume(config.run.resume, Path(config.run.resume)))
     data = config.data
     train_source = load_source(data.data, split=data.train_split, cache_dir=data.cache_dir)
     val_source = load_source(data.data, split=data.val_split, cache_dir=data.cache_dir)
-    return run_dir, train_source, val_source
+    return resumed or resolve_run_dir(config, launch), train_source, val_source
 
 
 def build_run(config: TrainConfig, plan: RunPlan, run_dir: Path, train_source: DetectionSource,
@@ -124,23 +141,24 @@ def build_run(config: TrainConfig, plan: RunPlan, run_dir: Path, train_source: D
         ema.module.to(accelerator.device)
     # DeepSpeed divides the loss by its own fixed accumulation count: no warmup ramp there.
     ramp = plan.warmup_iters if accelerator.distributed_type != DistributedType.DEEPSPEED else -1
+    stop = StopSignal()
     step = TrainStep(
         accelerator=accelerator, model=model, criterion=criterion, optimizer=optimizer, schedule=schedule, ema=ema,
         accumulation=Accumulation(plan.accumulation_steps, ramp), clip_grad=config.optim.clip_grad,
         channels_last=plan.channels_last, batch_hsv=batch_hsv,
         progress=Progress(accelerator, config.run.log_interval, config.run.epochs, plan.steps_per_epoch),
         profiler=StepProfiler(run_dir / "profile", config.run.profile and accelerator.is_main_process,
-                              accelerator.device))
-    return Run(config, plan, run_dir, train_source, step, train_loader, validator, TrainState())
+                              accelerator.device),
+        stop=StopAgreement(accelerator, stop))
+    return Run(config, plan, run_dir, train_source, step, train_loader, validator, TrainState(), stop)
 
 
 def start_run(run: Run, val_source: DetectionSource) -> None:
     """Resume (or preview the first batch), save the config, open the outputs, say what runs."""
     accelerator, config, plan = run.step.accelerator, run.config, run.plan
-    accelerator.register_for_checkpointing(*(obj for obj in (run.state, run.step.ema) if obj is not None))
     if config.run.resume:
         checkpoint = resolve_resume(config.run.resume, run.run_dir)
-        accelerator.load_state(str(checkpoint))
+        load_checkpoint(accelerator, checkpoint, run.state, run.step.ema)
         accelerator.print(f"resumed from {checkpoint} at epoch {run.state.epoch + 1}, "
                           f"batch {run.state.batches_in_epoch}")
     elif config.run.plots and accelerator.is_main_process:
@@ -186,23 +204,44 @@ def fit(run: Run) -> tuple[int, int]:
                 loader = accelerator.skip_first_batches(run.train_loader, state.batches_in_epoch)
             result = train_one_epoch(step, loader, state, epoch, config.max_steps)
             images_seen += result.images
-            if result.reached_max_steps and state.batches_in_epoch < run.plan.batches_per_epoch:
-                save_checkpoint(accelerator, run.run_dir, state, config.keep_checkpoints)
-                accelerator.print(f"stopped after --max-steps {config.max_steps}; resume with --resume auto")
-                break
+            if result.interrupted or (result.reached_max_steps and state.batches_in_epoch < run.plan.batches_per_epoch):
+                return stop_mid_epoch(run, result), images_seen
             state.start_epoch(epoch + 1)
             if end_epoch(run, epoch, result) or result.reached_max_steps:
                 break
-    except KeyboardInterrupt:
-        accelerator.print("interrupted: saving a resumable checkpoint")
-        save_checkpoint(accelerator, run.run_dir, state, config.keep_checkpoints)
-        return 130, images_seen
+            if step.stop.agreed_now():  # a signal during validation or the checkpoint
+                save_checkpoint(accelerator, run.run_dir, state, config.keep_checkpoints, step.model, step.ema)
+                accelerator.print(f"stopped by a signal after epoch {epoch + 1}; resume with --resume auto")
+                return run.stop.exit_code, images_seen
     except NonFiniteLossError as err:
-        save_checkpoint(accelerator, run.run_dir, state, config.keep_checkpoints)
-        if accelerator.is_main_process:
-            print(f"error: {err}\nthe last good state is saved in {run.run_dir / 'checkpoints'}", file=sys.stderr)
-        return 1, images_seen
+        return stop_non_finite(run, err), images_seen
     return 0, images_seen
+
+
+def stop_mid_epoch(run: Run, result) -> int:
+    """Checkpoint after a stop signal or ``--max-steps`` inside an epoch; returns the exit code."""
+    config, step = run.config.run, run.step
+    save_checkpoint(step.accelerator, run.run_dir, run.state, config.keep_checkpoints, step.model, step.ema)
+    if result.interrupted:
+        step.accelerator.print(f"stopped by a signal at step {run.state.optimizer_steps}; checkpoint saved, resume "
+                               "with --resume auto")
+        return run.stop.exit_code
+    step.accelerator.print(f"stopped after --max-steps {config.max_steps}; resume with --resume auto")
+    return 0
+
+
+def stop_non_finite(run: Run, err: NonFiniteLossError) -> int:
+    """Save the last good state when the weights are still finite (a skipped update); never save others."""
+    step, root = run.step, run.run_dir / "checkpoints"
+    try:
+        save_checkpoint(step.accelerator, run.run_dir, run.state, run.config.run.keep_checkpoints, step.model,
+                        step.ema)
+        where = f"the last good state is saved in {root}"
+    except CheckpointError:
+        where = f"the weights are no longer finite and were not saved; the last good checkpoint is in {root}"
+    if step.accelerator.is_main_process:
+        print(f"error: {err}\n{where}", file=sys.stderr)
+    return 1
 
 
 def end_epoch(run: Run, epoch: int, result) -> bool:
@@ -216,7 +255,7 @@ def end_epoch(run: Run, epoch: int, result) -> bool:
     outcome = run.outputs.end_epoch(epoch, result, step.schedule.lrs(), metrics, model, state.optimizer_steps)
     state.best_fitness, state.best_epoch = outcome.best_fitness, outcome.best_epoch
     if last_epoch or outcome.stop or (epoch + 1) % config.save_period == 0:
-        save_checkpoint(step.accelerator, run.run_dir, state, config.keep_checkpoints)
+        save_checkpoint(step.accelerator, run.run_dir, state, config.keep_checkpoints, step.model, step.ema)
     return outcome.stop
 
 

@@ -6,6 +6,7 @@ import ctypes
 import ctypes.util
 import os
 import random
+import signal
 import sys
 
 import cv2
@@ -37,7 +38,8 @@ def keep_freed_memory(trim_threshold: int = 1 << 30, mmap_threshold: int = 32 <<
 
 def seed_worker(worker_id: int) -> None:
     """Seed the libraries' global RNGs per worker (our augmentation does not use them, user code might), keep
-    OpenCV single-threaded inside each worker (the workers are the parallelism), and lower the worker's CPU
+    OpenCV single-threaded inside each worker (the workers are the parallelism), ignore SIGINT and SIGTERM (the
+    training process stops at a step boundary and ends its workers), and lower the worker's CPU
     priority: with as many workers as cores, the training process's Python thread, which launches every GPU
     kernel, must not queue behind them. The workers still get every cycle the main process does not use. Each
     worker also keeps the memory it frees (``keep_freed_memory``)."""
@@ -45,6 +47,8 @@ def seed_worker(worker_id: int) -> None:
     np.random.seed(seed)
     random.seed(seed)
     cv2.setNumThreads(0)
+    for signum in (signal.SIGINT, signal.SIGTERM):  # the training process decides when to stop, and stops them
+        signal.signal(signum, signal.SIG_IGN)
     if hasattr(os, "nice"):  # POSIX
         os.nice(WORKER_NICENESS)
     keep_freed_memory()

@@ -1,28 +1,43 @@
-"""Resumable checkpoints (``accelerator.save_state``) written atomically, and the run's training counters.
+"""Resumable checkpoints written atomically and without pickles of our own, and the run's training counters.
 
 Layout of a run folder::
 
-    checkpoints/checkpoint-00000420/   model, optimizer, scheduler-free counters, EMA, RNG of every rank
+    checkpoints/checkpoint-00000420/   Accelerate's save_state (model, optimizer, RNG of every rank) plus
+                                       train_state.json (TrainState) and ema.safetensors (EMA weights, counters)
     checkpoints/latest                 name of the newest complete checkpoint (written last, atomically)
 
 A checkpoint is written to ``checkpoints/.tmp-<name>`` by every rank and renamed into place by the main process
-once all ranks are done, then ``latest`` is replaced. A crash at any point leaves the previous checkpoint and
-``latest`` untouched, so ``--resume auto`` always finds a complete one.
+once all ranks are done, then ``latest`` is replaced, then older checkpoints are deleted: a crash at any point
+leaves a complete checkpoint that ``latest`` names. Our own state is JSON and safetensors, and Accelerate reads
+its files with ``weights_only=True``, so resuming from a folder executes no code from it. A state holding a
+non-finite weight is never written.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import torch
 from accelerate import Accelerator
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+from yolo11.engine.ema import ModelEMA
+
+STATE_FILE, EMA_FILE = "train_state.json", "ema.safetensors"
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint that cannot be resumed from, or a state that must not be saved."""
 
 
 @dataclass
 class TrainState:
-    """Counters that, with the registered model/optimizer/EMA state, make a resume exact.
+    """Counters that, with the model, optimizer and EMA state, make a resume exact.
 
     ``batches_in_epoch`` counts the batches of ``epoch`` already consumed; the resumed epoch skips them and goes on
     summing its losses from ``loss_sum``, so the epoch's mean loss is the one of an uninterrupted run.
@@ -48,6 +63,10 @@ class TrainState:
         self.epoch, self.batches_in_epoch, self.loss_sum, self.loss_batches = epoch, 0, None, 0
 
     def load_state_dict(self, state: dict) -> None:
+        known = {f for f in asdict(TrainState())}
+        unknown = set(state) - known
+        if unknown:
+            raise CheckpointError(f"unknown training-state keys {sorted(unknown)}")
         for key, value in state.items():
             setattr(self, key, value)
 
@@ -56,25 +75,85 @@ def checkpoint_root(run_dir: Path) -> Path:
     return run_dir / "checkpoints"
 
 
-def save_checkpoint(accelerator: Accelerator, run_dir: Path, state: TrainState, keep: int) -> Path:
-    """Write a resumable checkpoint; call on every rank. Returns the final checkpoint folder."""
+def save_checkpoint(accelerator: Accelerator, run_dir: Path, state: TrainState, keep: int, model: nn.Module,
+                    ema: ModelEMA | None = None) -> Path:
+    """Write a resumable checkpoint; call on every rank. Returns the final checkpoint folder.
+
+    Raises ``CheckpointError`` (on every rank, before anything is written) when a weight of the model or the
+    EMA is not finite: the previous checkpoint stays the latest.
+    """
+    check_finite(accelerator, model, ema)
     root = checkpoint_root(run_dir)
-    name = f"checkpoint-{state.iteration:08d}"
+    name = _free_name(root, f"checkpoint-{state.iteration:08d}")
     final, tmp = root / name, root / f".tmp-{name}"
     if accelerator.is_main_process:
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
     accelerator.wait_for_everyone()
     accelerator.save_state(str(tmp))
+    if accelerator.is_main_process:
+        _write_own_state(tmp, state, ema)
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
-        if final.exists():  # the same iteration saved twice (e.g. Ctrl-C right after an epoch-end save)
-            shutil.rmtree(final)
         os.replace(tmp, final)
         write_text_atomic(root / "latest", name)
         _prune(root, keep)
     accelerator.wait_for_everyone()
     return final
+
+
+def load_checkpoint(accelerator: Accelerator, checkpoint: Path, state: TrainState, ema: ModelEMA | None) -> None:
+    """Restore Accelerate's objects (model, optimizer, RNG), then the training state and the EMA."""
+    accelerator.load_state(str(checkpoint))
+    try:
+        state.load_state_dict(json.loads((checkpoint / STATE_FILE).read_text()))
+        if ema is not None:
+            ema.load_state_dict(_read_ema(checkpoint / EMA_FILE))
+    except (OSError, ValueError, KeyError) as err:
+        raise CheckpointError(f"{checkpoint}: unreadable training state ({err})") from err
+
+
+def check_finite(accelerator: Accelerator, model: nn.Module, ema: ModelEMA | None) -> None:
+    """Raise ``CheckpointError`` on every rank when a model or EMA tensor of the main process is not finite."""
+    model = accelerator.unwrap_model(model, keep_torch_compile=False)
+    tensors = [t for t in model.state_dict().values() if t.is_floating_point()]
+    if ema is not None:
+        tensors += [t for t in ema.module.state_dict().values() if t.is_floating_point()]
+    bad = torch.zeros((), device=accelerator.device)
+    if tensors and accelerator.is_main_process:
+        norms = torch._foreach_norm([t.float() for t in tensors])
+        bad = (~torch.isfinite(torch.stack(norms).to(bad.device))).any().float()
+    if accelerator.num_processes > 1:
+        bad = accelerator.reduce(bad, reduction="sum")
+    if bool(bad):
+        raise CheckpointError("non-finite weights: the checkpoint was not written (the previous one is kept)")
+
+
+def _write_own_state(folder: Path, state: TrainState, ema: ModelEMA | None) -> None:
+    (folder / STATE_FILE).write_text(json.dumps(state.state_dict()) + "\n")
+    if ema is not None:
+        tensors = {k: v.detach().contiguous().cpu() for k, v in ema.module.state_dict().items()}
+        metadata = {"updates": str(ema.updates), "decay": repr(ema.decay), "tau": repr(ema.tau)}
+        save_file(tensors, str(folder / EMA_FILE), metadata=metadata)
+
+
+def _read_ema(path: Path) -> dict:
+    from safetensors import safe_open
+
+    with safe_open(str(path), framework="pt") as f:
+        metadata = f.metadata() or {}
+    return {"module": load_file(str(path)), "updates": int(metadata["updates"]),
+            "decay": float(metadata["decay"]), "tau": float(metadata["tau"])}
+
+
+def _free_name(root: Path, name: str) -> str:
+    """``name``, or ``name.1``, ``name.2``... when a checkpoint of that iteration exists (a Ctrl-C right after an
+    epoch-end save): the new one is written beside it, named later in sort order, and the old one pruned."""
+    candidate, index = name, 0
+    while (root / candidate).exists():
+        index += 1
+        candidate = f"{name}.{index}"
+    return candidate
 
 
 def resolve_resume(resume: str, run_dir: Path) -> Path:
@@ -83,10 +162,14 @@ def resolve_resume(resume: str, run_dir: Path) -> Path:
     latest = checkpoint_root(candidate) / "latest"
     if latest.is_file():
         candidate = checkpoint_root(candidate) / latest.read_text().strip()
-    if not (candidate / "custom_checkpoint_0.pkl").is_file():
+    if not (candidate / STATE_FILE).is_file():
         raise FileNotFoundError(
             f"--resume {resume}: no complete checkpoint at {candidate} (expected a checkpoint-* folder or a run "
             "folder whose checkpoints/latest names one)")
+    pickles = sorted(p.name for p in candidate.glob("custom_checkpoint_*.pkl"))
+    if pickles:  # written by an older version, or crafted: never unpickled
+        raise CheckpointError(f"--resume {resume}: {candidate} holds pickled state {pickles}, which is not loaded "
+                              "(it could run code); resume from a checkpoint written by this version")
     return candidate
 
 
@@ -102,6 +185,11 @@ def write_text_atomic(path: Path, text: str) -> None:
 
 
 def _prune(root: Path, keep: int) -> None:
-    checkpoints = sorted(p for p in root.glob("checkpoint-*") if p.is_dir())
+    checkpoints = sorted((p for p in root.glob("checkpoint-*") if p.is_dir()), key=_checkpoint_order)
     for old in checkpoints[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
+
+
+def _checkpoint_order(path: Path) -> tuple[int, int]:
+    iteration, _, index = path.name.removeprefix("checkpoint-").partition(".")
+    return int(iteration), int(index or 0)

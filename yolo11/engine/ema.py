@@ -14,8 +14,7 @@ class ModelEMA:
 
     ``d = decay * (1 - exp(-updates / tau))`` ramps the decay up over the first ``tau`` updates so that early,
     poor weights are forgotten quickly. Call ``update`` once per optimizer step. Integer buffers (BatchNorm's
-    ``num_batches_tracked``) are copied. Registered with ``accelerator.register_for_checkpointing`` through
-    ``state_dict``/``load_state_dict``.
+    ``num_batches_tracked``) are copied. Checkpoints store it as safetensors (``engine/checkpoint.py``).
     """
 
     def __init__(self, model: nn.Module, decay: float = 0.9999, tau: float = 2000.0, updates: int = 0):

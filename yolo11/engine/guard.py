@@ -69,6 +69,19 @@ class NonFiniteGuard:
         self.skip_flag = self._halted
         self._before = (copy.copy(state), self.ema.updates if self.ema is not None else 0)
 
+    def observe_weights(self, parameters) -> None:
+        """After ``optimizer.step()``: weights made non-finite by the update (an lr of nan, a huge step) stop
+        training like a non-finite loss, before the EMA takes them; the training state rolls back to before
+        the step. DDP keeps the weights equal on every rank, so each rank finds the same."""
+        norms = torch._foreach_norm([p for p in parameters if p.requires_grad])
+        bad = (~torch.isfinite(torch.stack(norms).sum())).float()
+        if self.skip_flag is None:
+            if bool(bad):  # the host sync of immediate mode
+                raise NonFiniteLossError("non-finite weights after an optimizer step; the run stops. Lower --lr0 "
+                                         "or check the data.")
+            return
+        torch.maximum(self._halted, bad, out=self._halted)  # the EMA skips it; read back one step later
+
     def after_update(self, state: TrainState) -> None:
         """After the step's counters were advanced: read the previous step's flag, send this one's."""
         if self.skip_flag is None:

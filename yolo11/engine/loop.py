@@ -17,6 +17,7 @@ from yolo11.engine.checkpoint import TrainState
 from yolo11.engine.device_feed import DeviceFeed, TimedIterable
 from yolo11.engine.ema import ModelEMA
 from yolo11.engine.guard import NonFiniteGuard
+from yolo11.engine.interrupt import StopAgreement
 from yolo11.engine.optim import WarmupSchedule
 from yolo11.engine.profiling import StepProfiler
 from yolo11.engine.progress import Progress
@@ -63,6 +64,7 @@ class TrainStep:
     batch_hsv: nn.Module
     progress: Progress
     profiler: StepProfiler | None = None
+    stop: StopAgreement | None = None  # SIGINT/SIGTERM: stop after the current optimizer step
 
     @property
     def loss_factor(self) -> float:
@@ -80,6 +82,7 @@ class EpochResult:
     images: int  # images seen by all processes
     seconds: float
     reached_max_steps: bool
+    interrupted: bool = False  # a stop signal ended the epoch after a complete optimizer step
 
 
 def train_one_epoch(step: TrainStep, loader, state: TrainState, epoch: int,
@@ -99,7 +102,7 @@ def train_one_epoch(step: TrainStep, loader, state: TrainState, epoch: int,
     applied = state.loss_batches  # batches of this epoch whose losses are in `loss_sum` as of the last step
     images_seen = 0
     pending = 0  # micro-batches since the last optimizer step: counted into `state` only once applied
-    reached_max_steps = False
+    reached_max_steps = interrupted = False
     start = time.perf_counter()
     timed = TimedIterable(DeviceFeed(loader, accelerator.device))
     for batch, last in _with_last_flag(timed):
@@ -113,6 +116,7 @@ def train_one_epoch(step: TrainStep, loader, state: TrainState, epoch: int,
                 guard.before_update(grad_norm, state)
                 step.optimizer.step()
                 step.optimizer.zero_grad(set_to_none=True)
+                guard.observe_weights(model.parameters())
         pending += 1
         images_seen += batch["images"].shape[0] * accelerator.num_processes
         loss_sum += parts
@@ -135,9 +139,12 @@ def train_one_epoch(step: TrainStep, loader, state: TrainState, epoch: int,
             if max_steps is not None and state.optimizer_steps >= max_steps:
                 reached_max_steps = True
                 break
+            if step.stop is not None and step.stop.should_stop():
+                interrupted = True
+                break
     guard.flush(state)
     return EpochResult(loss_sum / max(applied + pending, 1), images_seen, time.perf_counter() - start,
-                       reached_max_steps)
+                       reached_max_steps, interrupted)
 
 
 def _forward_backward(step: TrainStep, batch: dict, guard: NonFiniteGuard) -> torch.Tensor:

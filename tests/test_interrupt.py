@@ -1,0 +1,188 @@
+"""Stopping on SIGINT/SIGTERM at a step boundary, pickle-free and never-poisoned checkpoints, atomic replacement."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+from accelerate import Accelerator
+from accelerate.state import AcceleratorState, GradientState
+from engine_helpers import ACCELERATE, CONFIGS, ROOT, TINY_FLAGS, checkpoint_model, describe, launch
+
+import yolo11
+from yolo11.engine import checkpoint as ckpt
+from yolo11.engine.checkpoint import CheckpointError, TrainState, load_checkpoint, resolve_resume, save_checkpoint
+from yolo11.engine.ema import ModelEMA
+
+
+@pytest.fixture(autouse=True)
+def fresh_accelerate_state():
+    yield
+    AcceleratorState._reset_state(reset_partial_state=True)
+    GradientState._reset_state()
+
+
+def start_in_own_group(args: list[str], config: str = "cpu.yaml", cpu_ddp: bool = False) -> subprocess.Popen:
+    """``accelerate launch`` in a process group of its own, as a shell starts a foreground job."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
+    env.pop("ACCELERATE_USE_CPU", None)
+    if cpu_ddp:
+        env["ACCELERATE_USE_CPU"] = "1"
+    command = [ACCELERATE, "launch", "--config_file", str(CONFIGS / config), str(ROOT / "train_accelerate.py"),
+               *args]
+    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                            cwd=ROOT, start_new_session=True)
+
+
+def signal_after_step(process: subprocess.Popen, step: int, signum: int, timeout: float = 300) -> str:
+    """Send ``signum`` to the whole process group once a progress line for ``step`` is printed (a terminal's
+    Ctrl-C, or a scheduler's preemption); returns everything the job printed."""
+    lines, deadline = [], time.monotonic() + timeout
+    for line in process.stdout:
+        lines.append(line)
+        if line.startswith("epoch ") and f" step {step} " in line:
+            os.killpg(process.pid, signum)
+            break
+        assert time.monotonic() < deadline, "".join(lines[-20:])
+    lines.extend(process.stdout)
+    process.wait(timeout=120)
+    return "".join(lines)
+
+
+COMMON = [*TINY_FLAGS, "--batch-size", "4", "--nominal-batch", "4", "--epochs", "2", "--keep-checkpoints", "5"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_signal_in_the_first_epoch_saves_and_resume_is_bitwise(tmp_path, signum):
+    """Ctrl-C to a single-process ``accelerate launch`` (SIGINT, then the launcher's SIGTERM), or a
+    preemption's SIGTERM, in the first epoch: a checkpoint at a step boundary, and the resumed run ends with
+    weights bitwise equal to the run that was never interrupted."""
+    common = [*COMMON, "--output-dir", str(tmp_path)]
+    straight = launch([*common, "--name", "straight"])
+    assert straight.returncode == 0, describe(straight)
+    interrupted = signal_after_step(start_in_own_group([*common, "--name", "run"]), 2, signum)
+    assert "stopped by a signal at step" in interrupted, interrupted[-3000:]
+    latest = (tmp_path / "run" / "checkpoints" / "latest").read_text().strip()
+    state = TrainState()
+    state.load_state_dict(__import__("json").loads((tmp_path / "run" / "checkpoints" / latest /
+                                                    "train_state.json").read_text()))
+    assert state.epoch == 0 and 2 <= state.optimizer_steps < 6  # inside the first epoch (6 steps)
+    resumed = launch([*common, "--name", "run", "--resume", "auto"])
+    assert resumed.returncode == 0, describe(resumed)
+    expected, got = checkpoint_model(tmp_path / "straight"), checkpoint_model(tmp_path / "run")
+    assert expected.keys() == got.keys()
+    assert all(torch.equal(expected[k], got[k]) for k in expected)
+
+
+@pytest.mark.slow
+def test_ctrl_c_on_two_gloo_processes_saves_together_and_resumes_bitwise(tmp_path):
+    common = [*COMMON, "--batch-size", "8", "--nominal-batch", "8", "--output-dir", str(tmp_path)]
+    straight = launch([*common, "--name", "straight"], config="2gpu.yaml", cpu_ddp=True)
+    assert straight.returncode == 0, describe(straight)
+    job = start_in_own_group([*common, "--name", "run"], config="2gpu.yaml", cpu_ddp=True)
+    output = signal_after_step(job, 1, signal.SIGINT)
+    assert "stopped by a signal" in output, output[-3000:]
+    resumed = launch([*common, "--name", "run", "--resume", "auto"], config="2gpu.yaml", cpu_ddp=True)
+    assert resumed.returncode == 0, describe(resumed)
+    expected, got = checkpoint_model(tmp_path / "straight"), checkpoint_model(tmp_path / "run")
+    assert all(torch.equal(expected[k], got[k]) for k in expected)
+
+
+def tiny_accelerator_and_model():
+    accelerator = Accelerator(cpu=True)
+    model = accelerator.prepare(yolo11.create_model("yolo11n", num_classes=2))
+    return accelerator, model
+
+
+def test_checkpoint_holds_no_pickle_of_ours_and_round_trips(tmp_path):
+    accelerator, model = tiny_accelerator_and_model()
+    ema = ModelEMA(model, updates=7)
+    state = TrainState(epoch=1, batches_in_epoch=3, iteration=9, optimizer_steps=5, loss_sum=torch.tensor([1.5, 2, 3]),
+                       loss_batches=3, best_fitness=0.25, best_epoch=0)
+    folder = save_checkpoint(accelerator, tmp_path, state, keep=2, model=model, ema=ema)
+    assert not list(folder.glob("custom_checkpoint_*")) and (folder / "train_state.json").is_file()
+    restored_state, restored_ema = TrainState(), ModelEMA(model)
+    load_checkpoint(accelerator, folder, restored_state, restored_ema)
+    assert restored_state.state_dict() == state.state_dict()
+    assert restored_ema.updates == 7
+    torch.testing.assert_close(restored_ema.module.state_dict(), ema.module.state_dict(), rtol=0, atol=0)
+
+
+def test_a_pickle_in_a_checkpoint_folder_is_refused_and_never_run(tmp_path):
+    accelerator, model = tiny_accelerator_and_model()
+    folder = save_checkpoint(accelerator, tmp_path, TrainState(), keep=2, model=model)
+    marker = tmp_path / "pwned"
+
+    class Exploit:
+        def __reduce__(self):
+            return (os.system, (f"touch {marker}",))
+
+    (folder / "custom_checkpoint_0.pkl").write_bytes(pickle.dumps(Exploit()))
+    with pytest.raises(CheckpointError, match="custom_checkpoint_0.pkl"):
+        resolve_resume("auto", tmp_path)
+    assert not marker.exists()
+
+
+@pytest.mark.slow
+def test_crafted_checkpoint_folder_is_refused_by_the_trainer(tmp_path):
+    common = [*TINY_FLAGS, "--batch-size", "4", "--epochs", "1", "--output-dir", str(tmp_path), "--name", "run"]
+    first = launch([*common, "--max-steps", "1"])
+    assert first.returncode == 0, describe(first)
+    latest = tmp_path / "run" / "checkpoints" / (tmp_path / "run" / "checkpoints" / "latest").read_text().strip()
+    marker = tmp_path / "pwned"
+    payload = f"cos\nsystem\n(S'touch {marker}'\ntR.".encode()  # a protocol-0 pickle calling os.system
+    (latest / "custom_checkpoint_0.pkl").write_bytes(payload)
+    result = launch([*common, "--resume", str(latest)])
+    # accelerate launch reports the trainer's exit 2 as its own failure (exit 1, with its own traceback)
+    assert result.returncode != 0 and "error:" in result.stderr and "custom_checkpoint_0.pkl" in result.stderr
+    assert 'train_accelerate.py", line' not in result.stderr and not marker.exists()
+
+
+def test_non_finite_weights_are_never_checkpointed(tmp_path):
+    accelerator, model = tiny_accelerator_and_model()
+    good = save_checkpoint(accelerator, tmp_path, TrainState(iteration=1), keep=5, model=model)
+    with torch.no_grad():
+        next(model.parameters()).view(-1)[0] = float("nan")
+    with pytest.raises(CheckpointError, match="non-finite"):
+        save_checkpoint(accelerator, tmp_path, TrainState(iteration=2), keep=5, model=model)
+    assert (tmp_path / "checkpoints" / "latest").read_text() == good.name
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == [good.name, "latest"]
+
+
+def test_saving_an_iteration_again_never_deletes_before_latest_moves(tmp_path, monkeypatch):
+    """The same iteration saved twice (Ctrl-C right after an epoch-end save): the new checkpoint is written beside
+    the old one; dying before ``latest`` moves leaves ``latest`` naming a complete checkpoint."""
+    accelerator, model = tiny_accelerator_and_model()
+    first = save_checkpoint(accelerator, tmp_path, TrainState(iteration=4), keep=5, model=model)
+
+    def die(path, text):
+        raise KeyboardInterrupt("killed between the rename and latest")
+
+    monkeypatch.setattr(ckpt, "write_text_atomic", die)
+    with pytest.raises(KeyboardInterrupt):
+        save_checkpoint(accelerator, tmp_path, TrainState(iteration=4, optimizer_steps=1), keep=5, model=model)
+    assert resolve_resume("auto", tmp_path) == first  # still complete, still named
+    monkeypatch.undo()
+    second = save_checkpoint(accelerator, tmp_path, TrainState(iteration=4, optimizer_steps=2), keep=1, model=model)
+    assert resolve_resume("auto", tmp_path) == second and second.name.startswith(first.name + ".")
+    assert not first.exists()  # pruned only after latest moved
+
+
+def test_a_second_signal_after_the_grace_window_ends_the_process_at_once():
+    script = ("import os, signal, time\nfrom yolo11.engine.interrupt import GRACE_SECONDS, StopSignal\n"
+              "stop = StopSignal().install()\nos.kill(os.getpid(), signal.SIGINT)\n"
+              "assert stop.requested and stop.exit_code == 130\n"
+              "os.kill(os.getpid(), signal.SIGTERM)  # a launcher passing the request on: the same request\n"
+              "os.kill(os.getpid(), signal.SIGINT)\nassert stop.exit_code == 130\nprint('survived', flush=True)\n"
+              "time.sleep(GRACE_SECONDS + 0.2)\nos.kill(os.getpid(), signal.SIGINT)\ntime.sleep(5)\n"
+              "print('not reached')\n")
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert "survived" in result.stdout and "not reached" not in result.stdout
+    assert result.returncode == -signal.SIGINT
