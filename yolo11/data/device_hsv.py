@@ -2,9 +2,9 @@
 
 On a GPU the loader workers are the limit of a CUDA-graph training step, and the HSV pass was the largest part
 of their work per sample (two colour conversions and a lookup over 640 x 640 x 3 bytes: about half of a
-cached mosaic sample's CPU time, benchmarks/RESULTS.md). The workers still draw the gains from the sample's own random generator
-(``RandomHSV.draw``), so the augmentation stays a function of (seed, epoch, index); they send them with the
-batch and the device applies them to all images at once.
+cached mosaic sample's CPU time, benchmarks/RESULTS.md). The workers still draw the gains from the sample's own
+random generator (``RandomHSV.draw``), so the augmentation stays a function of (seed, epoch, index); they send
+them with the batch and the device applies them to all images at once.
 
 ``BatchHSV`` reproduces OpenCV's 8-bit ``BGR2HSV`` (integer arithmetic with its division tables),
 the lookup tables of ``RandomHSV`` and OpenCV's ``HSV2BGR`` (float32, truncated to uint8 as its vector path
