@@ -156,13 +156,18 @@ def build_run(config: TrainConfig, plan: RunPlan, run_dir: Path, train_source: D
 def start_run(run: Run, val_source: DetectionSource) -> None:
     """Resume (or preview the first batch), save the config, open the outputs, say what runs."""
     accelerator, config, plan = run.step.accelerator, run.config, run.plan
+    checkpoint = None
     if config.run.resume:
-        checkpoint = resolve_resume(config.run.resume, run.run_dir)
+        checkpoint = resolve_resume(config.run.resume, run.run_dir, missing_ok=config.run.resume == "auto")
+    if checkpoint is not None:
         load_checkpoint(accelerator, checkpoint, run.state, run.step.ema)
         accelerator.print(f"resumed from {checkpoint} at epoch {run.state.epoch + 1}, "
                           f"batch {run.state.batches_in_epoch}")
-    elif config.run.plots and accelerator.is_main_process:
-        save_first_batch(run)
+    else:
+        if config.run.resume:  # --resume auto before the first checkpoint (a requeued job that never saved)
+            accelerator.print(f"--resume auto: no checkpoint in {run.run_dir} yet, starting from the beginning")
+        if config.run.plots and accelerator.is_main_process:
+            save_first_batch(run)
     if accelerator.is_main_process:
         save_config(config, run.run_dir / "config.yaml")
     run.outputs = RunOutputs(accelerator, run.run_dir, run.train_source.class_names, config, run.state,

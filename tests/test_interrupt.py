@@ -186,3 +186,25 @@ def test_a_second_signal_after_the_grace_window_ends_the_process_at_once():
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert "survived" in result.stdout and "not reached" not in result.stdout
     assert result.returncode == -signal.SIGINT
+
+
+@pytest.mark.slow
+def test_resume_auto_without_a_checkpoint_starts_fresh_as_a_requeued_job_needs(tmp_path):
+    common = [*TINY_FLAGS, "--batch-size", "4", "--epochs", "1", "--output-dir", str(tmp_path), "--name", "job",
+              "--resume", "auto", "--max-steps", "2"]
+    first = launch(common)
+    assert first.returncode == 0 and "no checkpoint in" in first.stdout, describe(first)
+    assert (tmp_path / "job" / "checkpoints" / "latest").is_file() and not (tmp_path / "job2").exists()
+    second = launch([*common[:-1], "4"])  # requeued: continues from the checkpoint the first part saved
+    assert second.returncode == 0 and "resumed from" in second.stdout, describe(second)
+
+
+def test_weights_files_refuse_non_finite_tensors(tmp_path):
+    from yolo11.weights import save_weights
+
+    model = yolo11.create_model("yolo11n", num_classes=2)
+    with torch.no_grad():
+        model.head.cv2[0][-1].bias[0] = float("inf")
+    with pytest.raises(ValueError, match="non-finite"):
+        save_weights(model, tmp_path / "w.safetensors")
+    assert not (tmp_path / "w.safetensors").exists()

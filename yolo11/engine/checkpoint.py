@@ -156,13 +156,16 @@ def _free_name(root: Path, name: str) -> str:
     return candidate
 
 
-def resolve_resume(resume: str, run_dir: Path) -> Path:
-    """``auto`` -> this run's latest checkpoint; a run folder -> its latest; a checkpoint folder -> itself."""
+def resolve_resume(resume: str, run_dir: Path, missing_ok: bool = False) -> Path | None:
+    """``auto`` -> this run's latest checkpoint; a run folder -> its latest; a checkpoint folder -> itself.
+    ``missing_ok``: None instead of an error when the folder has no checkpoint yet."""
     candidate = run_dir if resume == "auto" else Path(resume)
     latest = checkpoint_root(candidate) / "latest"
     if latest.is_file():
         candidate = checkpoint_root(candidate) / latest.read_text().strip()
     if not (candidate / STATE_FILE).is_file():
+        if missing_ok and not latest.is_file():
+            return None
         raise FileNotFoundError(
             f"--resume {resume}: no complete checkpoint at {candidate} (expected a checkpoint-* folder or a run "
             "folder whose checkpoints/latest names one)")

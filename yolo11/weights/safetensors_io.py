@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import torch
 from safetensors.torch import load_file, safe_open, save_file
 from torch import nn
 
@@ -47,9 +48,14 @@ def load_pretrained(directory: str | Path) -> YOLO11Detector:
 
 
 def save_weights(model: YOLO11Detector, file: str | Path) -> Path:
+    """Write ``model``'s tensors and config; refuses (``ValueError``) weights that are not all finite."""
     file = Path(file)
+    tensors = _tensors(model)
+    bad = [name for name, t in tensors.items() if t.is_floating_point() and not bool(torch.isfinite(t).all())]
+    if bad:
+        raise ValueError(f"not writing {file}: {len(bad)} tensors hold non-finite values (e.g. {bad[0]})")
     file.parent.mkdir(parents=True, exist_ok=True)
-    save_file(_tensors(model), file, metadata={"config": json.dumps(model.config)})
+    save_file(tensors, file, metadata={"config": json.dumps(model.config)})
     return file
 
 
