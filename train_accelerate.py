@@ -34,6 +34,7 @@ from yolo11.engine.build import (
 from yolo11.engine.checkpoint import (
     CheckpointError,
     TrainState,
+    check_resume_config,
     load_checkpoint,
     resolve_resume,
     run_dir_of_checkpoint,
@@ -156,12 +157,14 @@ def build_run(config: TrainConfig, plan: RunPlan, run_dir: Path, train_source: D
 def start_run(run: Run, val_source: DetectionSource) -> None:
     """Resume (or preview the first batch), save the config, open the outputs, say what runs."""
     accelerator, config, plan = run.step.accelerator, run.config, run.plan
-    checkpoint = None
+    resume_from = None
     if config.run.resume:
-        checkpoint = resolve_resume(config.run.resume, run.run_dir, missing_ok=config.run.resume == "auto")
-    if checkpoint is not None:
-        load_checkpoint(accelerator, checkpoint, run.state, run.step.ema)
-        accelerator.print(f"resumed from {checkpoint} at epoch {run.state.epoch + 1}, "
+        resume_from = resolve_resume(config.run.resume, run.run_dir, missing_ok=config.run.resume == "auto")
+    if resume_from is not None:
+        for change in check_resume_config(resume_from, config.to_dict(), config.run.allow_changes):
+            accelerator.print(f"resume: {change}")
+        load_checkpoint(accelerator, resume_from, run.state, run.step.ema)
+        accelerator.print(f"resumed from {resume_from} at epoch {run.state.epoch + 1}, "
                           f"batch {run.state.batches_in_epoch}")
     else:
         if config.run.resume:  # --resume auto before the first checkpoint (a requeued job that never saved)
@@ -215,7 +218,7 @@ def fit(run: Run) -> tuple[int, int]:
             if end_epoch(run, epoch, result) or result.reached_max_steps:
                 break
             if step.stop.agreed_now():  # a signal during validation or the checkpoint
-                save_checkpoint(accelerator, run.run_dir, state, config.keep_checkpoints, step.model, step.ema)
+                checkpoint(run)
                 accelerator.print(f"stopped by a signal after epoch {epoch + 1}; resume with --resume auto")
                 return run.stop.exit_code, images_seen
     except NonFiniteLossError as err:
@@ -226,7 +229,7 @@ def fit(run: Run) -> tuple[int, int]:
 def stop_mid_epoch(run: Run, result) -> int:
     """Checkpoint after a stop signal or ``--max-steps`` inside an epoch; returns the exit code."""
     config, step = run.config.run, run.step
-    save_checkpoint(step.accelerator, run.run_dir, run.state, config.keep_checkpoints, step.model, step.ema)
+    checkpoint(run)
     if result.interrupted:
         step.accelerator.print(f"stopped by a signal at step {run.state.optimizer_steps}; checkpoint saved, resume "
                                "with --resume auto")
@@ -239,8 +242,7 @@ def stop_non_finite(run: Run, err: NonFiniteLossError) -> int:
     """Save the last good state when the weights are still finite (a skipped update); never save others."""
     step, root = run.step, run.run_dir / "checkpoints"
     try:
-        save_checkpoint(step.accelerator, run.run_dir, run.state, run.config.run.keep_checkpoints, step.model,
-                        step.ema)
+        checkpoint(run)
         where = f"the last good state is saved in {root}"
     except CheckpointError:
         where = f"the weights are no longer finite and were not saved; the last good checkpoint is in {root}"
@@ -260,8 +262,15 @@ def end_epoch(run: Run, epoch: int, result) -> bool:
     outcome = run.outputs.end_epoch(epoch, result, step.schedule.lrs(), metrics, model, state.optimizer_steps)
     state.best_fitness, state.best_epoch = outcome.best_fitness, outcome.best_epoch
     if last_epoch or outcome.stop or (epoch + 1) % config.save_period == 0:
-        save_checkpoint(step.accelerator, run.run_dir, state, config.keep_checkpoints, step.model, step.ema)
+        checkpoint(run)
     return outcome.stop
+
+
+def checkpoint(run: Run) -> None:
+    """A resumable checkpoint of the run as it stands (every rank), with the resolved config."""
+    step = run.step
+    save_checkpoint(step.accelerator, run.run_dir, run.state, run.config.run.keep_checkpoints, step.model, step.ema,
+                    run.config.to_dict())
 
 
 def finish(run: Run, seconds: float, images_seen: int) -> None:

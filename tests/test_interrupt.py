@@ -208,3 +208,17 @@ def test_weights_files_refuse_non_finite_tensors(tmp_path):
     with pytest.raises(ValueError, match="non-finite"):
         save_weights(model, tmp_path / "w.safetensors")
     assert not (tmp_path / "w.safetensors").exists()
+
+
+@pytest.mark.slow
+def test_resume_with_flags_that_change_the_run_is_refused_unless_allowed(tmp_path):
+    common = [*TINY_FLAGS, "--batch-size", "4", "--epochs", "1", "--output-dir", str(tmp_path), "--name", "run"]
+    first = launch([*common, "--max-steps", "1"])
+    assert first.returncode == 0, describe(first)
+    refused = launch([*common, "--resume", "auto", "--lr0", "0.02"])
+    assert refused.returncode != 0 and "--lr0: 0.01 in the checkpoint, 0.02 now" in refused.stderr, describe(refused)
+    assert "--allow-changes" in refused.stderr
+    harmless = launch([*common, "--resume", "auto", "--max-steps", "2", "--log-interval", "2"])
+    assert harmless.returncode == 0 and "resume: --log-interval: 1 in the checkpoint, 2 now" in harmless.stdout
+    allowed = launch([*common, "--resume", "auto", "--lr0", "0.02", "--allow-changes", "true"])
+    assert allowed.returncode == 0 and "resume: --lr0: 0.01 in the checkpoint, 0.02 now" in allowed.stdout

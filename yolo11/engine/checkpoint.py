@@ -28,7 +28,13 @@ from torch import nn
 
 from yolo11.engine.ema import ModelEMA
 
-STATE_FILE, EMA_FILE = "train_state.json", "ema.safetensors"
+STATE_FILE, EMA_FILE, CONFIG_FILE = "train_state.json", "ema.safetensors", "config.json"
+# Flags that a resume may change freely: how the run is watched, logged, saved and executed, not what it computes.
+RESUME_SAFE_FLAGS = frozenset({
+    "workers", "cache_dir", "cache_images", "resume", "allow_changes", "output_dir", "name", "exist_ok",
+    "save_period", "keep_checkpoints", "max_steps", "report_to", "tracker_project", "compile", "compile_mode",
+    "compile_loss", "log_interval", "profile", "val_images", "plots", "val_interval",
+})
 
 
 class CheckpointError(RuntimeError):
@@ -76,7 +82,7 @@ def checkpoint_root(run_dir: Path) -> Path:
 
 
 def save_checkpoint(accelerator: Accelerator, run_dir: Path, state: TrainState, keep: int, model: nn.Module,
-                    ema: ModelEMA | None = None) -> Path:
+                    ema: ModelEMA | None = None, config: dict | None = None) -> Path:
     """Write a resumable checkpoint; call on every rank. Returns the final checkpoint folder.
 
     Raises ``CheckpointError`` (on every rank, before anything is written) when a weight of the model or the
@@ -93,6 +99,8 @@ def save_checkpoint(accelerator: Accelerator, run_dir: Path, state: TrainState, 
     accelerator.save_state(str(tmp))
     if accelerator.is_main_process:
         _write_own_state(tmp, state, ema)
+        if config is not None:  # the resolved config the state was trained with
+            (tmp / CONFIG_FILE).write_text(json.dumps(config, indent=1) + "\n")
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
         os.replace(tmp, final)
@@ -111,6 +119,28 @@ def load_checkpoint(accelerator: Accelerator, checkpoint: Path, state: TrainStat
             ema.load_state_dict(_read_ema(checkpoint / EMA_FILE))
     except (OSError, ValueError, KeyError) as err:
         raise CheckpointError(f"{checkpoint}: unreadable training state ({err})") from err
+
+
+def check_resume_config(checkpoint: Path, current: dict, allow_changes: bool) -> list[str]:
+    """The differences between the checkpoint's resolved config and ``current`` (``TrainConfig.to_dict()``), one
+    line each; raises ``CheckpointError`` for flags that change the run unless ``allow_changes``."""
+    path = checkpoint / CONFIG_FILE
+    if not path.is_file():
+        return []
+    saved = json.loads(path.read_text())
+    changes, refused = [], []
+    for section, values in current.items():
+        for key, value in values.items():
+            before = saved.get(section, {}).get(key, value)
+            if before != value:
+                line = f"--{key.replace('_', '-')}: {before!r} in the checkpoint, {value!r} now"
+                changes.append(line)
+                if key not in RESUME_SAFE_FLAGS:
+                    refused.append(line)
+    if refused and not allow_changes:
+        raise CheckpointError("--resume with flags that change the run:\n  " + "\n  ".join(refused) +
+                              "\nresume with the checkpoint's flags, or add --allow-changes true to continue anyway")
+    return changes
 
 
 def check_finite(accelerator: Accelerator, model: nn.Module, ema: ModelEMA | None) -> None:

@@ -126,6 +126,8 @@ class RunConfig:
     name: str = _opt("exp", "run folder name under --output-dir")
     exist_ok: bool = _opt(False, "reuse an existing run folder instead of making exp2, exp3 ...")
     resume: str | None = _opt(None, "resume from a checkpoint folder, a run folder, or 'auto' (latest of this run)")
+    allow_changes: bool = _opt(False, "with --resume: accept flags that change the run (model, data, optimizer, "
+                               "batch, epochs...) instead of refusing them")
     save_period: int = _opt(1, "save a resumable checkpoint every N epochs (the latest is always kept)")
     keep_checkpoints: int = _opt(2, "how many resumable checkpoints to keep")
     val_interval: int = _opt(1, "validate every N epochs and after the last (0: never, for benchmarks)")
