@@ -44,10 +44,10 @@ def test_export_onnx_matches_pytorch_with_dynamic_batch(tmp_path):
         assert np.abs(got[:, :4] - expected[:, :4]).max() <= 1e-4 * 64  # boxes, pixels: relative to the image
 
 
-def test_export_rejects_bad_sizes(tmp_path):
+def test_export_rejects_bad_sizes(tmp_path, capsys):
     weights = save_weights(create_model("yolo11n", num_classes=2), tmp_path / "w.safetensors")
-    with pytest.raises(ValueError, match="multiple of 32"):
-        export.main([str(weights), "--imgsz", "100"])
+    assert export.main([str(weights), "--imgsz", "100"]) == 2
+    assert "multiple of 32" in capsys.readouterr().err
 
 
 @needs_data
@@ -296,3 +296,15 @@ def test_val_on_weights_that_miss_classes_exits_0_with_zeros_and_writes_its_json
     for name, row in class_rows.items():
         if SHAPES.index(name) not in detected_classes:
             assert float(row[-2]) == float(row[-1]) == 0, row  # mAP50, mAP50-95 of a class never detected
+
+
+@pytest.mark.parametrize("tool", ["val", "predict", "export", "convert"])
+def test_tools_report_a_missing_weights_file_in_one_line(tmp_path, tool):
+    missing = str(tmp_path / "nope.safetensors")
+    argv = {"val": [missing, "--data", "synthetic"], "predict": [missing, str(tmp_path)],
+            "export": [missing], "convert": [str(tmp_path / "nope.pt"), str(tmp_path / "out")]}[tool]
+    result = subprocess.run([sys.executable, "-m", f"yolo11.tools.{tool}", *argv], capture_output=True, text=True,
+                            timeout=120, cwd=ROOT)
+    assert result.returncode == 2, result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("error:") and "nope" in last and "Traceback" not in result.stderr

@@ -11,7 +11,8 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
-from yolo11.weights import UnsafeCheckpointError, load_ultralytics, save_pretrained
+from yolo11.tools import cli
+from yolo11.weights import load_ultralytics, save_pretrained
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -21,12 +22,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+@cli
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    try:
-        model = load_ultralytics(args.checkpoint)
-    except UnsafeCheckpointError as error:
-        raise SystemExit(f"error: {error}") from None
+    model = load_ultralytics(args.checkpoint)
     directory = save_pretrained(model, args.output)
     params = sum(p.numel() for p in model.parameters())
     name, classes = model.config["name"], model.num_classes

@@ -30,6 +30,7 @@ from torchvision.ops import nms
 
 from yolo11.geometry import MAX_STRIDE, xywh_to_xyxy
 from yolo11.postprocess import decode
+from yolo11.tools import cli
 from yolo11.weights import load_weights
 
 OPSET = 17
@@ -146,6 +147,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+@cli
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     if args.opset < OPSET:

@@ -26,6 +26,7 @@ from yolo11.data.transforms import LetterBox
 from yolo11.evaluation.plots import draw_detections
 from yolo11.geometry import MAX_STRIDE, rect_input_size
 from yolo11.postprocess import Postprocessor
+from yolo11.tools import cli
 from yolo11.weights import load_weights
 
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff"}
@@ -147,6 +148,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+@cli
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     if args.imgsz % MAX_STRIDE:

@@ -25,6 +25,7 @@ from yolo11.data import DetectionSource, LoaderConfig, build_dataloader, load_so
 from yolo11.evaluation import CocoEvaluator, plots, predict_and_score
 from yolo11.evaluation.coco import coco_results
 from yolo11.postprocess import Postprocessor
+from yolo11.tools import cli
 from yolo11.weights import load_weights
 
 
@@ -94,13 +95,14 @@ def format_table(metrics: dict, class_names: list[str], ground_truth: dict) -> s
     return "\n".join(lines)
 
 
+@cli
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     # No even_batches padding: a rect batch padded with images of the first batch would mix letterbox shapes, and
     # ranks with one batch fewer are fine here (the only collective is the gather after the loop).
     accelerator = Accelerator(dataloader_config=DataLoaderConfiguration(even_batches=False))
+    model = load_weights(args.weights).fuse()  # before the data: a wrong path fails at once
     source = load_source(args.data, split=args.split, cache_dir=args.cache_dir, images=args.images)
-    model = load_weights(args.weights).fuse()
     start = time.perf_counter()
     metrics, predictions, ground_truth = evaluate_weights(
         accelerator, model, source, imgsz=args.imgsz, batch=args.batch, workers=args.workers, conf=args.conf,
