@@ -185,3 +185,13 @@ def test_resume_on_a_different_process_count(tmp_path):
     assert "1 process(es) x batch 8" in second.stdout and "at epoch 2, batch 1" in second.stdout
     rows = read_results(tmp_path / "run")
     assert [row["epoch"] for row in rows] == ["1", "2"]
+
+
+def test_output_dir_that_is_a_file_is_one_error_line_and_leaves_no_run_folder(tmp_path):
+    blocker = tmp_path / "runs"
+    blocker.write_text("not a folder")
+    result = launch([*TINY_FLAGS, "--output-dir", str(blocker), "--max-steps", "1"])
+    assert result.returncode != 0 and f"error: --output-dir {blocker}" in result.stderr, describe(result)
+    assert 'train_accelerate.py", line' not in result.stderr
+    bad_data = launch([*TINY_FLAGS, "--data", str(tmp_path / "nowhere.yaml"), "--output-dir", str(tmp_path / "out")])
+    assert bad_data.returncode != 0 and not (tmp_path / "out").exists()  # no empty run folder after a failed start

@@ -36,20 +36,26 @@ def build_schedule(config: TrainConfig, plan: RunPlan, optimizer: torch.optim.Op
 
 
 def resolve_run_dir(config: TrainConfig, state: PartialState) -> Path:
-    """``output_dir/name``, or ``name2``, ``name3`` ... when it exists; decided on the main process for all ranks."""
+    """``output_dir/name``, or ``name2``, ``name3`` ... when it exists; made by the main process, and the choice (or
+    the error, so that no rank waits for a folder that will not come) given to every rank."""
     run = config.run
     base = Path(run.output_dir) / run.name
-    choice = [None]
+    choice: list = [None, None]  # path, error
     if state.is_main_process:
         path = base
         if not (run.exist_ok or run.resume):
             index = 2
             while path.exists():
                 path, index = base.with_name(f"{base.name}{index}"), index + 1
-        path.mkdir(parents=True, exist_ok=True)
-        choice = [str(path)]
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+            choice = [str(path), None]
+        except OSError as err:  # a file where a folder should be, no permission, a full disk
+            choice = [None, f"--output-dir {run.output_dir}: cannot make the run folder {path}: {err.strerror}"]
     if state.num_processes > 1:
         broadcast_object_list(choice, from_process=0)
+    if choice[1] is not None:
+        raise ValueError(choice[1])
     return Path(choice[0])
 
 
