@@ -26,6 +26,7 @@ from yolo11.engine.build import (
     build_accelerator,
     build_model,
     build_schedule,
+    build_trackers,
     build_train_loader_config,
     maybe_sync_batchnorm,
     prepare_training,
@@ -173,10 +174,11 @@ def start_run(run: Run, val_source: DetectionSource) -> None:
             save_first_batch(run)
     if accelerator.is_main_process:
         save_config(config, run.run_dir / "config.yaml")
-    run.outputs = RunOutputs(accelerator, run.run_dir, run.train_source.class_names, config, run.state,
-                             tracking.resolve_report_to(config.run.report_to),
-                             lr_groups=len(run.step.optimizer.param_groups))
-    run.state.tracker_run_id = run.outputs.tracker_run_id
+    report_to = tracking.resolve_report_to(config.run.report_to)
+    run.state.tracker_run_id = build_trackers(accelerator, config, run.run_dir, report_to, run.state.tracker_run_id)
+    run.outputs = RunOutputs(accelerator, run.run_dir, run.train_source.class_names, run.state,
+                             epochs=config.run.epochs, patience=config.run.patience, plots=config.run.plots,
+                             report_to=report_to, lr_groups=len(run.step.optimizer.param_groups))
     model = accelerator.unwrap_model(run.step.model, keep_torch_compile=False)
     accelerator.print(f"{config.model.model}: {sum(p.numel() for p in model.parameters()):,} parameters | "
                       f"{plan.num_processes} process(es) x batch {plan.per_process_batch} x accumulation "

@@ -19,6 +19,7 @@ from accelerate.utils import (
 from torch import nn
 
 from yolo11.data import AugmentParams, LoaderConfig
+from yolo11.engine import tracking
 from yolo11.engine.config import ModelConfig, TrainConfig
 from yolo11.engine.optim import WarmupSchedule, lr_lambda
 from yolo11.engine.plan import RunPlan
@@ -121,3 +122,15 @@ def build_train_loader_config(config: TrainConfig, plan: RunPlan) -> LoaderConfi
     return LoaderConfig(imgsz=data.imgsz, batch_size=plan.per_process_batch, workers=data.workers, augment=True,
                         epochs=config.run.epochs, close_mosaic=data.close_mosaic, seed=config.run.seed, hyp=hyp,
                         max_boxes=data.max_boxes, cache_images=data.cache_images, hsv_on_device=plan.hsv_on_device)
+
+
+def build_trackers(accelerator: Accelerator, config: TrainConfig, run_dir: Path, report_to: list[str],
+                   previous_run_id: str | None) -> str | None:
+    """Start the W&B / TensorBoard trackers (main process), continuing ``previous_run_id`` on resume; returns the
+    run id to store in the training state."""
+    if not report_to:
+        return previous_run_id
+    init_kwargs = tracking.tracker_init_kwargs(report_to, run_dir, config.run.name, previous_run_id)
+    flat = {f"{section}.{key}": value for section, values in config.to_dict().items() for key, value in values.items()}
+    accelerator.init_trackers(config.run.tracker_project, config=flat, init_kwargs=init_kwargs)
+    return tracking.current_run_id(accelerator) or previous_run_id

@@ -17,7 +17,6 @@ from torch import nn
 
 from yolo11.engine import tracking
 from yolo11.engine.checkpoint import TrainState
-from yolo11.engine.config import TrainConfig
 from yolo11.engine.loop import EpochResult
 from yolo11.engine.progress import LOSS_NAMES, format_duration, peak_memory_gb
 from yolo11.evaluation import EvaluationResult, plots
@@ -40,26 +39,20 @@ class EpochOutcome:
 class RunOutputs:
     """``resumed``: the TrainState of the run so far (finished epochs, best epoch, tracker run id)."""
 
-    def __init__(self, accelerator: Accelerator, run_dir: Path, class_names: list[str], config: TrainConfig,
-                 resumed: TrainState, report_to: list[str], lr_groups: int = 3):
+    def __init__(self, accelerator: Accelerator, run_dir: Path, class_names: list[str], resumed: TrainState, *,
+                 epochs: int, patience: int, plots: bool, report_to: list[str], lr_groups: int = 3):
         self.accelerator = accelerator
         self.run_dir = run_dir
         self.class_names = class_names
         self.best_fitness, self.best_epoch = resumed.best_fitness, resumed.best_epoch
-        self.patience = config.run.patience
-        self.epochs = config.run.epochs
-        self.make_plots = config.run.plots
+        self.patience = patience
+        self.epochs = epochs
+        self.make_plots = plots
         self.weights_dir = run_dir / "weights"
         self.epoch_start = time.perf_counter()
         self.best_metrics: dict | None = None
         self.csv = ResultsCSV(run_dir / "results.csv", keep_epochs=resumed.epoch, lr_groups=lr_groups) \
             if accelerator.is_main_process else None
-        self.tracker_run_id = resumed.tracker_run_id
-        if report_to:
-            init_kwargs = tracking.tracker_init_kwargs(report_to, run_dir, config.run.name, resumed.tracker_run_id)
-            accelerator.init_trackers(config.run.tracker_project, config=_flatten(config.to_dict()),
-                                      init_kwargs=init_kwargs)
-            self.tracker_run_id = tracking.current_run_id(accelerator) or resumed.tracker_run_id
         self.report_to = report_to
 
     def end_epoch(self, epoch: int, result: EpochResult, lrs: list[float], validation: EvaluationResult | None,
@@ -138,7 +131,3 @@ class RunOutputs:
             tmp = final.with_name(f".{final.name}.tmp")
             save_weights(self.accelerator.unwrap_model(model, keep_torch_compile=False), tmp)
             os.replace(tmp, final)
-
-
-def _flatten(nested: dict) -> dict:
-    return {f"{section}.{key}": value for section, values in nested.items() for key, value in values.items()}
