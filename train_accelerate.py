@@ -261,7 +261,8 @@ def end_epoch(run: Run, epoch: int, result) -> bool:
     metrics = None
     if config.val_interval and (last_epoch or (epoch + 1) % config.val_interval == 0):
         metrics = run.validator.run(model, step.criterion)
-    outcome = run.outputs.end_epoch(epoch, result, step.schedule.lrs(), metrics, model, state.optimizer_steps)
+    outcome = run.outputs.end_epoch(epoch, result, step.schedule.lrs(), metrics, model, state.optimizer_steps,
+                                    final=last_epoch)
     state.best_fitness, state.best_epoch = outcome.best_fitness, outcome.best_epoch
     if last_epoch or outcome.stop or (epoch + 1) % config.save_period == 0:
         checkpoint(run)

@@ -118,3 +118,27 @@ def test_smooth_keeps_length(points):
     y = np.linspace(0, 1, points)
     assert smooth(y).shape == y.shape
     np.testing.assert_allclose(smooth(np.full(points, 3.0)), 3.0)
+
+
+def test_validation_plots_are_drawn_for_the_final_epoch_only(tmp_path, monkeypatch):
+    """As Ultralytics: drawing them costs more than an epoch of a small dataset."""
+    from accelerate import Accelerator
+
+    import yolo11
+    from yolo11.engine.checkpoint import TrainState
+    from yolo11.engine.loop import EpochResult
+    from yolo11.engine.run_outputs import RunOutputs
+    from yolo11.evaluation import EvaluationResult
+
+    drawn = []
+    monkeypatch.setattr(plots, "save_validation_plots", lambda run_dir, *args: drawn.append(run_dir))
+    outputs = RunOutputs(Accelerator(cpu=True), tmp_path, CLASS_NAMES, TrainState(), epochs=3, patience=100,
+                         plots=True, report_to=[])
+    metrics = {"precision": 0.1, "recall": 0.1, "map50": 0.1, "map50_95": 0.05}
+    validation = EvaluationResult(metrics, [], torch.zeros(3), [])
+    model = yolo11.create_model("yolo11n", num_classes=len(CLASS_NAMES))
+    for epoch in range(3):
+        outputs.end_epoch(epoch, EpochResult(torch.ones(3), 8, 1.0, False), [0.01] * 3, validation, model, epoch,
+                          final=epoch == 2)
+        assert len(drawn) == (1 if epoch == 2 else 0)
+    assert (tmp_path / "weights" / "last.safetensors").is_file()

@@ -56,8 +56,10 @@ class RunOutputs:
         self.report_to = report_to
 
     def end_epoch(self, epoch: int, result: EpochResult, lrs: list[float], validation: EvaluationResult | None,
-                  model: nn.Module, optimizer_steps: int) -> EpochOutcome:
-        """Record the epoch (logged at ``optimizer_steps``); save last/best weights."""
+                  model: nn.Module, optimizer_steps: int, final: bool = False) -> EpochOutcome:
+        """Record the epoch (logged at ``optimizer_steps``); save last/best weights. The validation plots are drawn
+        for the ``final`` epoch (or the one where patience stops the run) only, as Ultralytics does: drawing them
+        costs seconds, more than a whole epoch of a small dataset."""
         accelerator = self.accelerator
         row = {"epoch": epoch + 1, "time": round(time.perf_counter() - self.epoch_start, 3)}
         row.update({f"train/{n}": v for n, v in zip(LOSS_NAMES, result.mean_losses.tolist(), strict=True)})
@@ -77,17 +79,17 @@ class RunOutputs:
         self._save(model, "last")
         accelerator.log({k: v for k, v in row.items() if k != "epoch"} | {"epoch": epoch + 1},
                         step=optimizer_steps)
+        stop = self.patience > 0 and self.best_epoch >= 0 and epoch - self.best_epoch >= self.patience
         if accelerator.is_main_process:
             self.csv.append(row)
             print(self.epoch_line(row), flush=True)
             if validation is not None:
-                if self.make_plots:
+                if self.make_plots and (final or stop):
                     plots.save_validation_plots(self.run_dir, validation.metrics, validation.samples,
                                                 self.class_names)
                 tracking.log_validation_images(accelerator, validation.samples, self.class_names,
                                                step=optimizer_steps)
         self.epoch_start = time.perf_counter()
-        stop = self.patience > 0 and self.best_epoch >= 0 and epoch - self.best_epoch >= self.patience
         return EpochOutcome(self.best_fitness, self.best_epoch, stop)
 
     def epoch_line(self, row: dict) -> str:
