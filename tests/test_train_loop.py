@@ -39,10 +39,10 @@ def make_batch(images: torch.Tensor, seed: int) -> dict:
 
 
 def run(batches: list[dict], accumulation: int, model: torch.nn.Module, criterion=None, max_steps=None, ema=None,
-        state: TrainState | None = None, ramp_iters: int = -1):
+        state: TrainState | None = None, ramp_iters: int = -1, lr: float = 0.05):
     reset_accelerate_state()  # each run is a fresh process as far as Accelerate is concerned
     accelerator = Accelerator(cpu=True)  # accumulation is the loop's (Accumulation), as the trainer builds it
-    optimizer = build_optimizer(model, OptimizerChoice("SGD", 0.05, 0.9), 5e-4)
+    optimizer = build_optimizer(model, OptimizerChoice("SGD", lr, 0.9), 5e-4)
     schedule = WarmupSchedule(optimizer, lr_lambda("linear", 10, 0.01), -1, 0.0, 0.8, 0.9)
     model, optimizer = accelerator.prepare(model, optimizer)
     state = TrainState() if state is None else state
@@ -127,6 +127,23 @@ def test_deferred_nan_check_rolls_back_to_the_last_applied_step(bad_step):
     assert victim_ema.updates == good_ema.updates == bad_step - 1
     assert (victim_state.iteration, victim_state.optimizer_steps) == (good_state.iteration, good_state.optimizer_steps)
     torch.testing.assert_close(victim_state.loss_sum, good_state.loss_sum, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("lr", [float("nan"), 1e30], ids=["lr-nan", "lr-huge"])
+def test_an_update_that_makes_weights_non_finite_stops_and_the_ema_never_takes_it(lr):
+    """Finite loss and gradients, but the update itself poisons the weights (first step: immediate check; later
+    steps: the deferred flag, which the EMA reads before it takes the weights)."""
+    from yolo11.engine.ema import ModelEMA
+
+    torch.manual_seed(0)
+    model = yolo11.create_model("yolo11n", num_classes=3)
+    images = torch.randint(0, 256, (2, 3, 64, 64), dtype=torch.uint8)
+    ema = ModelEMA(model, decay=0.5, tau=1.0)
+    state = TrainState()
+    with pytest.raises(NonFiniteLossError, match="non-finite"):
+        run([make_batch(images, seed=i) for i in range(3)], 1, model, ema=ema, state=state, lr=lr)
+    assert state.optimizer_steps == 0 and ema.updates == 0  # rolled back; the EMA holds the initial weights
+    assert all(torch.isfinite(v).all() for v in ema.module.state_dict().values() if v.is_floating_point())
 
 
 def test_ema_skip_flag_on_the_device():
