@@ -186,7 +186,7 @@ class DetectionDataset(torch.utils.data.Dataset):
         return resized, self._target(i, resized.shape[:2], image.shape[:2]), i
 
     def _target(self, index: int, resized_hw: tuple[int, int], decoded_hw: tuple[int, int]) -> dict:
-        # the schema's width/height may disagree with the file (EXIF rotation); scale from the decoded size
+        # a Hub dataset's own width/height may disagree with the decoded image: scale from the decoded size
         sl = slice(self.offsets[index], self.offsets[index + 1])
         gains = np.array([resized_hw[1] / decoded_hw[1], resized_hw[0] / decoded_hw[0]] * 2, np.float32)
         return {"boxes": self.boxes[sl] * gains, "labels": self.labels[sl]}

@@ -12,17 +12,30 @@ IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff")
 # it is treated as a wrong label and dropped.
 OUT_OF_IMAGE_TOLERANCE = 0.02
 MIN_BOX_SIZE_PX = 1e-3  # narrower boxes (after clipping) carry no signal and break IoU-based losses
+EXIF_ORIENTATION = 274
+TRANSPOSED_ORIENTATIONS = (5, 6, 7, 8)  # rotated by 90 or 270 degrees (5 and 7 also mirrored)
+
+
+def oriented_size(image: Image.Image) -> tuple[int, int]:
+    """``(width, height)`` once the EXIF orientation is applied, as OpenCV decodes the pixels (``cv2.imread`` and
+    ``cv2.imdecode`` both rotate) and as YOLO labels are drawn; PIL's ``size`` is the stored, unrotated size."""
+    width, height = image.size
+    try:
+        orientation = image.getexif().get(EXIF_ORIENTATION)
+    except Exception:  # a malformed EXIF block: OpenCV ignores it too
+        orientation = None
+    return (height, width) if orientation in TRANSPOSED_ORIENTATIONS else (width, height)
 
 
 def image_size(path: Path) -> tuple[int, int]:
-    """``(width, height)`` of an image file, verified to be complete.
+    """``(width, height)`` of an image file with its EXIF orientation applied, verified to be complete.
 
     Raises ``ValueError`` with the reason for an unreadable, corrupt or truncated file. Only the header and the
     compressed stream are read (PIL ``verify``), the pixels are decoded later in the loader workers.
     """
     try:
         with Image.open(path) as image:
-            width, height = image.size
+            width, height = oriented_size(image)
             image_format = image.format
             image.verify()
     except Exception as err:  # PIL raises many types (OSError, SyntaxError, struct.error...)
