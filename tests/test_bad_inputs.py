@@ -106,9 +106,21 @@ def test_missing_label_file_is_a_background(tmp_path: Path) -> None:
     assert len(source.dataset) == 3 and source.summary.backgrounds == 2 and source.summary.num_problems == 0
 
 
+@pytest.mark.parametrize("labels_folder", ["missing", "empty"])
+def test_split_without_any_label_file_raises(tmp_path: Path, labels_folder: str) -> None:
+    """Not a dataset of backgrounds: the labels are elsewhere (or not there yet), so training would learn nothing."""
+    yaml_path = make_dataset(tmp_path, {"a": None, "b": None})
+    if labels_folder == "empty":
+        (tmp_path / "labels" / "train").mkdir(parents=True)
+    with pytest.raises(DataSourceError, match="no label file for any of the 2 'train' images") as info:
+        load_source(os.fspath(yaml_path), cache_dir=tmp_path / "cache")
+    assert str(tmp_path / "labels" / "train") in str(info.value) and str(yaml_path) in str(info.value)
+
+
 @pytest.mark.parametrize("yaml_extra, message", [
     ("", r"no 'names'"),
     ("names: {0: a, 2: c}\n", r"'names' keys must be the class ids 0\.\.1"),
+    ("nc: 80\nnames: [a, b]\n", r"'nc' is 80 but 'names' lists 2 classes"),
 ])
 def test_unusable_yaml_raises_before_training(tmp_path: Path, yaml_extra: str, message: str) -> None:
     yaml_path = make_dataset(tmp_path, {"x": "0 0.5 0.5 0.2 0.2\n"}, yaml_extra=yaml_extra)
