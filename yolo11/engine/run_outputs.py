@@ -56,7 +56,9 @@ class RunOutputs:
             if accelerator.is_main_process else None
         self.tracker_run_id = resumed.tracker_run_id
         if report_to:
-            init_kwargs = tracking.tracker_init_kwargs(report_to, run_dir, config.run.name, resumed.tracker_run_id)
+            # only the main process starts trackers: the other ranks need not probe the W&B server
+            init_kwargs = tracking.tracker_init_kwargs(report_to, run_dir, config.run.name, resumed.tracker_run_id) \
+                if accelerator.is_main_process else {}
             accelerator.init_trackers(config.run.tracker_project, config=_flatten(config.to_dict()),
                                       init_kwargs=init_kwargs)
             self.tracker_run_id = tracking.current_run_id(accelerator) or resumed.tracker_run_id
