@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import os
@@ -12,6 +13,7 @@ import cv2
 import datasets
 import numpy as np
 import pytest
+from PIL import Image
 
 from yolo11.data import DataSourceError, LoaderConfig, build_dataloader, load_source
 from yolo11.data.schema import DetectionSource, detection_features
@@ -84,20 +86,55 @@ def test_duplicate_lines_and_segment_labels(tmp_path: Path) -> None:
     np.testing.assert_allclose(objects["bbox"][1], [8, 6, 16, 18], atol=1e-4)
 
 
+def corrupt_middle(data: bytes) -> bytes:
+    """A JPEG with 64 bytes of its entropy-coded data overwritten: every header intact, the end marker too."""
+    middle = len(data) // 2
+    noise = np.random.default_rng(1).integers(0, 255, 64, dtype=np.uint8).tobytes()
+    return data[:middle] + noise + data[middle + 64:]
+
+
+def pcx_bytes() -> bytes:
+    """A PCX image (named .jpg below): PIL reads it, OpenCV, the loader's decoder, does not."""
+    buffer = io.BytesIO()
+    Image.new("RGB", (80, 60), (10, 200, 30)).save(buffer, format="PCX")
+    return buffer.getvalue()
+
+
 @pytest.mark.parametrize("kind, message", [
     ("random_bytes", "unreadable or corrupt image"),
     ("truncated_jpeg", "truncated JPEG"),
     ("empty_file", "unreadable or corrupt image"),
+    ("corrupt_middle", "corrupt image data (libjpeg: Corrupt JPEG data"),
+    ("pil_only", "OpenCV cannot decode it"),
 ])
-def test_bad_image_is_skipped(tmp_path: Path, kind: str, message: str) -> None:
+def test_bad_image_is_skipped(tmp_path: Path, capfd: pytest.CaptureFixture, kind: str, message: str) -> None:
     yaml_path = make_dataset(tmp_path, {"good": "0 0.5 0.5 0.2 0.2\n", "broken": "0 0.5 0.5 0.2 0.2\n"})
     broken = tmp_path / "images" / "train" / "broken.jpg"
     data = broken.read_bytes()
     broken.write_bytes({"random_bytes": os.urandom(500), "truncated_jpeg": data[: len(data) // 2],
-                        "empty_file": b""}[kind])
+                        "empty_file": b"", "corrupt_middle": corrupt_middle(data), "pil_only": pcx_bytes()}[kind])
     source = load_source(os.fspath(yaml_path), cache_dir=tmp_path / "cache")
     assert len(source.dataset) == 1 and len(source.summary.skipped_images) == 1
     assert str(broken) in source.summary.skipped_images[0] and message in source.summary.skipped_images[0]
+    assert "Corrupt JPEG data" not in capfd.readouterr().err  # libjpeg's own line, without the file, stays hidden
+
+
+def test_image_only_pil_decodes_at_training_time_is_logged_once_and_replaced(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A Hub or save_to_disk dataset is not decoded before training: a bad image there is replaced by the next
+    sample, every epoch the same way, and named (stored path and image id) once, not every time it is drawn."""
+    good = cv2.imencode(".jpg", np.full((64, 64, 3), 200, np.uint8))[1].tobytes()
+    rows = [{"image_id": i, "image": {"bytes": pcx_bytes() if i == 1 else good, "path": f"/data/photos/img{i}.jpg"},
+             "width": 64, "height": 64,
+             "objects": {"id": [i + 1], "area": [100.0], "bbox": [[10, 10, 10, 10]], "category": [i]}}
+            for i in range(3)]
+    source = DetectionSource(datasets.Dataset.from_list(rows, features=detection_features(NAMES)), NAMES, "hub")
+    loader = build_dataloader(source, "val", LoaderConfig(imgsz=64, batch_size=3, workers=0))
+    with caplog.at_level(logging.WARNING, logger="yolo11.data"):
+        batches = [next(iter(loader)) for _ in range(2)]
+    assert [batch["image_ids"] for batch in batches] == [[0, 2, 2]] * 2
+    assert loader.dataset.decode_failures == 2
+    assert caplog.text.count("cannot decode image /data/photos/img1.jpg (image_id 1)") == 1
 
 
 def test_missing_label_file_is_a_background(tmp_path: Path) -> None:
@@ -106,9 +143,21 @@ def test_missing_label_file_is_a_background(tmp_path: Path) -> None:
     assert len(source.dataset) == 3 and source.summary.backgrounds == 2 and source.summary.num_problems == 0
 
 
+@pytest.mark.parametrize("labels_folder", ["missing", "empty"])
+def test_split_without_any_label_file_raises(tmp_path: Path, labels_folder: str) -> None:
+    """Not a dataset of backgrounds: the labels are elsewhere (or not there yet), so training would learn nothing."""
+    yaml_path = make_dataset(tmp_path, {"a": None, "b": None})
+    if labels_folder == "empty":
+        (tmp_path / "labels" / "train").mkdir(parents=True)
+    with pytest.raises(DataSourceError, match="no label file for any of the 2 'train' images") as info:
+        load_source(os.fspath(yaml_path), cache_dir=tmp_path / "cache")
+    assert str(tmp_path / "labels" / "train") in str(info.value) and str(yaml_path) in str(info.value)
+
+
 @pytest.mark.parametrize("yaml_extra, message", [
     ("", r"no 'names'"),
     ("names: {0: a, 2: c}\n", r"'names' keys must be the class ids 0\.\.1"),
+    ("nc: 80\nnames: [a, b]\n", r"'nc' is 80 but 'names' lists 2 classes"),
 ])
 def test_unusable_yaml_raises_before_training(tmp_path: Path, yaml_extra: str, message: str) -> None:
     yaml_path = make_dataset(tmp_path, {"x": "0 0.5 0.5 0.2 0.2\n"}, yaml_extra=yaml_extra)

@@ -35,6 +35,49 @@ def test_invalid_flags_exit_with_message(argv, message, capsys):
     assert message in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("flag, value", [
+    ("--imgsz", "0"), ("--imgsz", "-32"), ("--imgsz", "100"),
+    ("--lr0", "nan"), ("--lr0", "inf"), ("--lr0", "0"), ("--lr0", "-0.01"),
+    ("--lrf", "0"), ("--lrf", "1.5"), ("--lrf", "nan"),
+    ("--momentum", "1"), ("--momentum", "-0.1"), ("--momentum", "nan"),
+    ("--weight-decay", "-1e-4"), ("--weight-decay", "inf"), ("--weight-decay", "nan"),
+    ("--ema-decay", "1"), ("--ema-decay", "-0.5"), ("--ema-decay", "nan"), ("--ema-tau", "0"), ("--ema-tau", "inf"),
+    ("--val-iou", "1.5"), ("--val-iou", "nan"), ("--val-conf", "-0.1"), ("--val-conf", "inf"),
+    ("--max-det", "0"), ("--warmup-epochs", "-1"), ("--warmup-epochs", "nan"), ("--warmup-momentum", "1"),
+    ("--warmup-bias-lr", "-0.1"), ("--patience", "-1"), ("--close-mosaic", "-1"), ("--save-period", "-1"),
+    ("--val-interval", "-1"), ("--log-interval", "0"), ("--epochs", "0"), ("--batch-size", "0"),
+    ("--val-batch-size", "0"), ("--workers", "-1"), ("--clip-grad", "-1"), ("--clip-grad", "nan"),
+    ("--keep-checkpoints", "0"), ("--nominal-batch", "0"), ("--grad-accum", "0"), ("--max-steps", "0"),
+    ("--seed", "-1"), ("--val-images", "-1"),
+    ("--mosaic", "nan"), ("--mixup", "2"), ("--fliplr", "-0.5"), ("--flipud", "inf"),
+    ("--translate", "1.5"), ("--scale", "-0.5"), ("--scale", "nan"), ("--perspective", "2"),
+    ("--hsv-h", "1.5"), ("--hsv-s", "-1"), ("--hsv-v", "nan"), ("--degrees", "inf"), ("--degrees", "-10"),
+    ("--shear", "nan"), ("--max-boxes", "0"),
+])
+def test_out_of_range_flag_is_a_usage_error_naming_it(flag, value, capsys):
+    with pytest.raises(SystemExit) as exc:
+        parse_config([f"{flag}={value}"])  # "=": argparse takes "-1e-4" for a flag otherwise
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert f"error: {flag} " in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("text", ["lr0: .nan\n", "epochs: 2.5\n", "lr0: [1]\n", "mosaic: yes\n"])
+def test_yaml_value_of_the_wrong_type_is_a_usage_error(tmp_path, capsys, text):
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    with pytest.raises(SystemExit) as exc:
+        parse_config(["--config", str(path)])
+    assert exc.value.code == 2
+    assert f"error: --{text.split(':')[0]} " in capsys.readouterr().err
+
+
+def test_abbreviated_flag_is_rejected(capsys):
+    with pytest.raises(SystemExit) as exc:
+        parse_config(["--epoch", "5"])
+    assert exc.value.code == 2 and "unrecognized arguments: --epoch 5" in capsys.readouterr().err
+
+
 def test_yaml_defaults_and_unknown_key(tmp_path, capsys):
     good = tmp_path / "good.yaml"
     good.write_text("lr0: 0.005\nclose-mosaic: 3\n")

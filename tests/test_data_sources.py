@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import shutil
 from pathlib import Path
 
+import cv2
 import datasets
 import numpy as np
 import pytest
+import torch
+from PIL import Image
 
-from yolo11.data import DataSourceError, class_names_of, load_source
+from yolo11.data import DataSourceError, LoaderConfig, build_dataloader, class_names_of, load_source
+from yolo11.data.dataset import decode_image
 from yolo11.data.schema import detection_features
 from yolo11.data.sources import CONVERSIONS
 
@@ -185,3 +190,63 @@ def test_hub_id_loads_the_split_and_normalises(tmp_path: Path, monkeypatch: pyte
     assert source.dataset.features == detection_features(source.class_names)
     assert source.dataset[0]["image_id"] == 7 and source.dataset[0]["objects"]["bbox"] == [[1, 2, 4, 5]]
     assert source.dataset[0]["image"]["bytes"] == png  # not decoded
+
+
+def write_patch_dataset(root: Path, pixels_rgb: np.ndarray, label: str, exif: Image.Exif | None) -> Path:
+    (root / "images").mkdir(parents=True)
+    (root / "labels").mkdir()
+    Image.fromarray(pixels_rgb).save(root / "images" / "0.jpg", quality=100, **({"exif": exif} if exif else {}))
+    (root / "labels" / "0.txt").write_text(label)
+    (root / "data.yaml").write_text(f"path: {root}\ntrain: images\nval: images\nnames: [patch]\n")
+    return root / "data.yaml"
+
+
+def test_exif_rotated_jpeg_is_sized_and_labelled_as_displayed(tmp_path: Path) -> None:
+    """A phone photo stored 80x48 with EXIF orientation 6 is shown (and decoded by OpenCV) 48 wide, 80 high; its
+    YOLO label is normalised to that displayed image, as for Ultralytics' ``exif_size``."""
+    stored = np.full((48, 80, 3), 30, np.uint8)
+    stored[4:20, 50:76] = 230  # a bright patch near the top right
+    displayed = cv2.rotate(stored, cv2.ROTATE_90_CLOCKWISE)  # what orientation 6 shows: (80, 48)
+    ys, xs = np.nonzero(displayed[..., 0] > 128)
+    x1, y1, x2, y2 = xs.min(), ys.min(), xs.max() + 1, ys.max() + 1
+    label = f"0 {(x1 + x2) / 2 / 48} {(y1 + y2) / 2 / 80} {(x2 - x1) / 48} {(y2 - y1) / 80}\n"
+    exif = Image.Exif()
+    exif[274] = 6
+    rotated = write_patch_dataset(tmp_path / "rotated", stored, label, exif)
+    upright = write_patch_dataset(tmp_path / "upright", displayed, label, None)  # rotated by hand, no EXIF
+
+    image_file = tmp_path / "rotated" / "images" / "0.jpg"
+    for encoded in ({"bytes": None, "path": os.fspath(image_file)}, {"bytes": image_file.read_bytes(), "path": None}):
+        assert decode_image(encoded).shape == (80, 48, 3)  # cv2.imread and cv2.imdecode both apply the EXIF
+
+    batches = []
+    for spec in (rotated, upright):
+        source = load_source(os.fspath(spec), cache_dir=tmp_path / "cache")
+        row = source.dataset[0]
+        assert (row["width"], row["height"]) == (48, 80)
+        np.testing.assert_allclose(row["objects"]["bbox"], [[x1, y1, x2 - x1, y2 - y1]], atol=1e-3)
+        loader = build_dataloader(source, "val", LoaderConfig(imgsz=96, batch_size=1, workers=0))
+        batches.append(next(iter(loader)))
+    for batch in batches:
+        bx1, by1, bx2, by2 = batch["boxes"][0, 0].round().int().tolist()
+        image = batch["images"][0].float().mean(0)
+        assert image[by1:by2, bx1:bx2].mean() > 200 and image.mean() < 100  # the box lies on the patch
+    torch.testing.assert_close(batches[0]["boxes"], batches[1]["boxes"])
+    assert (batches[0]["images"].int() - batches[1]["images"].int()).abs().float().mean() < 3  # JPEG noise
+
+
+def test_hub_rows_without_size_get_the_exif_rotated_size(tmp_path: Path) -> None:
+    exif = Image.Exif()
+    exif[274] = 8
+    buffer = io.BytesIO()
+    Image.new("RGB", (80, 48)).save(buffer, format="JPEG", exif=exif)
+    features = datasets.Features({
+        "image": datasets.Image(),
+        "objects": datasets.Sequence({"bbox": datasets.Sequence(datasets.Value("float32"), length=4),
+                                      "category": datasets.ClassLabel(names=["cat"])}),
+    })
+    rows = [{"image": {"bytes": buffer.getvalue(), "path": None}, "objects": {"bbox": [[1, 2, 10, 20]],
+                                                                             "category": [0]}}]
+    datasets.Dataset.from_list(rows, features=features).save_to_disk(os.fspath(tmp_path / "hub"))
+    row = load_source(os.fspath(tmp_path / "hub"), cache_dir=tmp_path).dataset[0]
+    assert (row["width"], row["height"]) == (48, 80)

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import http.server
 import json
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -45,6 +48,8 @@ def test_wandb_offline_without_credentials(tmp_path, monkeypatch):
 
 def test_wandb_online_with_credentials_and_resume(tmp_path, monkeypatch):
     monkeypatch.delenv("WANDB_MODE", raising=False)
+    monkeypatch.delenv("WANDB_BASE_URL", raising=False)
+    monkeypatch.setattr(tracking, "wandb_server_reachable", lambda: True)  # no network in tests
     netrc_file = tmp_path / "netrc"
     netrc_file.write_text("machine api.wandb.ai\n  login user\n  password 0123\n")
     netrc_file.chmod(0o600)
@@ -56,6 +61,36 @@ def test_wandb_online_with_credentials_and_resume(tmp_path, monkeypatch):
     monkeypatch.setenv("NETRC", str(tmp_path / "none"))
     monkeypatch.setenv("WANDB_MODE", "disabled")  # an explicit choice is left alone
     assert "mode" not in tracking.tracker_init_kwargs(["wandb"], tmp_path, "exp")["wandb"]
+
+
+DUMMY_KEY = "0123456789" * 4  # the length of a real W&B API key
+CLOSED_PORT = "http://127.0.0.1:9"  # the discard port: nothing listens there
+
+
+def test_wandb_goes_offline_quickly_when_the_server_does_not_answer(tmp_path, monkeypatch, capsys):
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    monkeypatch.setenv("WANDB_API_KEY", DUMMY_KEY)
+    monkeypatch.setenv("WANDB_BASE_URL", CLOSED_PORT)
+    start = time.monotonic()
+    kwargs = tracking.tracker_init_kwargs(["wandb"], tmp_path / "run", "exp", "abc123")["wandb"]
+    assert time.monotonic() - start < tracking.WANDB_PROBE_TIMEOUT_S + 1
+    assert kwargs["mode"] == "offline" and kwargs["id"] == "abc123"
+    out = capsys.readouterr().out
+    assert f"W&B: the server {CLOSED_PORT} did not answer" in out
+    assert f"wandb sync {tmp_path / 'run' / 'wandb'}" in out
+
+
+def test_wandb_stays_online_when_the_server_answers(tmp_path, monkeypatch):
+    server = http.server.HTTPServer(("127.0.0.1", 0), http.server.BaseHTTPRequestHandler)  # answers 501
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        monkeypatch.delenv("WANDB_MODE", raising=False)
+        monkeypatch.setenv("WANDB_API_KEY", DUMMY_KEY)
+        monkeypatch.setenv("WANDB_BASE_URL", f"http://127.0.0.1:{server.server_address[1]}")
+        assert "mode" not in tracking.tracker_init_kwargs(["wandb"], tmp_path, "exp")["wandb"]
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 # A child process, so that wandb's service and global state do not leak into the other tests.
@@ -129,3 +164,22 @@ def test_offline_wandb_and_tensorboard_run_logs_history_and_boxes(tmp_path):
     (image,) = accumulator.Images("val/images/0")
     assert (image.step, image.width, image.height) == (4, 2 * 48, 32)
     assert accumulator.Scalars("train/box_loss")[0].value == 1.25
+
+
+@pytest.mark.slow
+def test_run_with_a_key_but_no_server_goes_offline_within_seconds(tmp_path):
+    """Without the probe, wandb retries the server for about 90 s and then aborts the training."""
+    import wandb_reader
+
+    script = tmp_path / "run.py"
+    script.write_text(RUN_SCRIPT)
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "WANDB_API_KEY": DUMMY_KEY, "WANDB_BASE_URL": CLOSED_PORT,
+           "WANDB_SILENT": "true", "PYTHONPATH": str(TESTS.parent)}
+    start = time.monotonic()
+    result = subprocess.run([sys.executable, str(script), str(tmp_path / "run")], env=env, capture_output=True,
+                            text=True, timeout=60, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert time.monotonic() - start < 15
+    stream = wandb_reader.find_stream(tmp_path / "run" / "wandb")
+    assert stream.parent.name.startswith("offline-run-")
+    assert "did not answer" in result.stdout and f"wandb sync {stream.parent}" in result.stdout

@@ -57,13 +57,17 @@ class EpochKeySampler(torch.utils.data.Sampler):
 
 
 def decode_image(image: dict) -> np.ndarray:
-    """BGR uint8 ``(H, W, 3)`` from the schema's ``{"bytes", "path"}``; raises ``ValueError`` if undecodable."""
-    if image.get("bytes"):
-        decoded = cv2.imdecode(np.frombuffer(image["bytes"], np.uint8), cv2.IMREAD_COLOR)
-    else:
-        decoded = cv2.imread(image["path"], cv2.IMREAD_COLOR)
+    """BGR uint8 ``(H, W, 3)`` from the schema's ``{"bytes", "path"}``, EXIF orientation applied (OpenCV does it
+    for both paths); raises ``ValueError`` naming the file if undecodable."""
+    try:
+        if image.get("bytes"):
+            decoded = cv2.imdecode(np.frombuffer(image["bytes"], np.uint8), cv2.IMREAD_COLOR)
+        else:
+            decoded = cv2.imread(image.get("path") or "", cv2.IMREAD_COLOR)
+    except cv2.error:  # OpenCV asserts on some malformed buffers instead of returning None
+        decoded = None
     if decoded is None:
-        raise ValueError(f"cannot decode image {image.get('path')!r}")
+        raise ValueError(f"cannot decode image {image.get('path') or '(stored bytes without a path)'}")
     return decoded
 
 
@@ -144,6 +148,7 @@ class DetectionDataset(torch.utils.data.Dataset):
         self.shapes = shapes  # (N, 2) letterbox (h, w) per sample for rect validation batches
         self.hsv_on_device = hsv_on_device
         self.decode_failures = 0  # per process: each worker counts its own
+        self.reported_failures: set[int] = set()  # indices already logged by this process
         self.cache = self._build_cache() if cache_images else None
 
     def _build_cache(self) -> ImageCache:
@@ -166,7 +171,11 @@ class DetectionDataset(torch.utils.data.Dataset):
         return self.augment and epoch < self.epochs - self.close_mosaic
 
     def _load(self, index: int) -> tuple[np.ndarray, dict, int]:
-        """Decoded, long-side-resized image and its target; an undecodable image falls back to the next index."""
+        """Decoded, long-side-resized image and its target; an undecodable image falls back to the next index.
+
+        Conversion decodes every file once, so this only happens to a file changed since, or to a Hub dataset's
+        image; each is logged once per process (not every epoch) and the run goes on.
+        """
         cached = self.cache.get(index) if self.cache is not None else None
         if cached is not None:
             resized, (h0, w0) = cached
@@ -178,15 +187,17 @@ class DetectionDataset(torch.utils.data.Dataset):
                 break
             except ValueError as err:
                 self.decode_failures += 1
-                LOGGER.warning("%s; using sample %d instead (%d decode failures in this worker)",
-                               err, (i + 1) % len(self), self.decode_failures)
+                if i not in self.reported_failures:
+                    self.reported_failures.add(i)
+                    LOGGER.warning("%s (image_id %d): replaced by the next decodable sample whenever it is drawn",
+                                   err, self.image_ids[i])
         else:
             raise RuntimeError(f"{MAX_DECODE_FALLBACKS} consecutive images from index {index} failed to decode")
         resized = resize_long_side(image, self.imgsz)
         return resized, self._target(i, resized.shape[:2], image.shape[:2]), i
 
     def _target(self, index: int, resized_hw: tuple[int, int], decoded_hw: tuple[int, int]) -> dict:
-        # the schema's width/height may disagree with the file (EXIF rotation); scale from the decoded size
+        # a Hub dataset's own width/height may disagree with the decoded image: scale from the decoded size
         sl = slice(self.offsets[index], self.offsets[index + 1])
         gains = np.array([resized_hw[1] / decoded_hw[1], resized_hw[0] / decoded_hw[0]] * 2, np.float32)
         return {"boxes": self.boxes[sl] * gains, "labels": self.labels[sl]}

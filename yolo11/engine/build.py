@@ -130,7 +130,9 @@ def build_trackers(accelerator: Accelerator, config: TrainConfig, run_dir: Path,
     run id to store in the training state."""
     if not report_to:
         return previous_run_id
-    init_kwargs = tracking.tracker_init_kwargs(report_to, run_dir, config.run.name, previous_run_id)
+    # only the main process starts trackers: the other ranks need not probe the W&B server
+    init_kwargs = tracking.tracker_init_kwargs(report_to, run_dir, config.run.name, previous_run_id) \
+        if accelerator.is_main_process else {}
     flat = {f"{section}.{key}": value for section, values in config.to_dict().items() for key, value in values.items()}
     accelerator.init_trackers(config.run.tracker_project, config=flat, init_kwargs=init_kwargs)
     return tracking.current_run_id(accelerator) or previous_run_id

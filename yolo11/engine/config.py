@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import types
 import typing
 from dataclasses import dataclass, field
@@ -31,20 +32,72 @@ def _opt(default: Any, help: str, choices: tuple | None = None) -> Any:  # noqa:
     return field(default=default, metadata={"help": help, "choices": choices})
 
 
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def _require(config: Any, name: str, low: float | None = None, high: float | None = None,
+             low_open: bool = False, high_open: bool = False) -> None:
+    """Raise ``ValueError`` naming the flag unless ``config.name`` lies in the range (``None`` = unset, passes).
+
+    A float must also be finite (``nan`` fails every comparison, ``inf`` would pass a one-sided bound).
+    """
+    value = getattr(config, name)
+    if value is None:
+        return
+    is_float = isinstance(value, float)
+    ok = (not is_float or math.isfinite(value)) and (low is None or (value > low if low_open else value >= low)) \
+        and (high is None or (value < high if high_open else value <= high))
+    if ok:
+        return
+    annotation = {f.name: f.type for f in dataclasses.fields(config)}[name]
+    kind = "a finite number" if _field_type(annotation)[0] is float else "an integer"
+    if low is not None and high is not None:
+        bounds = f"in {'(' if low_open else '['}{low}, {high}{')' if high_open else ']'}"
+    else:
+        bounds = f"{'>' if low_open else '>='} {low}" if low is not None else f"{'<' if high_open else '<='} {high}"
+    raise ValueError(f"{_flag(name)} must be {kind} {bounds}, got {value}")
+
+
+class _SelfValidating:
+    """``__post_init__`` of the sections: field types, then the section's ``_check`` (ranges), then finiteness.
+
+    Types come first because a YAML default can be anything (a string compared with a number raises TypeError);
+    the ranges come before the generic finite check so that ``nan`` is reported with the flag's range.
+    """
+
+    def __post_init__(self) -> None:
+        fields = [(f.name, *_field_type(f.type)) for f in dataclasses.fields(self)]
+        for name, scalar, optional in fields:
+            value = getattr(self, name)
+            accepted = (int, float) if scalar is float else scalar
+            if not (value is None and optional) and (not isinstance(value, accepted) or
+                                                     (scalar is not bool and isinstance(value, bool))):
+                raise ValueError(f"{_flag(name)} expects {scalar.__name__}, got {value!r}")
+        self._check()
+        for name, scalar, _ in fields:
+            value = getattr(self, name)
+            if scalar is float and value is not None and not math.isfinite(value):
+                raise ValueError(f"{_flag(name)} must be a finite number, got {value}")
+
+    def _check(self) -> None:
+        """Ranges and combinations of this section's values; raise ``ValueError`` naming the flag."""
+
+
 @dataclass(frozen=True)
-class ModelConfig:
+class ModelConfig(_SelfValidating):
     model: str = _opt("yolo11n", "YOLO11 scale", ("yolo11n", "yolo11s", "yolo11m", "yolo11l", "yolo11x"))
     backbone: str | None = _opt(None, "a timm model name to use in place of the native YOLO11 backbone")
     pretrained: bool = _opt(False, "load ImageNet weights for a timm backbone (needs the internet)")
     weights: str | None = _opt(None, "initial weights: our .safetensors / folder, or an Ultralytics .pt")
 
-    def __post_init__(self) -> None:
+    def _check(self) -> None:
         if self.pretrained and self.backbone is None:
             raise ValueError("--pretrained applies to a timm --backbone; use --weights for YOLO11 weights")
 
 
 @dataclass(frozen=True)
-class DataConfig:
+class DataConfig(_SelfValidating):
     data: str = _opt("synthetic", "dataset: synthetic[:k=v,...], a Hub id, a save_to_disk folder, a COCO json "
                                   "or an Ultralytics data YAML")
     train_split: str = _opt("train", "split used for training")
@@ -72,20 +125,24 @@ class DataConfig:
     hsv_v: float = _opt(_AUGMENT.hsv_v, "HSV value gain (fraction)")
     close_mosaic: int = _opt(10, "train the last N epochs without mosaic and mixup")
 
-    def __post_init__(self) -> None:
-        if self.imgsz % MAX_STRIDE:
-            raise ValueError(f"--imgsz must be a multiple of {MAX_STRIDE} (the largest stride), got {self.imgsz}")
-        if self.workers < 0:
-            raise ValueError(f"--workers must be >= 0, got {self.workers}")
-        if self.max_boxes is not None and self.max_boxes < 1:
-            raise ValueError(f"--max-boxes must be >= 1, got {self.max_boxes}")
+    def _check(self) -> None:
+        if self.imgsz < MAX_STRIDE or self.imgsz % MAX_STRIDE:
+            raise ValueError(f"--imgsz must be a positive multiple of {MAX_STRIDE} (the largest stride), "
+                             f"got {self.imgsz}")
+        _require(self, "workers", 0)
+        _require(self, "max_boxes", 1)
+        _require(self, "close_mosaic", 0)
         for name in ("mosaic", "mixup", "flipud", "fliplr"):
-            if not 0.0 <= getattr(self, name) <= 1.0:
-                raise ValueError(f"--{name} is a probability in [0, 1], got {getattr(self, name)}")
+            if not 0.0 <= getattr(self, name) <= 1.0:  # also false for nan
+                raise ValueError(f"{_flag(name)} is a probability in [0, 1], got {getattr(self, name)}")
+        for name in ("translate", "scale", "perspective", "hsv_h", "hsv_s", "hsv_v"):  # Ultralytics' fraction keys
+            _require(self, name, 0, 1)
+        _require(self, "degrees", 0, 180)
+        _require(self, "shear", 0, 90, high_open=True)
 
 
 @dataclass(frozen=True)
-class OptimConfig:
+class OptimConfig(_SelfValidating):
     optimizer: str = _opt("auto", "auto (Ultralytics' rule: MuSGD above 10k iterations, else AdamW), SGD, AdamW "
                                   "or MuSGD", ("auto", "SGD", "AdamW", "MuSGD"))
     lr0: float = _opt(0.01, "initial learning rate (ignored by --optimizer auto, which picks its own)")
@@ -106,19 +163,23 @@ class OptimConfig:
     ema_decay: float = _opt(0.9999, "EMA decay")
     ema_tau: float = _opt(2000.0, "EMA warmup (optimizer steps)")
 
-    def __post_init__(self) -> None:
-        if self.lr0 <= 0 or not 0 < self.lrf <= 1:
-            raise ValueError(f"need lr0 > 0 and 0 < lrf <= 1, got lr0={self.lr0} lrf={self.lrf}")
-        if self.nominal_batch < 1 or (self.grad_accum is not None and self.grad_accum < 1):
-            raise ValueError("--nominal-batch and --grad-accum must be >= 1")
-        if not 0 < self.momentum < 1:
-            raise ValueError(f"--momentum must be in (0, 1) (SGD uses Nesterov momentum), got {self.momentum}")
-        if self.clip_grad < 0:
-            raise ValueError(f"--clip-grad must be >= 0, got {self.clip_grad}")
+    def _check(self) -> None:
+        _require(self, "lr0", 0, low_open=True)
+        _require(self, "lrf", 0, 1, low_open=True)
+        _require(self, "momentum", 0, 1, low_open=True, high_open=True)  # SGD uses Nesterov momentum: > 0
+        _require(self, "weight_decay", 0)
+        _require(self, "warmup_epochs", 0)
+        _require(self, "warmup_momentum", 0, 1, high_open=True)
+        _require(self, "warmup_bias_lr", 0)
+        _require(self, "nominal_batch", 1)
+        _require(self, "grad_accum", 1)
+        _require(self, "clip_grad", 0)
+        _require(self, "ema_decay", 0, 1, high_open=True)
+        _require(self, "ema_tau", 0, low_open=True)
 
 
 @dataclass(frozen=True)
-class RunConfig:
+class RunConfig(_SelfValidating):
     epochs: int = _opt(100, "number of epochs")
     batch_size: int = _opt(16, "GLOBAL batch size per step, split evenly over all processes")
     seed: int = _opt(0, "random seed (data order and augmentation are a function of seed, epoch and index)")
@@ -152,13 +213,14 @@ class RunConfig:
     val_images: int = _opt(16, "validation images drawn (and sent to trackers) each validation")
     plots: bool = _opt(True, "write plots (results.png, PR curve, confusion matrix, batch previews)")
 
-    def __post_init__(self) -> None:
-        if self.epochs < 1 or self.batch_size < 1:
-            raise ValueError("--epochs and --batch-size must be >= 1")
-        if self.max_steps is not None and self.max_steps < 1:
-            raise ValueError(f"--max-steps must be >= 1, got {self.max_steps}")
-        if self.save_period < 1 or self.val_interval < 0 or self.keep_checkpoints < 1:
-            raise ValueError("--save-period and --keep-checkpoints must be >= 1, --val-interval >= 0")
+    def _check(self) -> None:
+        for name in ("epochs", "batch_size", "max_steps", "save_period", "keep_checkpoints", "log_interval",
+                     "max_det", "val_batch_size"):
+            _require(self, name, 1)
+        for name in ("seed", "val_interval", "patience", "val_images"):  # numpy seeds must be >= 0
+            _require(self, name, 0)
+        _require(self, "val_conf", 0, 1)
+        _require(self, "val_iou", 0, 1)
 
 
 @dataclass(frozen=True)
@@ -214,7 +276,9 @@ def _converter(annotation: Any):
 
 
 def build_parser(description: str | None = None) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    # allow_abbrev=False: a typo such as --epoch must not silently set --epochs
+    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+                                     allow_abbrev=False)
     parser.add_argument("--config", type=Path, default=None, help="YAML file of defaults (flat keys = flag names)")
     for section_name, section in _SECTIONS.items():
         group = parser.add_argument_group(section_name)

@@ -9,6 +9,9 @@ from __future__ import annotations
 import importlib.util
 import netrc
 import os
+import threading
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +20,7 @@ from accelerate import Accelerator
 from yolo11.evaluation.plots import DRAW_CONF, draw_sample
 
 KNOWN_TRACKERS = ("wandb", "tensorboard")
+WANDB_PROBE_TIMEOUT_S = 5.0  # wandb itself retries an unreachable server for ~90 s, then aborts the run
 _MODULES = {"wandb": ("wandb",), "tensorboard": ("tensorboard", "tensorboardX")}
 
 
@@ -44,15 +48,42 @@ def resolve_report_to(value: str | None) -> list[str]:
     return list(dict.fromkeys(names))
 
 
+def wandb_base_url() -> str:
+    return os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai")
+
+
 def wandb_logged_in() -> bool:
     """True when W&B has credentials: ``WANDB_API_KEY`` or a ``wandb login`` entry in ~/.netrc."""
     if os.environ.get("WANDB_API_KEY"):
         return True
-    host = os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai").split("://")[-1].split("/")[0]
+    host = wandb_base_url().split("://")[-1].split("/")[0]
     try:
         return netrc.netrc(os.environ.get("NETRC")).authenticators(host) is not None
     except (FileNotFoundError, netrc.NetrcParseError):
         return False
+
+
+def wandb_server_reachable(timeout: float = WANDB_PROBE_TIMEOUT_S) -> bool:
+    """Whether the W&B server (``WANDB_BASE_URL``) answers an HTTP request within ``timeout`` seconds.
+
+    Any HTTP status counts as an answer; an open TCP port alone does not (a proxy may accept every connection).
+    The name lookup has no timeout of its own, so the request runs in a daemon thread left behind after ``timeout``.
+    """
+    answered: list[bool] = []
+
+    def probe() -> None:
+        try:
+            urllib.request.urlopen(urllib.request.Request(wandb_base_url(), method="HEAD"), timeout=timeout).close()
+            answered.append(True)
+        except urllib.error.HTTPError:
+            answered.append(True)
+        except Exception:  # refused, timed out, no such host, malformed URL, not HTTP...
+            answered.append(False)
+
+    thread = threading.Thread(target=probe, daemon=True)
+    thread.start()
+    thread.join(timeout)
+    return bool(answered) and answered[0]
 
 
 def tracker_init_kwargs(report_to: list[str], run_dir: Path, run_name: str,
@@ -60,14 +91,22 @@ def tracker_init_kwargs(report_to: list[str], run_dir: Path, run_name: str,
     """``init_kwargs`` for ``Accelerator.init_trackers``.
 
     W&B: ``dir`` = the run folder (Accelerate does not pass its project dir to wandb), ``name``, offline mode when
-    there are no credentials and ``WANDB_MODE`` is not set, and ``id`` + ``resume="allow"`` to continue the run
-    recorded in a checkpoint. TensorBoard writes under Accelerate's ``logging_dir``: nothing to add.
+    ``WANDB_MODE`` is not set and there are no credentials or the server does not answer within
+    ``WANDB_PROBE_TIMEOUT_S`` (said on stdout), and ``id`` + ``resume="allow"`` to continue the run recorded in a
+    checkpoint. TensorBoard writes under Accelerate's ``logging_dir``: nothing to add. Call it on the main process
+    only (the one that starts the trackers).
     """
     kwargs: dict = {}
     if "wandb" in report_to:
         wandb_kwargs: dict = {"dir": str(run_dir), "name": run_name}
-        if not os.environ.get("WANDB_MODE") and not wandb_logged_in():
-            wandb_kwargs["mode"] = "offline"
+        if not os.environ.get("WANDB_MODE"):
+            if not wandb_logged_in():
+                wandb_kwargs["mode"] = "offline"
+            elif not wandb_server_reachable():
+                wandb_kwargs["mode"] = "offline"
+                print(f"W&B: the server {wandb_base_url()} did not answer within {WANDB_PROBE_TIMEOUT_S:g} s, "
+                      f"logging offline instead; upload the run later with: wandb sync "
+                      f"{Path(run_dir) / 'wandb' / 'offline-run-*'}", flush=True)
         if resume_run_id:
             wandb_kwargs.update(id=resume_run_id, resume="allow")
         Path(run_dir).mkdir(parents=True, exist_ok=True)

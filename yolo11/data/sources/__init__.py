@@ -26,7 +26,7 @@ from yolo11.data.sources.yolo import yolo_fingerprint_files, yolo_rows
 
 __all__ = ["CONVERSIONS", "default_cache_dir", "load_source"]
 
-CACHE_VERSION = 1  # bump when the conversion output changes, so old caches are not reused
+CACHE_VERSION = 2  # bump when the conversion output changes, so old caches are not reused
 CONVERSIONS: Counter = Counter()  # conversions done by this process, by source kind (tests check cache reuse)
 
 

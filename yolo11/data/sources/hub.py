@@ -11,6 +11,7 @@ from huggingface_hub import constants as hub_constants
 from PIL import Image
 
 from yolo11.data.schema import DataSourceError, detection_features
+from yolo11.data.sources.checks import oriented_size
 
 BBOX_NAMES = ("bbox", "bboxes", "boxes")
 CATEGORY_NAMES = ("category", "categories", "label", "labels", "class", "classes")
@@ -81,7 +82,7 @@ def normalise(dataset: datasets.Dataset, where: str) -> tuple[datasets.Dataset, 
             image = row["image"]
             source = io.BytesIO(image["bytes"]) if image.get("bytes") else image["path"]
             with Image.open(source) as im:
-                width, height = im.size
+                width, height = oriented_size(im)
         return {"image_id": int(row["image_id"]) if row.get("image_id") is not None else index,
                 "image": row["image"], "width": width, "height": height,
                 "objects": {"id": list(objs.get("id", range(len(boxes)))), "area": [w * h for _, _, w, h in boxes],

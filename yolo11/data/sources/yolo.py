@@ -27,6 +27,8 @@ def read_data_yaml(path: Path) -> dict:
         if sorted(names) != list(range(len(names))):
             raise DataSourceError(f"{path}: 'names' keys must be the class ids 0..{len(names) - 1}")
         names = [names[i] for i in range(len(names))]
+    if "nc" in data and data["nc"] != len(names):  # Ultralytics rejects this too: which one is wrong is unknown
+        raise DataSourceError(f"{path}: 'nc' is {data['nc']} but 'names' lists {len(names)} classes")
     data["names"] = [str(n) for n in names]
     return data
 
@@ -126,17 +128,21 @@ def yolo_rows(yaml_path: Path, split: str) -> tuple[list[dict], list[str], BadSa
     data = read_data_yaml(yaml_path)
     names = data["names"]
     images = list_split_images(yaml_path, data, split)
+    labels = [label_path(image) for image in images]
+    if not any(p.is_file() for p in labels):  # a few missing files are backgrounds; all missing is a wrong layout
+        folders = sorted({os.fspath(p.parent) for p in labels})
+        raise DataSourceError(f"{yaml_path}: no label file for any of the {len(images)} '{split}' images; expected "
+                              f"YOLO txt labels in {', '.join(folders[:3])}{' ...' if len(folders) > 3 else ''}")
     use_stems = all(p.stem.isdigit() for p in images) and len({int(p.stem) for p in images}) == len(images)
     summary, rows, next_object_id = BadSampleSummary(), [], 1
-    for index, image in enumerate(images):
+    for index, (image, label) in enumerate(zip(images, labels, strict=True)):
         try:
             width, height = image_size(image)
         except (ValueError, OSError) as err:
             summary.skipped_images.append(f"{image}: {err}, image skipped")
             continue
-        labels = label_path(image)
-        boxes, classes = (parse_label_file(labels, width, height, len(names), summary)
-                          if labels.is_file() else ([], []))
+        boxes, classes = (parse_label_file(label, width, height, len(names), summary)
+                          if label.is_file() else ([], []))
         summary.backgrounds += not boxes
         rows.append({"image_id": int(image.stem) if use_stems else index,
                      "image": {"bytes": None, "path": os.fspath(image)}, "width": width, "height": height,
