@@ -243,10 +243,15 @@ class FastCocoEval:
         for m, max_det in enumerate(MAX_DETS):
             index = order[rank[order] < max_det]
             cat = category[index]
-            starts = torch.cumsum(torch.bincount(cat, minlength=num_k), 0) - torch.bincount(cat, minlength=num_k)
+            counts = torch.bincount(cat, minlength=num_k)
+            segment_end = torch.cumsum(counts, 0)
+            segment_start = (segment_end - counts)[cat]
+            has_dets = counts > 0
+            # one gather and cumsum for all areas and thresholds: (n, A, T) counts within each category
+            tp_all = _segment_cumsum(true_pos[index].flatten(1), segment_start).view(-1, num_a, num_t)
+            fp_all = _segment_cumsum(false_pos[index].flatten(1), segment_start).view(-1, num_a, num_t)
             for a in range(num_a):
-                tp = _segment_cumsum(true_pos[index, a], starts[cat])
-                fp = _segment_cumsum(false_pos[index, a], starts[cat])
+                tp, fp = tp_all[:, a], fp_all[:, a]
                 positives = self.num_positive[:, a]
                 rc = tp / positives[cat, None]
                 pr = tp / (fp + tp + np.spacing(1))
@@ -258,7 +263,7 @@ class FastCocoEval:
                 q.scatter_reduce_(0, flat.reshape(-1), pr.reshape(-1), reduce="amax")
                 q = q.view(num_k, num_t, num_r).flip(-1).cummax(-1).values.flip(-1)
                 total = torch.zeros(num_k, num_t, dtype=torch.float64, device=self.device)
-                total.index_add_(0, cat, true_pos[index, a].double())
+                total[has_dets] = tp[segment_end[has_dets] - 1]
                 present = positives > 0
                 precision[:, :, present, a, m] = q[present].permute(1, 2, 0)
                 recall[:, present, a, m] = (total[present] / positives[present, None]).T
@@ -267,7 +272,7 @@ class FastCocoEval:
 
 def _segment_cumsum(flags: torch.Tensor, segment_start: torch.Tensor) -> torch.Tensor:
     """Cumulative count (N, T) of ``flags`` within contiguous segments; ``segment_start`` (N,) is each row's."""
-    total = torch.cumsum(flags.long(), 0)
+    total = torch.cumsum(flags.int(), 0)
     before = torch.cat((torch.zeros_like(total[:1]), total))[segment_start]
     return (total - before).double()
 
