@@ -64,7 +64,7 @@ def test_ground_truth_ids_from_one_and_category_is_class_plus_one():
     assert {i["id"] for i in gt["images"]} == {7, 3, 11, 4}
 
 
-@pytest.mark.parametrize("backend", ["pycocotools", "faster_coco_eval"])
+@pytest.mark.parametrize("backend", ["fast", "pycocotools", "faster_coco_eval"])
 def test_perfect_predictions_score_one(backend):
     evaluator = CocoEvaluator(hub_dataset(IMAGES), CLASS_NAMES, backend=backend)
     metrics = evaluator.compute(perfect_predictions(IMAGES))
@@ -146,7 +146,7 @@ def _reference_dataset() -> tuple[datasets.Dataset, list[str]]:
 
 
 @pytest.mark.skipif(not (REFERENCE / "coco128_instances.json").is_file(), reason="shared/data/reference absent")
-@pytest.mark.parametrize("backend", ["pycocotools", "faster_coco_eval"])
+@pytest.mark.parametrize("backend", ["fast", "pycocotools", "faster_coco_eval"])
 def test_reproduces_pycocotools_on_ultralytics_predictions(backend):
     expected = json.loads((REFERENCE / "yolo11n_coco128_meta.json").read_text())[
         "pycocotools_on_ultralytics_predictions"]

@@ -38,7 +38,7 @@ class Validator:
         loader = build_dataloader(source, "val", loader_config)
         postprocessor = Postprocessor(conf=run.val_conf, iou=run.val_iou, max_det=run.max_det,
                                       strides=model.strides, reg_max=model.reg_max)
-        evaluator = CocoEvaluator(source.dataset, source.class_names)
+        evaluator = CocoEvaluator(source.dataset, source.class_names, backend="fast", device=accelerator.device)
         return cls(accelerator, accelerator.prepare(loader), postprocessor, evaluator, plan.channels_last,
                    run.val_images)
 

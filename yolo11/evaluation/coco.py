@@ -1,4 +1,5 @@
-"""COCO metrics with pycocotools (or faster-coco-eval) from a dataset in the Hub detection schema.
+"""COCO metrics from a dataset in the Hub detection schema: our vectorised torch evaluator (``fast``, the same
+numbers as pycocotools, see ``yolo11.evaluation.fast_coco``), pycocotools itself or faster-coco-eval.
 
 Ground truth conventions (they matter to pycocotools):
 
@@ -24,10 +25,13 @@ from accelerate.utils import broadcast_object_list
 from torchvision.ops import box_iou
 
 from yolo11.evaluation import matching
+from yolo11.evaluation.fast_coco import FastCocoEval
 
 STAT_NAMES = ("map50_95", "map50", "map75", "map_small", "map_medium", "map_large",
               "ar1", "ar10", "ar100", "ar_small", "ar_medium", "ar_large")
-Backend = Literal["pycocotools", "faster_coco_eval"]
+Library = Literal["pycocotools", "faster_coco_eval"]
+Backend = Literal["fast", "pycocotools", "faster_coco_eval"]
+BACKENDS = ("fast", "pycocotools", "faster_coco_eval")
 
 
 def coco_ground_truth(dataset, class_names: list[str]) -> dict:
@@ -45,7 +49,7 @@ def coco_ground_truth(dataset, class_names: list[str]) -> dict:
     return {"images": images, "annotations": annotations, "categories": categories}
 
 
-def _coco_api(backend: Backend):
+def _coco_api(backend: Library):
     if backend == "pycocotools":
         from pycocotools.coco import COCO
         from pycocotools.cocoeval import COCOeval
@@ -53,7 +57,7 @@ def _coco_api(backend: Backend):
     if backend == "faster_coco_eval":
         from faster_coco_eval import COCO, COCOeval_faster
         return COCO, COCOeval_faster
-    raise ValueError(f"unknown COCO backend {backend!r}: expected 'pycocotools' or 'faster_coco_eval'")
+    raise ValueError(f"unknown COCO library {backend!r}: expected 'pycocotools' or 'faster_coco_eval'")
 
 
 def coco_results(predictions: dict[int, torch.Tensor]) -> list[dict]:
@@ -67,7 +71,7 @@ def coco_results(predictions: dict[int, torch.Tensor]) -> list[dict]:
     return results
 
 
-def run_cocoeval(ground_truth: dict, results: list[dict], backend: Backend = "pycocotools") -> tuple[np.ndarray,
+def run_cocoeval(ground_truth: dict, results: list[dict], backend: Library = "pycocotools") -> tuple[np.ndarray,
                                                                                                       np.ndarray]:
     """COCOeval on bbox: the 12 ``stats`` and the ``precision`` array (T=10 IoUs, R=101 recalls, K, A=4, M=3).
 
@@ -101,7 +105,7 @@ def _per_class_ap(precision: np.ndarray) -> tuple[list[float | None], list[float
 
 class CocoEvaluator:
     """Accumulates predictions per image and computes COCO metrics plus Ultralytics' P/R, PR curve and confusion
-    matrix.
+    matrix. ``backend``: ``fast`` (``FastCocoEval``, pycocotools' numbers), ``pycocotools`` or ``faster_coco_eval``.
 
     ``compute`` returns (JSON-serialisable):
       - the 12 COCO stats under ``STAT_NAMES`` (``map50_95``, ``map50``, ...);
@@ -112,11 +116,17 @@ class CocoEvaluator:
         present; ``confusion_matrix``: ``(nc + 1, nc + 1)`` counts, rows predicted, columns true, last = background.
     """
 
-    def __init__(self, dataset, class_names: list[str], backend: Backend = "pycocotools"):
-        _coco_api(backend)  # fail now on an unknown backend
+    def __init__(self, dataset, class_names: list[str], backend: Backend = "fast",
+                 device: str | torch.device = "cpu"):
+        """``device`` is where the ``fast`` backend computes (a CUDA device takes seconds off each epoch)."""
+        if backend not in BACKENDS:
+            raise ValueError(f"unknown COCO backend {backend!r}: expected one of {BACKENDS}")
+        if backend != "fast":
+            _coco_api(backend)  # fail now when the library is not installed
         self.class_names = list(class_names)
         self.backend = backend
         self.ground_truth = coco_ground_truth(dataset, self.class_names)
+        self._fast = FastCocoEval(self.ground_truth, device) if backend == "fast" else None
         self._gt_by_image = _ground_truth_arrays(self.ground_truth)
         self._predictions: dict[int, torch.Tensor] = {}
 
@@ -150,7 +160,12 @@ class CocoEvaluator:
         unknown = set(self._predictions) - known
         if unknown:  # pycocotools asserts on these; say which
             raise ValueError(f"predictions for image ids not in the ground truth: {sorted(unknown)[:10]}")
-        stats, precision = run_cocoeval(self.ground_truth, coco_results(self._predictions), self.backend)
+        if not any(len(det) for det in self._predictions.values()):  # run_cocoeval's convention, for every backend
+            stats, precision = np.zeros(12), -np.ones((10, 101, len(self.class_names), 4, 3))
+        elif self._fast is not None:
+            stats, precision = self._fast.evaluate(self._predictions)
+        else:
+            stats, precision = run_cocoeval(self.ground_truth, coco_results(self._predictions), self.backend)
         metrics: dict = {name: float(v) for name, v in zip(STAT_NAMES, stats, strict=True)}
         metrics["per_class_ap50_95"], metrics["per_class_ap50"] = _per_class_ap(precision)
         metrics.update(self._matching_metrics())

@@ -1,4 +1,4 @@
-"""Evaluate YOLO11 weights on a dataset: COCO metrics (pycocotools) printed and written as JSON.
+"""Evaluate YOLO11 weights on a dataset: COCO metrics (pycocotools' numbers) printed and written as JSON.
 
     yolo11-val weights/best.safetensors --data ../shared/data/coco128.yaml
     yolo11-val yolo11n.pt --data detection-datasets/coco --split val --batch 32 --json metrics.json
@@ -23,7 +23,7 @@ from torch import nn
 
 from yolo11.data import DetectionSource, LoaderConfig, build_dataloader, load_source
 from yolo11.evaluation import CocoEvaluator, plots, predict_and_score
-from yolo11.evaluation.coco import coco_results
+from yolo11.evaluation.coco import BACKENDS, coco_results
 from yolo11.postprocess import Postprocessor
 from yolo11.tools import cli
 from yolo11.weights import load_weights
@@ -44,7 +44,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--conf", type=float, default=0.001, help="score threshold before NMS")
     parser.add_argument("--iou", type=float, default=0.7, help="NMS IoU threshold")
     parser.add_argument("--max-det", type=int, default=300, help="detections kept per image")
-    parser.add_argument("--backend", default="pycocotools", choices=("pycocotools", "faster_coco_eval"))
+    parser.add_argument("--backend", default="fast", choices=BACKENDS,
+                        help="fast: our torch evaluator, pycocotools' numbers; or the library itself")
     parser.add_argument("--json", type=Path, default=None, help="write the metrics here (default: none)")
     parser.add_argument("--predictions-json", type=Path, default=None,
                         help="also write the predictions as COCO results (category = class + 1)")
@@ -55,7 +56,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def evaluate_weights(accelerator: Accelerator, model: nn.Module, source: DetectionSource, *, imgsz: int,
                      batch: int, workers: int, conf: float, iou: float, max_det: int, rect: bool = True,
-                     backend: str = "pycocotools") -> tuple[dict, list[tuple[int, torch.Tensor]], dict]:
+                     backend: str = "fast") -> tuple[dict, list[tuple[int, torch.Tensor]], dict]:
     """Metrics (same dict on every process), all gathered predictions of ``model`` on ``source`` and the COCO
     ground truth they were scored against.
 
@@ -69,7 +70,7 @@ def evaluate_weights(accelerator: Accelerator, model: nn.Module, source: Detecti
                           augment=False, shuffle=False, rect=rect)
     loader = build_dataloader(source, "val", config)
     postprocessor = Postprocessor(conf=conf, iou=iou, max_det=max_det, strides=model.strides, reg_max=model.reg_max)
-    evaluator = CocoEvaluator(source.dataset, source.class_names, backend=backend)
+    evaluator = CocoEvaluator(source.dataset, source.class_names, backend=backend, device=accelerator.device)
     model = model.to(accelerator.device).eval()
     result = predict_and_score(accelerator, model, accelerator.prepare(loader), postprocessor, evaluator,
                                channels_last=accelerator.device.type == "cuda")
