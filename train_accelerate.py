@@ -21,6 +21,7 @@ from accelerate import PartialState
 from accelerate.utils import DistributedType, parse_flag_from_env, set_seed
 
 from yolo11.data import BatchHSV, DataSourceError, DetectionSource, build_dataloader, load_source, save_batch_preview
+from yolo11.data.dataset import available_memory, cache_bytes
 from yolo11.engine import tracking
 from yolo11.engine.build import (
     build_accelerator,
@@ -84,8 +85,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         check_launch(launch)
         run_dir, train_source, val_source = locate_inputs(config, launch)
+        needed = cache_bytes(train_source.dataset, config.data.imgsz) + cache_bytes(val_source.dataset,
+                                                                                      config.data.imgsz)
         plan = plan_run(config, launch.num_processes, len(train_source.dataset), len(train_source.class_names),
-                        launch.device.type)
+                        launch.device.type, cache_bytes=needed, available_ram=available_memory())
         run = build_run(config, plan, run_dir, train_source, val_source)
         start_run(run, val_source)
     except USER_ERRORS as err:
@@ -185,6 +188,7 @@ def start_run(run: Run, val_source: DetectionSource) -> None:
                       f"{plan.accumulation_steps} | {plan.optimizer.name} lr {plan.optimizer.lr:g} | "
                       f"{len(run.train_source.dataset)} train / {len(val_source.dataset)} val images | "
                       f"{run.run_dir}")
+    accelerator.print(plan.cache_reason)
     if accelerator.device.type == "cuda" and not config.run.compile:
         accelerator.print("note: the eager step is bound by Python launching its kernels; --compile true "
                           "--compile-loss true --compile-mode reduce-overhead trains about 2x faster after a few "

@@ -189,3 +189,22 @@ def test_musgd_groups_follow_ultralytics():
     conv_weights = [p for n, p in model.named_parameters() if p.requires_grad and p.ndim == 4]
     assert len(groups[6]["params"]) + len(groups[7]["params"]) == len(conv_weights)
     assert all(g["initial_lr"] == g["lr"] for g in groups)
+
+
+def test_cache_images_auto_caches_when_the_images_fit_in_half_the_ram(monkeypatch):
+    from yolo11.engine.plan import decide_cache
+
+    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+    gib = 2**30
+    assert decide_cache(None, 4 * gib, 10 * gib)[0]
+    cached, reason = decide_cache(None, 6 * gib, 10 * gib)
+    assert not cached and "do not fit" in reason and "6.00 GiB" in reason
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")  # every process of the machine holds its own copy
+    assert not decide_cache(None, 2 * gib, 10 * gib)[0]
+    assert decide_cache(True, 6 * gib, 10 * gib) == (True, "images cached in RAM: yes (--cache-images True)")
+    assert not decide_cache(None, 1, None)[0]  # RAM unknown: not without asking
+    config = parse_config(["--cache-images", "auto"])
+    assert config.data.cache_images is None
+    assert plan_run(config, 1, 100, 80, cache_bytes=gib, available_ram=100 * gib).cache_images
+    assert not plan_run(parse_config(["--cache-images", "false"]), 1, 100, 80, cache_bytes=1,
+                        available_ram=100 * gib).cache_images

@@ -245,6 +245,17 @@ class DetectionDataset(torch.utils.data.Dataset):
         return sample
 
 
+def cache_bytes(dataset: datasets.Dataset, imgsz: int) -> int:
+    """Bytes that ``--cache-images`` holds for ``dataset`` at ``imgsz`` (one process's copy)."""
+    sizes = np.stack([dataset["height"], dataset["width"]], 1) if len(dataset) else np.zeros((0, 2), np.int64)
+    return int(ImageCache.resized_bytes(sizes, imgsz).sum())
+
+
+def available_memory() -> int | None:
+    """Bytes of RAM available now (Linux's MemAvailable), or ``None`` where it cannot be read."""
+    return _available_memory()
+
+
 def _available_memory() -> int | None:
     """Bytes of RAM available now (Linux's MemAvailable), or ``None`` where it cannot be read."""
     try:

@@ -105,8 +105,9 @@ class DataConfig(_SelfValidating):
     imgsz: int = _opt(640, "training and validation image size in pixels (multiple of 32)")
     workers: int = _opt(8, "data-loader worker processes per training process (at most the CPU cores per process)")
     cache_dir: str | None = _opt(None, "where converted Arrow datasets are cached (default ~/.cache/yolo11)")
-    cache_images: bool = _opt(False, "decode and resize every image once into RAM shared by the loader workers "
-                                     "(Ultralytics' cache=ram); the main process needs the RAM for it")
+    cache_images: bool | None = _opt(None, "decode and resize every image once into RAM shared by the loader "
+                                           "workers (Ultralytics' cache=ram); default auto: when the train and val "
+                                           "images of every process of the machine fit in half the available RAM")
     hsv_on_device: bool | None = _opt(None, "apply the HSV augmentation to whole batches on the training device "
                                             "instead of in the loader workers (default: on CUDA, where the "
                                             "workers are the limit of a compiled step)")
@@ -267,7 +268,7 @@ def _converter(annotation: Any):
     base = _parse_bool if scalar is bool else scalar
 
     def convert(text: str):
-        if optional and text.lower() in ("none", "null", ""):
+        if optional and text.lower() in ("none", "null", "", "auto"):
             return None
         return base(text)
 

@@ -34,7 +34,7 @@ class Validator:
         run, data = config.run, config.data
         loader_config = LoaderConfig(imgsz=data.imgsz, batch_size=plan.val_batch_size, workers=data.workers,
                                      augment=False, shuffle=False, seed=run.seed, max_boxes=data.max_boxes,
-                                     rect=run.val_rect, cache_images=data.cache_images and run.val_interval > 0)
+                                     rect=run.val_rect, cache_images=plan.cache_images and run.val_interval > 0)
         loader = build_dataloader(source, "val", loader_config)
         postprocessor = Postprocessor(conf=run.val_conf, iou=run.val_iou, max_det=run.max_det,
                                       strides=model.strides, reg_max=model.reg_max)

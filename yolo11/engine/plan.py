@@ -31,6 +31,8 @@ class RunPlan:
     channels_last: bool  # the model, its inputs and validation run channels_last (CUDA only)
     hsv_on_device: bool  # the loader leaves the HSV pixels to BatchHSV on the device
     val_batch_size: int  # per process
+    cache_images: bool  # decoded images in RAM for the train and val loaders
+    cache_reason: str  # why, for the run's first lines
 
     @property
     def effective_batch(self) -> int:
@@ -49,8 +51,9 @@ def check_launch(state: PartialState) -> None:
 
 
 def plan_run(config: TrainConfig, num_processes: int, num_train_images: int, num_classes: int,
-             device_type: str = "cpu") -> RunPlan:
-    """Every value derived from the config and the launch, computed once (``device_type``: "cuda", "cpu"...)."""
+             device_type: str = "cpu", cache_bytes: int = 0, available_ram: int | None = None) -> RunPlan:
+    """Every value derived from the config and the launch, computed once (``device_type``: "cuda", "cpu"...;
+    ``cache_bytes``: one process's RAM for ``--cache-images``; ``available_ram``: bytes, None if unknown)."""
     run, optim = config.run, config.optim
     if run.batch_size % num_processes:
         raise ValueError(f"--batch-size {run.batch_size} is the global batch and must be divisible by the "
@@ -71,6 +74,7 @@ def plan_run(config: TrainConfig, num_processes: int, num_train_images: int, num
     warmup_epochs = min(optim.warmup_epochs, max(run.epochs - 1, 0))
     warmup = round(warmup_epochs * batches_per_epoch) if warmup_epochs > 0 else 0
     warmup = warmup or -1
+    cache = decide_cache(config.data.cache_images, cache_bytes, available_ram)
     return RunPlan(
         num_processes=num_processes,
         per_process_batch=per_process,
@@ -83,4 +87,24 @@ def plan_run(config: TrainConfig, num_processes: int, num_train_images: int, num
         channels_last=run.channels_last and device_type == "cuda",
         hsv_on_device=config.data.hsv_on_device if config.data.hsv_on_device is not None else device_type == "cuda",
         val_batch_size=max((run.val_batch_size or 2 * run.batch_size) // num_processes, 1),
+        cache_images=cache[0],
+        cache_reason=cache[1],
     )
+
+
+CACHE_RAM_SHARE = 0.5  # --cache-images auto caches when the images take at most this share of the available RAM
+
+
+def decide_cache(requested: bool | None, needed: int, available: int | None) -> tuple[bool, str]:
+    """``--cache-images`` true/false as asked; auto (None): when every process of this machine's copy fits in
+    ``CACHE_RAM_SHARE`` of the RAM available now. Returns the choice and the reason in words."""
+    processes = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    total = f"{needed * processes / 2**30:.2f} GiB ({processes} process(es))"
+    if requested is not None:
+        return requested, f"images cached in RAM: {'yes' if requested else 'no'} (--cache-images {requested})"
+    if available is None:
+        return False, "images cached in RAM: no (the available RAM is unknown; --cache-images true to force)"
+    fits = needed * processes <= CACHE_RAM_SHARE * available
+    verdict = "fit" if fits else "do not fit"
+    return fits, (f"images cached in RAM: {'yes' if fits else 'no'} ({total} {verdict} in "
+                  f"{CACHE_RAM_SHARE:.0%} of the {available / 2**30:.1f} GiB available; --cache-images to choose)")
