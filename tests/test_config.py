@@ -104,3 +104,9 @@ def test_config_is_frozen():
     config = parse_config([])
     with pytest.raises(AttributeError):
         config.run.epochs = 3
+
+
+def test_auto_means_the_default_choice_for_optional_booleans_only():
+    config = parse_config(["--resume", "auto", "--cache-images", "auto", "--hsv-on-device", "auto"])
+    assert config.run.resume == "auto"  # a string flag keeps its value
+    assert config.data.cache_images is None and config.data.hsv_on_device is None

@@ -268,7 +268,7 @@ def _converter(annotation: Any):
     base = _parse_bool if scalar is bool else scalar
 
     def convert(text: str):
-        if optional and text.lower() in ("none", "null", "", "auto"):
+        if optional and text.lower() in ("none", "null", "") + (("auto",) if scalar is bool else ()):
             return None
         return base(text)
 
