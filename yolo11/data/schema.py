@@ -54,6 +54,13 @@ class BadSampleSummary:
     def to_dict(self) -> dict:
         return asdict(self)
 
+    def merge(self, other: BadSampleSummary) -> None:
+        """Add ``other``'s problems and counts after this one's (per-image summaries, in image order)."""
+        self.skipped_images += other.skipped_images
+        self.skipped_lines += other.skipped_lines
+        self.clipped_boxes += other.clipped_boxes
+        self.backgrounds += other.backgrounds
+
     @classmethod
     def from_dict(cls, data: dict) -> BadSampleSummary:
         return cls(**data)

@@ -11,6 +11,7 @@ import numpy as np
 
 from yolo11.data.schema import BadSampleSummary, DataSourceError
 from yolo11.data.sources.checks import check_box, image_size, objects_row
+from yolo11.data.sources.parallel import ordered_map
 
 
 def read_coco(json_path: Path) -> dict:
@@ -25,8 +26,20 @@ def read_coco(json_path: Path) -> dict:
     return data
 
 
-def coco_rows(json_path: Path, images_dir: Path | None) -> tuple[list[dict], list[str], BadSampleSummary]:
-    """Rows of a COCO file; ``iscrowd`` boxes are skipped (as Ultralytics' converter does), not counted as bad."""
+def checked_size(path: Path) -> tuple[int, int] | str:
+    """``(width, height)`` of one image, or why it is skipped; run in a worker."""
+    try:
+        return image_size(path)
+    except (ValueError, OSError) as err:
+        return f"{path}: {err}, image skipped"
+
+
+def coco_rows(json_path: Path, images_dir: Path | None,
+              workers: int | None = None) -> tuple[list[dict], list[str], BadSampleSummary]:
+    """Rows of a COCO file; ``iscrowd`` boxes are skipped (as Ultralytics' converter does), not counted as bad.
+
+    The image checks run in ``workers`` processes (all cores when ``None``); the rows do not depend on it.
+    """
     data = read_coco(json_path)
     images_dir = images_dir or json_path.parent
     if not images_dir.is_dir():
@@ -36,14 +49,14 @@ def coco_rows(json_path: Path, images_dir: Path | None) -> tuple[list[dict], lis
     annotations = defaultdict(list)
     for ann in data.get("annotations", []):
         annotations[ann["image_id"]].append(ann)
+    paths = [images_dir / info["file_name"] for info in data["images"]]
+    sizes = ordered_map(checked_size, paths, workers=workers, desc=f"converting {json_path.stem}")
     summary, rows, next_object_id = BadSampleSummary(), [], 1
-    for info in data["images"]:
-        path = images_dir / info["file_name"]
-        try:
-            width, height = image_size(path)
-        except (ValueError, OSError) as err:
-            summary.skipped_images.append(f"{path}: {err}, image skipped")
+    for info, path, size in zip(data["images"], paths, sizes, strict=True):
+        if isinstance(size, str):
+            summary.skipped_images.append(size)
             continue
+        width, height = size
         boxes, classes = [], []
         for ann in annotations[info["id"]]:
             if ann.get("iscrowd", 0):

@@ -10,6 +10,7 @@ import yaml
 
 from yolo11.data.schema import BadSampleSummary, DataSourceError
 from yolo11.data.sources.checks import IMAGE_SUFFIXES, check_box, image_size, objects_row
+from yolo11.data.sources.parallel import ordered_map
 
 
 def read_data_yaml(path: Path) -> dict:
@@ -123,8 +124,26 @@ def parse_label_file(path: Path, width: int, height: int, num_classes: int,
     return boxes, classes
 
 
-def yolo_rows(yaml_path: Path, split: str) -> tuple[list[dict], list[str], BadSampleSummary]:
-    """Rows of one split; bad images are skipped and every problem is recorded in the summary."""
+def check_image_and_labels(task: tuple[Path, Path, int]) -> tuple[tuple[int, int] | None, list, list,
+                                                                    BadSampleSummary]:
+    """One image's work, run in a worker: ``(size or None, boxes, classes, its own problems)``."""
+    image, label, num_classes = task
+    summary = BadSampleSummary()
+    try:
+        width, height = image_size(image)
+    except (ValueError, OSError) as err:
+        summary.skipped_images.append(f"{image}: {err}, image skipped")
+        return None, [], [], summary
+    boxes, classes = (parse_label_file(label, width, height, num_classes, summary) if label.is_file() else ([], []))
+    return (width, height), boxes, classes, summary
+
+
+def yolo_rows(yaml_path: Path, split: str,
+              workers: int | None = None) -> tuple[list[dict], list[str], BadSampleSummary]:
+    """Rows of one split; bad images are skipped and every problem is recorded in the summary.
+
+    The per-image checks run in ``workers`` processes (all cores when ``None``); the rows do not depend on it.
+    """
     data = read_data_yaml(yaml_path)
     names = data["names"]
     images = list_split_images(yaml_path, data, split)
@@ -134,18 +153,16 @@ def yolo_rows(yaml_path: Path, split: str) -> tuple[list[dict], list[str], BadSa
         raise DataSourceError(f"{yaml_path}: no label file for any of the {len(images)} '{split}' images; expected "
                               f"YOLO txt labels in {', '.join(folders[:3])}{' ...' if len(folders) > 3 else ''}")
     use_stems = all(p.stem.isdigit() for p in images) and len({int(p.stem) for p in images}) == len(images)
+    tasks = [(image, label, len(names)) for image, label in zip(images, labels)]
+    checked = ordered_map(check_image_and_labels, tasks, workers=workers, desc=f"converting {yaml_path.stem} {split}")
     summary, rows, next_object_id = BadSampleSummary(), [], 1
-    for index, (image, label) in enumerate(zip(images, labels, strict=True)):
-        try:
-            width, height = image_size(image)
-        except (ValueError, OSError) as err:
-            summary.skipped_images.append(f"{image}: {err}, image skipped")
+    for index, (image, (size, boxes, classes, problems)) in enumerate(zip(images, checked, strict=True)):
+        summary.merge(problems)
+        if size is None:
             continue
-        boxes, classes = (parse_label_file(label, width, height, len(names), summary)
-                          if label.is_file() else ([], []))
         summary.backgrounds += not boxes
         rows.append({"image_id": int(image.stem) if use_stems else index,
-                     "image": {"bytes": None, "path": os.fspath(image)}, "width": width, "height": height,
+                     "image": {"bytes": None, "path": os.fspath(image)}, "width": size[0], "height": size[1],
                      "objects": objects_row(boxes, classes, next_object_id)})
         next_object_id += len(boxes)
     return rows, names, summary

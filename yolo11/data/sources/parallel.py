@@ -1,0 +1,54 @@
+"""Per-image conversion work (header, EXIF, decode check, labels) spread over worker processes, in input order,
+with one progress bar.
+
+Processes rather than threads: ``checks.decode_problem`` ties libjpeg's warnings to a file by redirecting the
+process's stderr around the decode, which threads of one process would mix up.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import sys
+from collections.abc import Callable, Sequence
+from typing import TypeVar
+
+from tqdm.auto import tqdm
+
+Item = TypeVar("Item")
+Result = TypeVar("Result")
+
+MAX_CHUNK = 256  # items per task: large enough to hide the pickling, small enough to keep the bar moving
+
+
+def default_workers() -> int:
+    """CPU cores this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def ordered_map(func: Callable[[Item], Result], items: Sequence[Item], *, workers: int | None,
+                desc: str) -> list[Result]:
+    """``[func(item) for item in items]``, computed in ``workers`` processes (in this one when ``workers <= 1``),
+    showing ``desc: n/total images``. ``func`` must be a module-level function (it is pickled by name)."""
+    workers = min(default_workers() if workers is None else workers, len(items))
+    bar = tqdm(total=len(items), desc=desc, unit="img", file=sys.stderr, dynamic_ncols=True,
+               bar_format="{desc}: {n_fmt}/{total_fmt} images [{elapsed}<{remaining}, {rate_fmt}]",
+               mininterval=0.5 if sys.stderr.isatty() else 5.0)  # a log file gets a line every 5 s, not 10 a second
+    try:
+        if workers <= 1:
+            results = []
+            for item in items:
+                results.append(func(item))
+                bar.update()
+            return results
+        # fork starts workers in milliseconds and they only run OpenCV/PIL/numpy, not torch
+        method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
+        chunk = max(1, min(MAX_CHUNK, len(items) // (workers * 8)))
+        with multiprocessing.get_context(method).Pool(workers) as pool:
+            results = []
+            for result in pool.imap(func, items, chunksize=chunk):
+                results.append(result)
+                bar.update()
+            return results
+    finally:
+        bar.close()
