@@ -239,42 +239,54 @@ class FastCocoEval:
         # rows are in (image, category, rank) order: stable sorts give (category, score desc, image, rank)
         by_score = torch.argsort(-score, stable=True)
         order = by_score[torch.argsort(category[by_score], stable=True)]
-        true_pos, false_pos = matched & ~ignored, ~matched & ~ignored
+        true_pos, counted = matched & ~ignored, ~ignored
+        present = self.num_positive > 0  # (K, A)
+        column = torch.arange(num_a * num_t, device=self.device)
         for m, max_det in enumerate(MAX_DETS):
-            index = order[rank[order] < max_det]
+            index = order if max_det >= MAX_DETS[-1] else order[rank[order] < max_det]  # rank < 100 already
             cat = category[index]
             counts = torch.bincount(cat, minlength=num_k)
             segment_end = torch.cumsum(counts, 0)
-            segment_start = (segment_end - counts)[cat]
+            tp_flags = true_pos[index].flatten(1)  # (n, A * T)
+            tp_sum = _SegmentCumsum(tp_flags, segment_end)
+            counted_sum = _SegmentCumsum(counted[index].flatten(1), segment_end)
+            # precision only rises at a true positive (elsewhere recall stays and precision falls), so the other
+            # rows never hold a recall bucket's maximum
+            row, col = tp_flags.nonzero(as_tuple=True)
+            tp, num = tp_sum.at(row, col), counted_sum.at(row, col)  # num = tp + fp
+            k, a = cat[row], col // num_t
+            rc = tp / self.num_positive[k, a]
+            pr = tp / (num + np.spacing(1))
+            # q[r] = max precision over detections with recall >= recThrs[r] (= pr at searchsorted, made monotone
+            # from the right)
+            bucket = torch.searchsorted(self.recall_thresholds, rc.nan_to_num(0.0), right=True) - 1
+            q = torch.zeros(num_k * num_a * num_t * num_r, dtype=torch.float64, device=self.device)
+            q.scatter_reduce_(0, (k * (num_a * num_t) + col) * num_r + bucket, pr, reduce="amax")
+            q = q.view(num_k, num_a, num_t, num_r).flip(-1).cummax(-1).values.flip(-1)
+            precision[..., m] = torch.where(present[:, :, None, None], q, -1.0).permute(2, 3, 0, 1)
             has_dets = counts > 0
-            # one gather and cumsum for all areas and thresholds: (n, A, T) counts within each category
-            tp_all = _segment_cumsum(true_pos[index].flatten(1), segment_start).view(-1, num_a, num_t)
-            fp_all = _segment_cumsum(false_pos[index].flatten(1), segment_start).view(-1, num_a, num_t)
-            for a in range(num_a):
-                tp, fp = tp_all[:, a], fp_all[:, a]
-                positives = self.num_positive[:, a]
-                rc = tp / positives[cat, None]
-                pr = tp / (fp + tp + np.spacing(1))
-                # q[r] = max precision over detections with recall >= recThrs[r] (= pr at searchsorted, made
-                # monotone from the right)
-                bucket = torch.searchsorted(self.recall_thresholds, rc.nan_to_num(0.0).contiguous(), right=True) - 1
-                flat = (cat[:, None] * num_t + torch.arange(num_t, device=self.device)) * num_r + bucket
-                q = torch.zeros(num_k * num_t * num_r, dtype=torch.float64, device=self.device)
-                q.scatter_reduce_(0, flat.reshape(-1), pr.reshape(-1), reduce="amax")
-                q = q.view(num_k, num_t, num_r).flip(-1).cummax(-1).values.flip(-1)
-                total = torch.zeros(num_k, num_t, dtype=torch.float64, device=self.device)
-                total[has_dets] = tp[segment_end[has_dets] - 1]
-                present = positives > 0
-                precision[:, :, present, a, m] = q[present].permute(1, 2, 0)
-                recall[:, present, a, m] = (total[present] / positives[present, None]).T
+            total = torch.zeros(num_k, num_a * num_t, dtype=torch.float64, device=self.device)
+            ends = segment_end[has_dets] - 1
+            total[has_dets] = tp_sum.at(ends[:, None], column)
+            rc_total = total.view(num_k, num_a, num_t) / self.num_positive[:, :, None]
+            recall[..., m] = torch.where(present[:, :, None], rc_total, -1.0).permute(2, 0, 1)
         return precision.cpu().numpy(), recall.cpu().numpy()
 
 
-def _segment_cumsum(flags: torch.Tensor, segment_start: torch.Tensor) -> torch.Tensor:
-    """Cumulative count (N, T) of ``flags`` within contiguous segments; ``segment_start`` (N,) is each row's."""
-    total = torch.cumsum(flags.int(), 0)
-    before = torch.cat((torch.zeros_like(total[:1]), total))[segment_start]
-    return (total - before).double()
+class _SegmentCumsum:
+    """Cumulative counts of flags (N, C) within contiguous row segments, read at chosen elements only."""
+
+    def __init__(self, flags: torch.Tensor, segment_end: torch.Tensor):
+        # int32 along the last dimension of the transpose: 6x faster on the CPU than float64 along dim 0
+        self.total = torch.cumsum(flags.T.contiguous(), 1, dtype=torch.int32)  # (C, N)
+        counts = torch.diff(segment_end, prepend=segment_end.new_zeros(1))
+        self.segment_start = torch.repeat_interleave(segment_end - counts, counts)
+
+    def at(self, row: torch.Tensor, col: torch.Tensor) -> torch.Tensor:
+        """float64 counts at (row, col) since the start of the row's segment."""
+        start = self.segment_start[row]
+        before = torch.where(start > 0, self.total[col, (start - 1).clamp(min=0)], 0)
+        return (self.total[col, row] - before).double()
 
 
 def summarize(precision: np.ndarray, recall: np.ndarray) -> np.ndarray:
