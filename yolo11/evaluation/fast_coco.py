@@ -191,6 +191,9 @@ class FastCocoEval:
         gt_starts = torch.cumsum(self.group_counts, 0) - self.group_counts
         det_start, det_count = det_starts[both], det_counts[both]
         gt_start, gt_count = gt_starts[position[both]], self.group_counts[position[both]]
+        single = gt_count == 1  # most groups: matched in closed form, without the loop over detections
+        self._match_single(xywh, det_start[single], det_count[single], gt_start[single], matched, ignored)
+        det_start, det_count, gt_start, gt_count = (t[~single] for t in (det_start, det_count, gt_start, gt_count))
         by_size = torch.argsort(det_count * (int(self.group_counts.max()) + 1 if gt_count.numel() else 1) + gt_count)
         det_start, det_count, gt_start, gt_count = (t[by_size] for t in (det_start, det_count, gt_start, gt_count))
         for begin, end in self._chunks(det_count.tolist(), gt_count.tolist(), num_areas * num_thresholds):
@@ -208,6 +211,27 @@ class FastCocoEval:
             ignored[index] = chunk_ignored.permute(0, 3, 1, 2)[det_valid]
         ignored |= ~matched & outside[:, :, None]
         return matched, ignored, key, score, rank
+
+    def _match_single(self, xywh: torch.Tensor, det_start: torch.Tensor, det_count: torch.Tensor,
+                      gt_start: torch.Tensor, matched: torch.Tensor, ignored: torch.Tensor) -> None:
+        """``greedy_match`` for groups of one ground truth, written into ``matched`` and ``ignored`` (N, A, T).
+
+        The first detection (in score order) with IoU >= threshold takes the box, or every such detection when it
+        is a crowd box (reusable); taking an ignored box ignores the detection.
+        """
+        group_start = torch.repeat_interleave(torch.cumsum(det_count, 0) - det_count, det_count)  # within rows
+        rows = torch.repeat_interleave(det_start, det_count) + torch.arange(group_start.numel(),
+                                                                             device=self.device) - group_start
+        gt = torch.repeat_interleave(gt_start, det_count)
+        crowd = self.gt_crowd[gt]
+        iou = box_iou_xywh(xywh[rows][:, None], self.gt_boxes[gt][:, None], crowd[:, None])[:, 0, 0]
+        allowed = iou[:, None] >= self.thresholds.clamp(max=1 - 1e-10)  # (n, T)
+        # rank of each allowed detection among its group's: cumsum minus the count before the group
+        total = torch.cumsum(allowed, 0, dtype=torch.int32)
+        before = torch.where(group_start[:, None] > 0, total[(group_start - 1).clamp(min=0)], 0)
+        found = allowed & (crowd[:, None] | (total - before == 1))
+        matched[rows] = (found & self.gt_real[gt][:, None])[:, None, :]
+        ignored[rows] = found[:, None, :] & self.gt_ignore[gt][:, :, None]
 
     def _chunks(self, det_count: list[int], gt_count: list[int], per_pair: int):
         """Ranges of groups (sorted by size) whose padded matching state fits ``chunk_elements``."""
