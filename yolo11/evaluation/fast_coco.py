@@ -55,16 +55,9 @@ def box_iou_xywh(dt: torch.Tensor, gt: torch.Tensor, gt_crowd: torch.Tensor) -> 
     return torch.where((w > 0) & (h > 0), inter / union, torch.zeros_like(inter))
 
 
-def _last_best(iou: torch.Tensor, allowed: torch.Tensor, slots: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Whether any of ``allowed`` (..., G) and the index of the highest IoU among them, the last one on ties."""
-    best = torch.where(allowed, iou, -1.0).amax(-1, keepdim=True)
-    index = ((allowed & (iou == best)) * slots).amax(-1) - 1
-    return allowed.any(-1), index
-
-
 def greedy_match(iou: torch.Tensor, gt_ignore: torch.Tensor, gt_crowd: torch.Tensor, gt_real: torch.Tensor,
                  thresholds: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """pycocotools' matching of B (image, category) groups, all area ranges and thresholds at once.
+    """pycocotools' matching of B (image, category) groups, all area ranges and thresholds (>= 0.5) at once.
 
     ``iou``: (B, D, G), detections in score order, -1 for padding; ``gt_ignore``: (B, A, G); ``gt_crowd``,
     ``gt_real`` (annotation id != 0): (B, G). Returns ``matched`` (to a real id) and ``on_ignored`` (matched to an
@@ -72,24 +65,35 @@ def greedy_match(iou: torch.Tensor, gt_ignore: torch.Tensor, gt_crowd: torch.Ten
     """
     num_groups, num_dets, num_gts = iou.shape
     shape = (num_groups, gt_ignore.shape[1], thresholds.numel())
-    consumed = torch.zeros(*shape, num_gts, dtype=torch.bool, device=iou.device)
-    matched = torch.zeros(*shape, num_dets, dtype=torch.bool, device=iou.device)
+    above = iou[:, None] >= thresholds.clamp(max=1 - 1e-10)[None, :, None, None]  # (B, T, D, G)
+    # only detections with IoU >= the lowest threshold can match: loop over those alone, in score order
+    candidate = above[:, 0].any(-1)
+    order = torch.argsort((~candidate).to(torch.uint8), dim=1, stable=True)
+    width = int(candidate.sum(1).max()) if num_groups else 0
+    order = order[:, :width]
+    above = above.gather(2, order[:, None, :, None].expand(-1, shape[2], -1, num_gts))
+    iou = iou.gather(1, order[:, :, None].expand(-1, -1, num_gts))
+    # one key ranks regular boxes above ignored ones: iou - 1 is exact for iou in [0.5, 1] (Sterbenz), so each
+    # kind keeps its IoU order and ties
+    key = torch.where(gt_ignore[:, :, None, :], iou[:, None] - 1, iou[:, None])  # (B, A, width, G)
+    matched = torch.zeros(*shape, width, dtype=torch.bool, device=iou.device)
     on_ignored = torch.zeros_like(matched)
+    available = torch.ones(*shape, num_gts, dtype=torch.bool, device=iou.device)
+    reusable = gt_crowd[:, None, None, :]
+    real = None if bool(gt_real.all()) else gt_real[:, None, None, :].expand(*shape, num_gts)
     slots = torch.arange(1, num_gts + 1, device=iou.device)
-    ignore, reusable = gt_ignore[:, :, None, :], gt_crowd[:, None, None, :]
-    real = gt_real[:, None, None, :].expand(*shape, num_gts)
-    above = thresholds.clamp(max=1 - 1e-10)[None, None, :, None]
-    for d in range(num_dets):  # detections in score order: each one sees what the better ones took
-        iou_d = iou[:, None, None, d, :]
-        allowed = (iou_d >= above) & (~consumed | reusable)
-        has_regular, regular = _last_best(iou_d, allowed & ~ignore, slots)
-        has_ignored, ignored = _last_best(iou_d, allowed & ignore, slots)
-        found = has_regular | has_ignored
-        chosen = torch.where(has_regular, regular, ignored).clamp(min=0)
-        consumed |= (slots - 1 == chosen[..., None]) & found[..., None]
-        matched[..., d] = found & real.gather(-1, chosen[..., None])[..., 0]
-        on_ignored[..., d] = found & ~has_regular
-    return matched, on_ignored
+    for d in range(width):  # detections in score order: each one sees what the better ones took
+        ranked = torch.where(above[:, None, :, d] & available, key[:, :, None, d], -2.0)
+        best = ranked.amax(-1, keepdim=True)
+        chosen = ((ranked == best) * slots).amax(-1, keepdim=True)  # the last box on ties, as pycocotools' scan
+        found = best > -2.0
+        available &= (slots != chosen) | ~found | reusable
+        matched[..., d] = (found if real is None else found & real.gather(-1, chosen - 1))[..., 0]
+        on_ignored[..., d] = (found & (best <= 0.0))[..., 0]
+    full_matched = torch.zeros(*shape, num_dets, dtype=torch.bool, device=iou.device)
+    full_ignored = torch.zeros_like(full_matched)
+    index = order[:, None, None, :].expand(*shape, width)
+    return full_matched.scatter_(-1, index, matched), full_ignored.scatter_(-1, index, on_ignored)
 
 
 class FastCocoEval:
