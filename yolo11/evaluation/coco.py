@@ -22,7 +22,6 @@ import numpy as np
 import torch
 from accelerate import Accelerator
 from accelerate.utils import broadcast_object_list
-from torchvision.ops import box_iou
 
 from yolo11.evaluation import matching
 from yolo11.evaluation.fast_coco import FastCocoEval
@@ -127,7 +126,7 @@ class CocoEvaluator:
         self.backend = backend
         self.ground_truth = coco_ground_truth(dataset, self.class_names)
         self._fast = FastCocoEval(self.ground_truth, device) if backend == "fast" else None
-        self._gt_by_image = _ground_truth_arrays(self.ground_truth)
+        self._image_ids, self._gt_boxes = _ground_truth_boxes(self.ground_truth)
         self._predictions: dict[int, torch.Tensor] = {}
 
     def reset(self) -> None:
@@ -156,7 +155,7 @@ class CocoEvaluator:
         return payload[0]
 
     def _compute(self) -> dict:
-        known = set(self._gt_by_image)
+        known = set(self._image_ids)
         unknown = set(self._predictions) - known
         if unknown:  # pycocotools asserts on these; say which
             raise ValueError(f"predictions for image ids not in the ground truth: {sorted(unknown)[:10]}")
@@ -172,22 +171,15 @@ class CocoEvaluator:
         return metrics
 
     def _matching_metrics(self) -> dict:
-        num_classes = len(self.class_names)
-        confusion = np.zeros((num_classes + 1, num_classes + 1), dtype=np.int64)
-        correct, scores, pred_classes, gt_classes = [], [], [], []
-        empty = np.zeros((0, 6))
-        for image_id, (gt_boxes, gt_cls) in self._gt_by_image.items():
-            det = self._predictions.get(image_id)
-            det = empty if det is None else det.double().numpy()
-            iou = box_iou(torch.from_numpy(gt_boxes), torch.from_numpy(det[:, :4])).numpy()
-            correct.append(matching.match_predictions(det[:, 5].astype(int), gt_cls, iou))
-            scores.append(det[:, 4])
-            pred_classes.append(det[:, 5].astype(int))
-            gt_classes.append(gt_cls)
-            matching.confusion_counts(confusion, det, gt_boxes, gt_cls)
-        curves = matching.class_curves(np.concatenate(correct), np.concatenate(scores), np.concatenate(pred_classes),
-                                       np.concatenate(gt_classes))
+        gt = self._gt_boxes
+        rows = [self._predictions.get(image_id) for image_id in self._image_ids]
+        counts = [0 if det is None else len(det) for det in rows]
+        det = torch.cat([det.reshape(-1, 6) for det in rows if det is not None] + [torch.zeros(0, 6)]).double().numpy()
+        pred = matching.Boxes(np.repeat(np.arange(len(rows)), counts), det[:, :4], det[:, 5].astype(int), det[:, 4])
+        correct = matching.match_predictions(pred, gt)
+        curves = matching.class_curves(correct, pred.scores, pred.classes, gt.classes)
         precision, recall, confidence = matching.best_f1_precision_recall(curves)
+        confusion = matching.confusion_matrix(pred, gt, len(self.class_names))
         return {
             "precision": precision, "recall": recall, "f1_confidence": confidence,
             "pr_curve": {"recall": matching.CONFIDENCE_GRID.tolist(), "precision": curves.pr_precision.tolist(),
@@ -196,16 +188,17 @@ class CocoEvaluator:
         }
 
 
-def _ground_truth_arrays(ground_truth: dict) -> dict[int, tuple[np.ndarray, np.ndarray]]:
-    """Per image: boxes (G, 4) xyxy float64 and classes (G,) int of the COCO ground truth."""
-    boxes: dict[int, list] = {image["id"]: [] for image in ground_truth["images"]}
-    classes: dict[int, list] = {image["id"]: [] for image in ground_truth["images"]}
-    for ann in ground_truth["annotations"]:
-        x, y, w, h = ann["bbox"]
-        boxes[ann["image_id"]].append([x, y, x + w, y + h])
-        classes[ann["image_id"]].append(ann["category_id"] - 1)
-    return {i: (np.asarray(boxes[i], dtype=np.float64).reshape(-1, 4), np.asarray(classes[i], dtype=np.int64))
-            for i in boxes}
+def _ground_truth_boxes(ground_truth: dict) -> tuple[list[int], matching.Boxes]:
+    """Image ids in ``images`` order and the boxes of all of them (image index into that list, xyxy float64)."""
+    image_ids = [image["id"] for image in ground_truth["images"]]
+    index = {image_id: i for i, image_id in enumerate(image_ids)}
+    annotations = ground_truth["annotations"]
+    # images in order, annotations in order within an image, as a per-image loop would see them
+    order = sorted(range(len(annotations)), key=lambda j: index[annotations[j]["image_id"]])
+    image = np.array([index[annotations[j]["image_id"]] for j in order], dtype=np.int64)
+    xywh = np.array([annotations[j]["bbox"] for j in order], dtype=np.float64).reshape(-1, 4)
+    classes = np.array([annotations[j]["category_id"] - 1 for j in order], dtype=np.int64)
+    return image_ids, matching.Boxes(image, np.concatenate((xywh[:, :2], xywh[:, :2] + xywh[:, 2:]), 1), classes)
 
 
 def gather_predictions(accelerator: Accelerator,
