@@ -85,8 +85,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         check_launch(launch)
         run_dir, train_source, val_source = locate_inputs(config, launch)
-        needed = cache_bytes(train_source.dataset, config.data.imgsz) + cache_bytes(val_source.dataset,
-                                                                                      config.data.imgsz)
+        needed = 0 if config.data.cache_images is not None else sum(  # only auto weighs the RAM
+            cache_bytes(source.dataset, config.data.imgsz) for source in (train_source, val_source))
         plan = plan_run(config, launch.num_processes, len(train_source.dataset), len(train_source.class_names),
                         launch.device.type, cache_bytes=needed, available_ram=available_memory())
         run = build_run(config, plan, run_dir, train_source, val_source)

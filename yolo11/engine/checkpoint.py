@@ -69,8 +69,7 @@ class TrainState:
         self.epoch, self.batches_in_epoch, self.loss_sum, self.loss_batches = epoch, 0, None, 0
 
     def load_state_dict(self, state: dict) -> None:
-        known = {f for f in asdict(TrainState())}
-        unknown = set(state) - known
+        unknown = set(state) - set(asdict(TrainState()))
         if unknown:
             raise CheckpointError(f"unknown training-state keys {sorted(unknown)}")
         for key, value in state.items():
@@ -143,6 +142,14 @@ def check_resume_config(checkpoint: Path, current: dict, allow_changes: bool) ->
     return changes
 
 
+def non_finite_flag(tensors: list[torch.Tensor]) -> torch.Tensor:
+    """A 0-dim float tensor on the tensors' device, 1.0 when any value is nan or inf; no host sync (one norm per
+    tensor, fused)."""
+    if not tensors:
+        return torch.zeros(())
+    return (~torch.isfinite(torch.stack(torch._foreach_norm(tensors)))).any().float()
+
+
 def check_finite(accelerator: Accelerator, model: nn.Module, ema: ModelEMA | None) -> None:
     """Raise ``CheckpointError`` on every rank when a model or EMA tensor of the main process is not finite."""
     model = accelerator.unwrap_model(model, keep_torch_compile=False)
@@ -150,9 +157,8 @@ def check_finite(accelerator: Accelerator, model: nn.Module, ema: ModelEMA | Non
     if ema is not None:
         tensors += [t for t in ema.module.state_dict().values() if t.is_floating_point()]
     bad = torch.zeros((), device=accelerator.device)
-    if tensors and accelerator.is_main_process:
-        norms = torch._foreach_norm([t.float() for t in tensors])
-        bad = (~torch.isfinite(torch.stack(norms).to(bad.device))).any().float()
+    if accelerator.is_main_process:
+        bad = non_finite_flag(tensors).to(bad.device)
     if accelerator.num_processes > 1:
         bad = accelerator.reduce(bad, reduction="sum")
     if bool(bad):

@@ -8,7 +8,7 @@ import torch
 from accelerate import Accelerator
 from accelerate.utils import DistributedType
 
-from yolo11.engine.checkpoint import TrainState
+from yolo11.engine.checkpoint import TrainState, non_finite_flag
 from yolo11.engine.ema import ModelEMA
 
 
@@ -73,8 +73,7 @@ class NonFiniteGuard:
         """After ``optimizer.step()``: weights made non-finite by the update (an lr of nan, a huge step) stop
         training like a non-finite loss, before the EMA takes them; the training state rolls back to before
         the step. DDP keeps the weights equal on every rank, so each rank finds the same."""
-        norms = torch._foreach_norm([p for p in parameters if p.requires_grad])
-        bad = (~torch.isfinite(torch.stack(norms).sum())).float()
+        bad = non_finite_flag([p for p in parameters if p.requires_grad])
         if self.skip_flag is None:
             if bool(bad):  # the host sync of immediate mode
                 raise NonFiniteLossError("non-finite weights after an optimizer step; the run stops. Lower --lr0 "
