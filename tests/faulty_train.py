@@ -14,7 +14,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import accelerate  # noqa: E402
 
-import train_accelerate  # noqa: E402
+from yolo11 import train as train_accelerate  # noqa: E402
 from yolo11.loss import DetectionLoss  # noqa: E402
 
 

@@ -142,7 +142,7 @@ def test_crafted_checkpoint_folder_is_refused_by_the_trainer(tmp_path):
     result = launch([*common, "--resume", str(latest)])
     # accelerate launch reports the trainer's exit 2 as its own failure (exit 1, with its own traceback)
     assert result.returncode != 0 and "error:" in result.stderr and "custom_checkpoint_0.pkl" in result.stderr
-    assert 'train_accelerate.py", line' not in result.stderr and not marker.exists()
+    assert 'train.py", line' not in result.stderr and not marker.exists()
 
 
 def test_non_finite_weights_are_never_checkpointed(tmp_path):

@@ -105,10 +105,10 @@ def test_wrong_flag_and_wrong_config_file_get_clear_errors(tmp_path):
     assert missing.returncode != 0 and "missing.yaml" in missing.stderr
     no_data = launch([*TINY_FLAGS, "--data", str(tmp_path / "nowhere.yaml"), "--output-dir", str(tmp_path)])
     assert no_data.returncode != 0 and "error: " in no_data.stderr and "nowhere.yaml" in no_data.stderr
-    assert 'train_accelerate.py", line' not in no_data.stderr  # our message, not our stack (accelerate adds its own)
+    assert 'train.py", line' not in no_data.stderr  # our message, not our stack (accelerate adds its own)
     no_backbone = launch([*TINY_FLAGS, "--backbone", "vit_tiny_patch16_224", "--output-dir", str(tmp_path)])
     assert no_backbone.returncode != 0 and "error: timm model 'vit_tiny_patch16_224'" in no_backbone.stderr
-    assert 'train_accelerate.py", line' not in no_backbone.stderr
+    assert 'train.py", line' not in no_backbone.stderr
 
 
 def test_failing_rank_ends_every_rank(tmp_path):
@@ -192,6 +192,6 @@ def test_output_dir_that_is_a_file_is_one_error_line_and_leaves_no_run_folder(tm
     blocker.write_text("not a folder")
     result = launch([*TINY_FLAGS, "--output-dir", str(blocker), "--max-steps", "1"])
     assert result.returncode != 0 and f"error: --output-dir {blocker}" in result.stderr, describe(result)
-    assert 'train_accelerate.py", line' not in result.stderr
+    assert 'train.py", line' not in result.stderr
     bad_data = launch([*TINY_FLAGS, "--data", str(tmp_path / "nowhere.yaml"), "--output-dir", str(tmp_path / "out")])
     assert bad_data.returncode != 0 and not (tmp_path / "out").exists()  # no empty run folder after a failed start
