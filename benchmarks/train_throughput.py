@@ -7,6 +7,7 @@
 backward, optimizer step; median over timed steps after warm-up; peak memory. ``e2e``: coco128 replicated to
 ``--images`` images (symlinks), mosaic on, 640 px: our ``train_accelerate.py`` through ``accelerate launch`` and
 Ultralytics' trainer, each for ``--steps`` batches, img/s over the steady-state window. Prints both and the ratio.
+Our trainer plans an ``--epochs`` run (default 100), as a real run would be planned; ``--steps`` ends it.
 
 ``--variants`` runs our side several times in one call, Ultralytics once; each variant is a string of flags:
 step mode takes ``--compile``, ``--compile-loss``, ``--compile-mode MODE``, ``--plain-layers``, ``--boxes N``,
@@ -255,7 +256,8 @@ def replicated_coco128(images: int, root: Path) -> Path:
 def ours_e2e(args, data: Path, out: Path, flags: str, index: int) -> dict:
     command = ["accelerate", "launch", "--config_file", str(ROOT / "accelerate_configs" / "1gpu.yaml"),
                str(ROOT / "train_accelerate.py"), "--model", args.model, "--data", str(data), "--imgsz",
-               str(args.imgsz), "--batch-size", str(args.batch), "--workers", str(args.workers), "--epochs", "1",
+               str(args.imgsz), "--batch-size", str(args.batch), "--workers", str(args.workers), "--epochs",
+               str(args.epochs),
                "--max-steps", str(args.steps), "--val-interval", "0", "--log-interval", "5", "--plots", "false",
                "--output-dir", str(out), "--name", "ours", "--optimizer", "SGD", "--cache-dir", str(out / "cache"),
                "--grad-accum", "1", "--close-mosaic", "0", "--exist-ok", "true", *shlex.split(flags)]
@@ -318,6 +320,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--workers", type=int, default=16)
+    parser.add_argument("--epochs", type=int, default=100, help="e2e: the run length our trainer plans for (its "
+                        "--compile auto weighs epochs x images, as for a real run); --steps stops it")
     parser.add_argument("--images", type=int, default=4096, help="replicated coco128 size (>= steps x batch)")
     parser.add_argument("--skip-ultralytics", action="store_true")
     parser.add_argument("--skip-ours", action="store_true", help="time Ultralytics alone")

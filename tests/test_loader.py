@@ -6,6 +6,7 @@ import dataclasses
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import cv2
@@ -13,10 +14,18 @@ import numpy as np
 import pytest
 import torch
 from accelerate import Accelerator
-from accelerate.data_loader import BatchSamplerShard
 
-from yolo11.data import AugmentParams, LoaderConfig, augment_preset, build_dataloader, load_source, save_batch_preview
-from yolo11.data.dataset import decode_image
+from yolo11.data import (
+    AugmentParams,
+    LoaderConfig,
+    augment_preset,
+    build_dataloader,
+    build_train_stream,
+    load_source,
+    save_batch_preview,
+)
+from yolo11.data.dataset import DetectionDataset, decode_image
+from yolo11.data.sampling import EpochStream
 
 NO_GEOMETRY = AugmentParams(mosaic=1.0, translate=0.0, scale=0.0, fliplr=0.0, hsv_h=0.0, hsv_s=0.0, hsv_v=0.0)
 
@@ -136,19 +145,55 @@ def test_accelerate_prepare_set_epoch_and_skip_first_batches(source) -> None:
     assert_same_batches(reference[2:], list(resumed))
 
 
-def test_sharding_over_ranks_gives_the_same_samples(source) -> None:
-    """Two ranks through Accelerate's BatchSamplerShard see the single-process batches, split between them."""
-    kwargs = dict(imgsz=64, batch_size=4, workers=0, epochs=3, seed=2)
-    single = batches(build_dataloader(source, "train", LoaderConfig(**kwargs)), epoch=1)
-    per_rank = []
-    for rank in range(2):
-        loader = build_dataloader(source, "train", LoaderConfig(**kwargs))
-        loader.set_epoch(1)
-        shard = BatchSamplerShard(loader.batch_sampler, num_processes=2, process_index=rank, even_batches=False)
-        per_rank.append([loader.collate_fn([loader.dataset[key] for key in keys]) for keys in shard])
-    interleaved = [b for pair in zip(*per_rank, strict=False) for b in pair]
-    interleaved += per_rank[0][len(per_rank[1]):]
-    assert_same_batches(single, interleaved)
+def test_epoch_stream_is_the_epoch_loaders_batches_back_to_back(source) -> None:
+    """One pass over the stream == the per-epoch loader's epochs in a row (same keys, so the same samples)."""
+    kwargs = dict(imgsz=64, batch_size=5, workers=0, epochs=3, seed=2)
+    stream = build_train_stream(source, LoaderConfig(**kwargs))
+    assert stream.batch_sampler.batches_per_epoch == 5  # 24 images: 4 x 5 + one of 4
+    per_epoch = [b for epoch in range(3) for b in batches(build_dataloader(source, "train", LoaderConfig(**kwargs)),
+                                                           epoch)]
+    assert_same_batches(per_epoch, list(stream))
+    stream.set_epoch(1, 2)  # resumed after 2 batches of epoch 1
+    assert_same_batches(per_epoch[7:], list(stream))
+
+
+@pytest.mark.parametrize("processes", [2, 3])
+def test_epoch_stream_shards_each_global_batch_over_the_processes(processes) -> None:
+    """Process r takes its share of every global batch; all take the same number of steps; one epoch covers every
+    image, and the global batches do not depend on the process count (resume on another count)."""
+    single = EpochStream(26, 4 * processes, epochs=2, seed=3)
+    shards = [EpochStream(26, 4, epochs=2, seed=3, num_processes=processes, process_index=r) for r in range(processes)]
+    assert {s.batches_per_epoch for s in shards} == {single.batches_per_epoch}
+    for epoch in range(2):
+        global_batches = single.epoch_batches(epoch)
+        rank_batches = [s.epoch_batches(epoch) for s in shards]
+        assert len({len(b) for b in rank_batches}) == 1
+        for k, expected in enumerate(global_batches):
+            joined = [key for r in range(processes) for key in rank_batches[r][k]]
+            assert joined[:len(expected)] == expected  # what is past it tops up the short last batch
+            assert len({len(rank_batches[r][k]) for r in range(processes)}) == 1
+        seen = {index for batches_ in rank_batches for batch in batches_ for _, index in batch}
+        assert seen == set(range(26))
+
+
+def test_epoch_stream_workers_build_the_next_epoch_before_it_is_asked_for(source, tmp_path, monkeypatch) -> None:
+    """The point of the stream: once the last batch of epoch 0 is taken, the workers are already on epoch 1."""
+    original = DetectionDataset.__getitem__
+
+    def recording_getitem(self, key):
+        (tmp_path / f"{key[0]}-{key[1]}").touch()
+        return original(self, key)
+
+    monkeypatch.setattr(DetectionDataset, "__getitem__", recording_getitem)
+    loader = build_train_stream(source, LoaderConfig(imgsz=64, batch_size=8, workers=2, epochs=2, seed=0))
+    stream = iter(loader)
+    for _ in range(loader.batch_sampler.batches_per_epoch):
+        next(stream)
+    deadline = time.monotonic() + 30
+    while not list(tmp_path.glob("1-*")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert list(tmp_path.glob("1-*")), "no sample of epoch 1 was built while the trainer was between epochs"
+    del stream
 
 
 def test_batch_preview(source, tmp_path: Path) -> None:

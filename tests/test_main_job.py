@@ -25,6 +25,7 @@ def test_synthetic_training_reaches_map50(tmp_path):
     print(f"best mAP50 {best:.4f}")
     assert best >= 0.5
     assert "mAP50-95" in result.stdout and "best weights:" in result.stdout
+    assert "compiled: no, eager (auto: cpu run" in result.stdout  # the run says what it chose and why
     for name in ("config.yaml", "results.png", "weights/best.safetensors", "weights/last.safetensors",
                  "checkpoints/latest"):
         assert (run / name).exists(), name

@@ -14,6 +14,7 @@ precision; this script only wires the parts of ``yolo11`` together: parse -> pla
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import sys
 import time
 from dataclasses import dataclass
@@ -32,6 +33,7 @@ from yolo11.engine.build import (
     build_schedule,
     build_trackers,
     build_train_loader_config,
+    build_train_stream_loader,
     maybe_sync_batchnorm,
     prepare_training,
     resolve_run_dir,
@@ -45,7 +47,7 @@ from yolo11.engine.checkpoint import (
     run_dir_of_checkpoint,
     save_checkpoint,
 )
-from yolo11.engine.compile import CompiledLoss, compile_model
+from yolo11.engine.compile import CompiledLoss, compile_model, use_compile_cache
 from yolo11.engine.config import TrainConfig, parse_config, save_config
 from yolo11.engine.ema import ModelEMA
 from yolo11.engine.evaluate import Validator
@@ -136,15 +138,17 @@ def build_run(config: TrainConfig, plan: RunPlan, run_dir: Path, train_source: D
     optimizer = build_optimizer(model, plan.optimizer, plan.weight_decay,
                                 fused=accelerator.device.type in ("cuda", "cpu"))
     schedule = build_schedule(config, plan, optimizer)
-    train_loader = build_dataloader(train_source, "train", build_train_loader_config(config, plan))
+    train_loader = build_train_stream_loader(config, plan, train_source, accelerator.state)
     validator = Validator.build(config, plan, val_source, accelerator, model)
     batch_hsv = BatchHSV().to(accelerator.device)
-    if config.run.compile:
-        model = compile_model(model, config.run.compile_mode, fast_layers=accelerator.device.type == "cuda")
+    if plan.compile.model or plan.compile.loss:
+        use_compile_cache(config.run.compile_cache_dir)
+    if plan.compile.model:
+        model = compile_model(model, plan.compile.mode, fast_layers=accelerator.device.type == "cuda")
         batch_hsv = torch.compile(batch_hsv)  # one fused kernel instead of ~40 passes over the batch
-    if config.run.compile_loss:
+    if plan.compile.loss:
         criterion = CompiledLoss(criterion)
-    model, optimizer, train_loader = prepare_training(accelerator, model, optimizer, train_loader)
+    model, optimizer = prepare_training(accelerator, model, optimizer, train_loader)
     if ema is not None:
         ema.module.to(accelerator.device)
     # DeepSpeed divides the loss by its own fixed accumulation count: no warmup ramp there.
@@ -192,10 +196,7 @@ def start_run(run: Run, val_source: DetectionSource) -> None:
                       f"{len(run.train_source.dataset)} train / {len(val_source.dataset)} val images | "
                       f"{run.run_dir}")
     accelerator.print(plan.cache_reason)
-    if accelerator.device.type == "cuda" and not config.run.compile:
-        accelerator.print("note: the eager step is bound by Python launching its kernels; --compile true "
-                          "--compile-loss true --compile-mode reduce-overhead trains about 2x faster after a few "
-                          "minutes of compilation (README, 'Fast training on a GPU')")
+    accelerator.print(plan.compile.reason)
 
 
 def save_first_batch(run: Run) -> None:
@@ -211,14 +212,13 @@ def fit(run: Run) -> tuple[int, int]:
     """The epochs, from where the state says; returns the exit code and the images trained on."""
     config, state, step = run.config.run, run.state, run.step
     accelerator, images_seen = step.accelerator, 0
+    run.train_loader.set_epoch(state.epoch, state.batches_in_epoch)
+    stream = iter(run.train_loader)  # every remaining epoch: the workers run ahead across epoch boundaries
     try:
         for epoch in range(state.epoch, config.epochs):
             if state.epoch != epoch or not state.batches_in_epoch:
                 state.start_epoch(epoch)
-            run.train_loader.set_epoch(epoch)
-            loader = run.train_loader
-            if state.batches_in_epoch:  # resumed mid-epoch
-                loader = accelerator.skip_first_batches(run.train_loader, state.batches_in_epoch)
+            loader = itertools.islice(stream, run.plan.batches_per_epoch - state.batches_in_epoch)
             result = train_one_epoch(step, loader, state, epoch, config.max_steps)
             images_seen += result.images
             if result.interrupted or (result.reached_max_steps and state.batches_in_epoch < run.plan.batches_per_epoch):

@@ -10,6 +10,7 @@ from torch.utils.data import BatchSampler, DataLoader
 
 from yolo11.data.collate import DetectionCollate
 from yolo11.data.dataset import DetectionDataset, EpochKeySampler
+from yolo11.data.sampling import EpochStream
 from yolo11.data.schema import DetectionSource
 from yolo11.data.transforms import AugmentParams
 from yolo11.data.workers import seed_worker, usable_workers
@@ -47,8 +48,14 @@ class DetectionDataLoader(DataLoader):
     """A DataLoader whose ``set_epoch`` reaches its ``EpochKeySampler``, like Accelerate's prepared loaders: call it
     before each epoch, since the sampler yields ``(epoch, index)`` keys."""
 
-    def set_epoch(self, epoch: int) -> None:
-        self.batch_sampler.sampler.set_epoch(epoch)
+    def set_epoch(self, epoch: int, batches_done: int = 0) -> None:
+        """The epoch of the next iteration (``batches_done``: where an ``EpochStream`` resumes within it)."""
+        if isinstance(self.batch_sampler, EpochStream):
+            self.batch_sampler.start_at(epoch, batches_done)
+        elif batches_done:
+            raise ValueError("an epoch loader resumes mid-epoch through accelerator.skip_first_batches")
+        else:
+            self.batch_sampler.sampler.set_epoch(epoch)
 
 
 def rect_batches(sizes_hw: np.ndarray, imgsz: int, batch_size: int, pad: float = 0.5) -> tuple[np.ndarray, np.ndarray]:
@@ -79,7 +86,6 @@ def build_dataloader(source: DetectionSource, split: str = "train",
     if split not in ("train", "val"):
         raise ValueError(f"split must be 'train' or 'val', got {split!r}")
     config = config or LoaderConfig()
-    workers = usable_workers(config.workers)
     train = split == "train"
     augment = train if config.augment is None else config.augment
     shuffle = train if config.shuffle is None else config.shuffle
@@ -93,11 +99,30 @@ def build_dataloader(source: DetectionSource, split: str = "train",
                                close_mosaic=config.close_mosaic, seed=config.seed, shapes=shapes,
                                cache_images=config.cache_images, hsv_on_device=config.hsv_on_device)
     sampler = EpochKeySampler(len(dataset), shuffle=shuffle, seed=config.seed, order=order)
+    return _loader(dataset, BatchSampler(sampler, config.batch_size, drop_last=False), config, same_size=train)
+
+
+def build_train_stream(source: DetectionSource, config: LoaderConfig, *, num_processes: int = 1,
+                       process_index: int = 0) -> DetectionDataLoader:
+    """The training loader of one process over every epoch at once (``EpochStream``): iterate it once, take
+    ``batch_sampler.batches_per_epoch`` batches per epoch; ``set_epoch(e, batches_done)`` first to start (or
+    resume) elsewhere than epoch 0. ``config.batch_size`` is per process."""
+    dataset = DetectionDataset(source.dataset, config.imgsz, True, config.hyp, epochs=config.epochs,
+                               close_mosaic=config.close_mosaic, seed=config.seed,
+                               cache_images=config.cache_images, hsv_on_device=config.hsv_on_device)
+    stream = EpochStream(len(dataset), config.batch_size, config.epochs, seed=config.seed,
+                         shuffle=config.shuffle is not False, num_processes=num_processes,
+                         process_index=process_index)
+    return _loader(dataset, stream, config, same_size=True)
+
+
+def _loader(dataset: DetectionDataset, batch_sampler, config: LoaderConfig, same_size: bool) -> DetectionDataLoader:
+    workers = usable_workers(config.workers)
     pin_memory = torch.cuda.is_available()
     # Training batches are all the same size: each worker reuses a few shared buffers (BatchRing), handed back
     # by the pin-memory thread. One more than the batches a worker may have queued (prefetch_factor, 2).
-    ring_slots = 3 if train and pin_memory and workers > 0 else 0
+    ring_slots = 3 if same_size and pin_memory and workers > 0 else 0
     return DetectionDataLoader(
-        dataset, batch_sampler=BatchSampler(sampler, config.batch_size, drop_last=False), num_workers=workers,
+        dataset, batch_sampler=batch_sampler, num_workers=workers,
         collate_fn=DetectionCollate(config.max_boxes, ring_slots=ring_slots), pin_memory=pin_memory,
         persistent_workers=workers > 0, worker_init_fn=seed_worker)

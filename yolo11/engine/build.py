@@ -18,7 +18,8 @@ from accelerate.utils import (
 )
 from torch import nn
 
-from yolo11.data import AugmentParams, LoaderConfig
+from yolo11.data import AugmentParams, DetectionSource, LoaderConfig, build_train_stream
+from yolo11.data.loader import DetectionDataLoader
 from yolo11.engine import tracking
 from yolo11.engine.config import ModelConfig, TrainConfig
 from yolo11.engine.optim import WarmupSchedule, lr_lambda
@@ -79,12 +80,14 @@ def build_accelerator(plan: RunPlan, run_dir: Path, log_with: list[str]) -> Acce
 
 
 def prepare_training(accelerator: Accelerator, model: nn.Module, optimizer: torch.optim.Optimizer, loader):
-    """``accelerator.prepare`` of the three, the train loader without device placement: its batches stay on the
-    host and ``DeviceFeed`` copies them on a side CUDA stream. DeepSpeed allows no per-object placement (and sizes
-    its micro-batch from the loader, so the loader stays in this call): there the loader places its batches."""
+    """``accelerator.prepare`` of the model and optimizer. The train loader is not prepared: it shards its own
+    batches over the processes (``EpochStream``) and ``DeviceFeed`` copies them on a side CUDA stream. DeepSpeed
+    sizes its micro-batch from a loader passed to ``prepare``: there it goes through, and the prepared copy is
+    dropped."""
     if accelerator.distributed_type == DistributedType.DEEPSPEED:
-        return accelerator.prepare(model, optimizer, loader)
-    return accelerator.prepare(model, optimizer, loader, device_placement=[None, None, False])
+        model, optimizer, _ = accelerator.prepare(model, optimizer, loader)
+        return model, optimizer
+    return accelerator.prepare(model, optimizer)
 
 
 def maybe_sync_batchnorm(model: nn.Module, requested: bool, accelerator: Accelerator) -> nn.Module:
@@ -122,6 +125,16 @@ def build_train_loader_config(config: TrainConfig, plan: RunPlan) -> LoaderConfi
     return LoaderConfig(imgsz=data.imgsz, batch_size=plan.per_process_batch, workers=data.workers, augment=True,
                         epochs=config.run.epochs, close_mosaic=data.close_mosaic, seed=config.run.seed, hyp=hyp,
                         max_boxes=data.max_boxes, cache_images=plan.cache_images, hsv_on_device=plan.hsv_on_device)
+
+
+def build_train_stream_loader(config: TrainConfig, plan: RunPlan, source: DetectionSource,
+                              state: PartialState) -> DetectionDataLoader:
+    """This process's training batches for every epoch (``build_train_stream``)."""
+    loader = build_train_stream(source, build_train_loader_config(config, plan),
+                                num_processes=state.num_processes, process_index=state.process_index)
+    if loader.batch_sampler.batches_per_epoch != plan.batches_per_epoch:  # the plan and the stream must agree
+        raise AssertionError(f"{loader.batch_sampler.batches_per_epoch} != {plan.batches_per_epoch} batches")
+    return loader
 
 
 def build_trackers(accelerator: Accelerator, config: TrainConfig, run_dir: Path, report_to: list[str],

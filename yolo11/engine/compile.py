@@ -2,7 +2,7 @@
 
 The trainer compiles the model once, after the EMA copy is taken and before ``accelerator.prepare``:
 
-    model = compile_model(model, config.run.compile_mode, fast_layers=accelerator.device.type == "cuda")
+    model = compile_model(model, plan.compile.mode, fast_layers=accelerator.device.type == "cuda")
 
 ``fast_layers=True`` first swaps in the fast training variants of the model's blocks, in place
 (``yolo11.models.fast_layers.use_fast_training_layers``: same outputs, same state-dict keys), which pay off only
@@ -11,6 +11,9 @@ faster layers. With ``--compile-loss`` the trainer wraps its loss: ``criterion =
 """
 
 from __future__ import annotations
+
+import os
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -39,6 +42,15 @@ def compile_model(model: nn.Module, mode: str | None = None, *, fast_layers: boo
         use_fast_training_layers(model)
     options = {**torch._inductor.list_mode_options(mode or "default"), **MODEL_INDUCTOR_OPTIONS, **inductor_options}
     return torch.compile(model, options=options)
+
+
+def use_compile_cache(directory: str) -> str:
+    """Keep inductor's caches (FX graphs, AOTAutograd graphs, Triton kernels) in ``directory`` unless the user
+    chose with ``TORCHINDUCTOR_CACHE_DIR``. torch's default is a folder under /tmp, which a reboot or a fresh
+    cluster node empties; there every run would compile from scratch. Returns the folder used."""
+    chosen = os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(Path(directory).expanduser()))
+    Path(chosen).mkdir(parents=True, exist_ok=True)
+    return chosen
 
 
 class CompiledLoss(nn.Module):

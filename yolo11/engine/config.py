@@ -198,10 +198,14 @@ class RunConfig(_SelfValidating):
     report_to: str = _opt("none", "trackers: wandb, tensorboard, all or none (comma lists allowed)")
     tracker_project: str = _opt("yolo11-accelerate", "W&B / TensorBoard project (the run folder: --output-dir/--name)")
     sync_bn: bool = _opt(False, "convert BatchNorm to SyncBatchNorm (multi-process CUDA runs only)")
-    compile: bool = _opt(False, "torch.compile the model")
-    compile_mode: str = _opt("default", "torch.compile mode of the model (reduce-overhead: CUDA graphs)",
-                             ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"))
-    compile_loss: bool = _opt(False, "torch.compile the loss and assigner too (one graph for every box count)")
+    compile: bool | None = _opt(None, "torch.compile the model (fused kernels); default auto: on CUDA when the run "
+                                      "trains enough images to repay the compilation, never on the CPU")
+    compile_mode: str = _opt("auto", "torch.compile mode of the model; auto: reduce-overhead (CUDA graphs) on CUDA",
+                             ("auto", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"))
+    compile_loss: bool | None = _opt(None, "torch.compile the loss and assigner too (one graph for every box count); "
+                                           "default auto: with the model")
+    compile_cache_dir: str = _opt("~/.cache/yolo11/compile", "compiled kernels kept between runs, so that a run of "
+                                  "the same shapes does not compile again (TORCHINDUCTOR_CACHE_DIR, if set, wins)")
     channels_last: bool = _opt(True, "channels_last memory format on CUDA")
     log_interval: int = _opt(20, "print progress every N optimizer steps")
     profile: bool = _opt(False, "trace optimizer steps 10-14 with torch.profiler into <run>/profile")

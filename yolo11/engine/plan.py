@@ -33,6 +33,8 @@ class RunPlan:
     val_batch_size: int  # per process
     cache_images: bool  # decoded images in RAM for the train and val loaders
     cache_reason: str  # why, for the run's first lines
+    compile: CompileChoice  # torch.compile of the model and the loss
+
 
     @property
     def effective_batch(self) -> int:
@@ -75,6 +77,8 @@ def plan_run(config: TrainConfig, num_processes: int, num_train_images: int, num
     warmup = round(warmup_epochs * batches_per_epoch) if warmup_epochs > 0 else 0
     warmup = warmup or -1
     cache = decide_cache(config.data.cache_images, cache_bytes, available_ram)
+    compile_choice = decide_compile(config.run.compile, config.run.compile_loss, config.run.compile_mode,
+                                    device_type, run.epochs * num_train_images)
     return RunPlan(
         num_processes=num_processes,
         per_process_batch=per_process,
@@ -89,7 +93,46 @@ def plan_run(config: TrainConfig, num_processes: int, num_train_images: int, num
         val_batch_size=max((run.val_batch_size or 2 * run.batch_size) // num_processes, 1),
         cache_images=cache[0],
         cache_reason=cache[1],
+        compile=compile_choice,
     )
+
+
+@dataclass(frozen=True)
+class CompileChoice:
+    model: bool
+    loss: bool
+    mode: str  # torch.compile mode of the model
+    reason: str  # for the run's first lines
+
+
+# --compile auto compiles a CUDA run that trains at least this many images (epochs x train images). Compiling takes
+# about a minute cold and well under one from the compile cache, and the compiled step saves about half a
+# millisecond per image (benchmarks/RESULTS.md): below this, a small run finishes sooner eager.
+COMPILE_MIN_IMAGES = 100_000
+
+
+def decide_compile(model: bool | None, loss: bool | None, mode: str, device_type: str,
+                   images_to_train: int) -> CompileChoice:
+    """``--compile``/``--compile-loss``/``--compile-mode`` as asked; auto (None / "auto"): compile model and loss
+    with CUDA graphs on CUDA when the run is long enough to repay the compilation, never on other devices."""
+    cuda = device_type == "cuda"
+    if model is None:
+        model = cuda and images_to_train >= COMPILE_MIN_IMAGES
+        if not cuda:
+            why = f"auto: {device_type} run"
+        else:
+            verdict = "at least" if model else "fewer than"
+            why = f"auto: this run trains {images_to_train:,} images, {verdict} {COMPILE_MIN_IMAGES:,}"
+    else:
+        why = f"--compile {str(model).lower()}"
+    loss = model if loss is None else loss
+    mode = ("reduce-overhead" if cuda else "default") if mode == "auto" else mode
+    if model or loss:
+        what = " and ".join(p for p, on in (("model", model), ("loss", loss)) if on)
+        text = f"compiled: {what}, mode {mode} ({why}; --compile false for eager)"
+    else:
+        text = f"compiled: no, eager ({why}; --compile true to compile)"
+    return CompileChoice(model, loss, mode, text)
 
 
 CACHE_RAM_SHARE = 0.5  # --cache-images auto caches when the images take at most this share of the available RAM

@@ -1,0 +1,72 @@
+"""``EpochStream``: one process's training batches for every remaining epoch, as one uninterrupted sequence.
+
+A DataLoader iterated once over this batch sampler never ends an epoch: its workers are already building the
+first batches of epoch e+1 while the trainer finishes epoch e, validates and checkpoints (Ultralytics'
+``InfiniteDataLoader`` does the same). Iterated per epoch, the workers would sit idle at every boundary and the
+next epoch would start by waiting for a full batch from a single worker, a large share of a small dataset's run.
+
+The trainer takes ``batches_per_epoch`` batches for each epoch. The order of epoch e is a pure function of
+``(seed, e)`` and global batch k is ``order[k * G:(k + 1) * G]`` (G: the global batch) whatever the number of
+processes; process r takes its contiguous share of it. So a run resumed on another process count skips exactly
+the global batches already trained, and 2 processes x 4 images see what 1 process accumulating 2 x 4 sees.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+
+import numpy as np
+import torch
+
+
+class EpochStream(torch.utils.data.Sampler):
+    """Batches of ``(epoch, index)`` keys for this process, epoch after epoch, from ``start_at``'s position.
+
+    ``batch_size`` is per process. The last global batch of an epoch may be short: it is shared evenly, each
+    process topping its share up from the start of the epoch's order so that every process takes the same
+    number of steps (DDP needs it); on one process it stays short, as ``drop_last=False`` would leave it.
+    """
+
+    def __init__(self, num_samples: int, batch_size: int, epochs: int, *, seed: int = 0, shuffle: bool = True,
+                 num_processes: int = 1, process_index: int = 0):
+        if num_samples < 1 or batch_size < 1:
+            raise ValueError(f"EpochStream needs samples and a batch size, got {num_samples} and {batch_size}")
+        self.num_samples, self.batch_size, self.epochs = num_samples, batch_size, epochs
+        self.seed, self.shuffle = seed, shuffle
+        self.num_processes, self.process_index = num_processes, process_index
+        self.start_epoch, self.start_batch = 0, 0
+
+    @property
+    def batches_per_epoch(self) -> int:
+        return math.ceil(self.num_samples / (self.batch_size * self.num_processes))
+
+    def start_at(self, epoch: int, batches_done: int = 0) -> None:
+        """Begin the next iteration at ``epoch`` after its first ``batches_done`` batches (a resumed run)."""
+        self.start_epoch, self.start_batch = epoch, batches_done
+
+    def epoch_order(self, epoch: int) -> np.ndarray:
+        if not self.shuffle:
+            return np.arange(self.num_samples)
+        return np.random.default_rng([self.seed, epoch]).permutation(self.num_samples)
+
+    def epoch_batches(self, epoch: int) -> list[list[tuple[int, int]]]:
+        """This process's batches of ``epoch``."""
+        order, size, processes = self.epoch_order(epoch), self.batch_size, self.num_processes
+        batches = []
+        for start in range(0, self.num_samples, size * processes):
+            chunk = order[start:start + size * processes]
+            share = size if len(chunk) == size * processes else math.ceil(len(chunk) / processes)
+            if processes > 1 and len(chunk) < share * processes:
+                chunk = np.concatenate([chunk, np.resize(order, share * processes - len(chunk))])
+            mine = chunk[self.process_index * share:(self.process_index + 1) * share]
+            batches.append([(epoch, int(i)) for i in mine])
+        return batches
+
+    def __len__(self) -> int:
+        return max(self.epochs - self.start_epoch, 0) * self.batches_per_epoch - self.start_batch
+
+    def __iter__(self) -> Iterator[list[tuple[int, int]]]:
+        for epoch in range(self.start_epoch, self.epochs):
+            skip = self.start_batch if epoch == self.start_epoch else 0
+            yield from self.epoch_batches(epoch)[skip:]
