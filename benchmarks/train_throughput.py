@@ -234,9 +234,9 @@ def ultralytics_step(args) -> dict:
     return {"img_s": args.batch / statistics.median(times), "peak_gb": torch.cuda.max_memory_allocated() / 2**30}
 
 
-def replicated_coco128(images: int, root: Path) -> Path:
-    """A data YAML over coco128 repeated (symlinks) to at least ``images`` images."""
-    source = SHARED / "coco128"
+def replicated_coco128(images: int, root: Path, source: Path) -> Path:
+    """A data YAML over coco128 (``source``, beside its ``coco128.yaml``) repeated (symlinks) to at least ``images``
+    images."""
     files = sorted((source / "images" / "train2017").glob("*.jpg"))
     for sub in ("images", "labels"):
         (root / sub / "train").mkdir(parents=True, exist_ok=True)
@@ -247,7 +247,7 @@ def replicated_coco128(images: int, root: Path) -> Path:
         label = source / "labels" / "train2017" / f"{image.stem}.txt"
         if label.exists():
             (root / "labels" / "train" / f"{name}.txt").symlink_to(label)
-    names = (SHARED / "coco128.yaml").read_text().split("names:", 1)[1]
+    names = (source.parent / "coco128.yaml").read_text().split("names:", 1)[1]
     yaml_path = root / "data.yaml"
     yaml_path.write_text(f"path: {root}\ntrain: images/train\nval: images/train\nnames:{names}")
     return yaml_path
@@ -320,6 +320,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--workers", type=int, default=16)
+    parser.add_argument("--coco128", type=Path, default=SHARED / "coco128" if (SHARED / "coco128").is_dir()
+                        else ROOT / ".data" / "coco128", help="coco128 folder (its coco128.yaml beside it)")
     parser.add_argument("--epochs", type=int, default=100, help="e2e: the run length our trainer plans for (its "
                         "--compile auto weighs epochs x images, as for a real run); --steps stops it")
     parser.add_argument("--images", type=int, default=4096, help="replicated coco128 size (>= steps x batch)")
@@ -353,7 +355,7 @@ def main(argv: list[str] | None = None) -> None:
             print(name, report["ours"][name], flush=True)
     else:
         with tempfile.TemporaryDirectory() as tmp:
-            data = replicated_coco128(args.images, Path(tmp) / "data")
+            data = replicated_coco128(args.images, Path(tmp) / "data", args.coco128)
             for index, flags in enumerate(args.variants):
                 name = flags or "default"
                 report["ours"][name] = ours_e2e(args, data, Path(tmp), flags, index)
