@@ -91,7 +91,8 @@ def _convert_and_save(cache_root: Path, folder: Path, convert) -> None:
     del rows  # the Arrow table holds the same data: do not keep both at COCO scale
     cache_root.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=cache_root))
-    dataset.save_to_disk(os.fspath(tmp / "data"))
+    # an empty dataset would be saved as no shard at all, which load_from_disk cannot read back
+    dataset.save_to_disk(os.fspath(tmp / "data"), num_shards=None if len(dataset) else 1)
     (tmp / "yolo11_source.json").write_text(json.dumps({"class_names": class_names, "summary": summary.to_dict()}))
     try:
         tmp.rename(folder)
