@@ -125,6 +125,8 @@ def test_stated_box_format_is_used_and_not_served_stale(tmp_path: Path) -> None:
     assert load_source(spec, cache_dir=tmp_path, bbox_format="xywh").dataset[0]["objects"]["bbox"] == as_xywh
     with pytest.raises(DataSourceError, match="--bbox-format must be one of"):
         load_source(spec, cache_dir=tmp_path, bbox_format="cxcywh")
+    with pytest.raises(DataSourceError, match="--images applies to a COCO json"):  # not silently unused
+        load_source(spec, cache_dir=tmp_path, bbox_format="xywh", images=tmp_path)
 
 
 def test_list_of_object_dicts_box_format_is_read(tmp_path: Path) -> None:

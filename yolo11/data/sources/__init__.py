@@ -203,18 +203,32 @@ def load_source(spec: str, split: str = "train", cache_dir: str | os.PathLike | 
     if path.suffix == ".json" and path.is_file():
         return _load_coco(path.resolve(), request.images, request)
     if path.is_dir():
+        _no_image_folder(request, os.fspath(path))
         return _load_folder(path, request)
     if _looks_like_path(spec):
         templated = f" ({spec} for split {split!r}; {split_flag or 'the split argument'} names the split)" \
             if "{split}" in spec else ""
         raise DataSourceError(f"{path}: no such file or folder{templated} (expected a data YAML, a COCO json or a "
                               "dataset folder)")
-    loaded = load_hub(spec)
-    dataset, chosen, note = pick_split(loaded, split, fallback_splits, split_flag, f"Hub dataset {spec}")
+    return _load_hub(spec, request)
+
+
+def _load_hub(repo_id: str, request: _Request) -> DetectionSource:
+    """A Hub dataset: ``datasets`` caches the download; the split is picked and normalised here."""
+    _no_image_folder(request, f"Hub dataset {repo_id}")
+    dataset, chosen, note = pick_split(load_hub(repo_id), request.split, request.fallback_splits,
+                                       request.split_flag, f"Hub dataset {repo_id}")
     _report(note)
-    dataset, names, note = normalise(dataset, f"{spec}[{chosen}]", bbox_format)
+    dataset, names, note = normalise(dataset, f"{repo_id}[{chosen}]", request.bbox_format)
     _report(note)
-    return DetectionSource(dataset, names, f"{spec}-{chosen}", origin=f"hub:{spec}:{chosen}")
+    return DetectionSource(dataset, names, f"{repo_id}-{chosen}", origin=f"hub:{repo_id}:{chosen}")
+
+
+def _no_image_folder(request: _Request, where: str) -> None:
+    """``images`` names the folder of COCO json file names; anywhere else it would be silently unused."""
+    if request.images is not None:
+        raise DataSourceError(f"{where}: --images applies to a COCO json (or a data YAML naming COCO jsons); "
+                              "this source says where its images are itself")
 
 
 def _load_folder(folder: Path, request: _Request) -> DetectionSource:
@@ -244,6 +258,7 @@ def _load_yaml(path: Path, request: _Request) -> DetectionSource:
         if not json_path.is_file():
             raise DataSourceError(f"{path}: the '{split}' json {json_path} does not exist")
         return _load_coco(json_path.resolve(), request.images or yaml_images, request)
+    _no_image_folder(request, f"{path} (YOLO labels)")
     if request.bbox_format != "auto":
         raise DataSourceError(f"{path}: --bbox-format applies to Hub datasets, dataset folders and COCO jsons; YOLO "
                               "txt labels are always 'class cx cy w h', normalised")
@@ -286,7 +301,7 @@ def same_data_warning(train: DetectionSource, val: DetectionSource) -> str:
     if not train.origin or train.origin != val.origin:
         return ""
     return (f"training and validation use the same data ({train.origin.partition(':')[2]}): validation scores "
-            "measure how well the training images are fitted; name a separate validation split to measure more")
+            "measure how well the training images are fitted, not how well the model generalises")
 
 
 def report_same_data(train: DetectionSource, val: DetectionSource) -> None:

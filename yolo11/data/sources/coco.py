@@ -75,13 +75,14 @@ def image_folder(json_path: Path, images: Path | None) -> tuple[Path, str]:
                           "--images DIR, with {split} for one folder per split (--images images/{split}2017)")
 
 
-def missing_images(json_path: Path, images_dir: Path, paths: list[Path]) -> dict[int, str]:
+def missing_images(json_path: Path, images_dir: Path, file_names: list[str]) -> dict[int, str]:
     """Index -> message for each listed image that is not a file. Raises ``DataSourceError`` when none is there
     (a wrong folder, not a few lost files)."""
+    paths = [images_dir / name for name in file_names]
     missing = [i for i, path in enumerate(paths) if not path.is_file()]
     if not missing:
         return {}
-    first = ", ".join(os.fspath(paths[i].relative_to(images_dir)) for i in missing[:3])
+    first = ", ".join(file_names[i] for i in missing[:3])
     if len(missing) == len(paths):
         raise DataSourceError(f"{json_path}: none of its {len(paths)} images is in {images_dir} (first missing: "
                               f"{first}); pass --images DIR naming the folder its file_names are relative to")
@@ -106,7 +107,7 @@ def coco_rows(json_path: Path, images_dir: Path, bbox_format: str = "xywh",
     for ann in data.get("annotations", []):
         annotations[ann["image_id"]].append(ann)
     paths = [images_dir / info["file_name"] for info in data["images"]]
-    missing = missing_images(json_path, images_dir, paths)
+    missing = missing_images(json_path, images_dir, [info["file_name"] for info in data["images"]])
     present = [path for i, path in enumerate(paths) if i not in missing]
     sizes = iter(ordered_map(checked_size, present, workers=workers, desc=f"converting {json_path.stem}"))
     summary, rows, next_object_id = BadSampleSummary(), [], 1
