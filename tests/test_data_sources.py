@@ -147,7 +147,7 @@ def test_hub_style_columns_are_normalised(tmp_path: Path) -> None:
     })
     rows = [{"image": {"bytes": png, "path": None}, "objects": {"bboxes": [[1, 2, 10, 20]], "categories": [1]}}]
     datasets.Dataset.from_list(rows, features=features).save_to_disk(os.fspath(tmp_path / "hub"))
-    source = load_source(os.fspath(tmp_path / "hub"), cache_dir=tmp_path)
+    source = load_source(os.fspath(tmp_path / "hub"), cache_dir=tmp_path, bbox_format="xywh")
     assert source.class_names == ["cat", "dog"]
     row = source.dataset[0]
     assert (row["image_id"], row["width"], row["height"]) == (0, 60, 40)
@@ -179,13 +179,14 @@ def test_hub_id_loads_the_split_and_normalises(tmp_path: Path, monkeypatch: pyte
              "objects": {"id": [3], "area": [20], "bbox": [[1, 2, 4, 5]], "category": [1]}}]
     calls = []
 
-    def fake_load_dataset(repo_id: str, split: str):
-        calls.append((repo_id, split))
-        return datasets.Dataset.from_list(rows, features=features)
+    def fake_load_dataset(repo_id: str):
+        calls.append(repo_id)
+        return datasets.DatasetDict({"train": datasets.Dataset.from_list(rows * 2, features=features),
+                                     "test": datasets.Dataset.from_list(rows, features=features)})
 
     monkeypatch.setattr(datasets, "load_dataset", fake_load_dataset)
-    source = load_source("cppe-5", "test", cache_dir=tmp_path)
-    assert calls == [("cppe-5", "test")]
+    source = load_source("cppe-5", "test", cache_dir=tmp_path, bbox_format="xywh")
+    assert calls == ["cppe-5"]
     assert source.class_names == ["Coverall", "Face_Shield"]
     assert source.dataset.features == detection_features(source.class_names)
     assert source.dataset[0]["image_id"] == 7 and source.dataset[0]["objects"]["bbox"] == [[1, 2, 4, 5]]
@@ -248,5 +249,5 @@ def test_hub_rows_without_size_get_the_exif_rotated_size(tmp_path: Path) -> None
     rows = [{"image": {"bytes": buffer.getvalue(), "path": None}, "objects": {"bbox": [[1, 2, 10, 20]],
                                                                              "category": [0]}}]
     datasets.Dataset.from_list(rows, features=features).save_to_disk(os.fspath(tmp_path / "hub"))
-    row = load_source(os.fspath(tmp_path / "hub"), cache_dir=tmp_path).dataset[0]
+    row = load_source(os.fspath(tmp_path / "hub"), cache_dir=tmp_path, bbox_format="xywh").dataset[0]
     assert (row["width"], row["height"]) == (48, 80)

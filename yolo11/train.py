@@ -26,6 +26,7 @@ from accelerate.utils import DistributedType, parse_flag_from_env, set_seed
 
 from yolo11.data import BatchHSV, DataSourceError, DetectionSource, build_dataloader, load_source, save_batch_preview
 from yolo11.data.dataset import available_memory, cache_bytes
+from yolo11.data.sources import VAL_FALLBACKS, report_same_data
 from yolo11.engine import tracking
 from yolo11.engine.build import (
     build_accelerator,
@@ -119,8 +120,11 @@ def locate_inputs(config: TrainConfig, launch: PartialState) -> tuple[Path, Dete
     if config.run.resume and config.run.resume != "auto":
         resumed = run_dir_of_checkpoint(resolve_resume(config.run.resume, Path(config.run.resume)))
     data = config.data
-    train_source = load_source(data.data, split=data.train_split, cache_dir=data.cache_dir)
-    val_source = load_source(data.data, split=data.val_split, cache_dir=data.cache_dir)
+    options = {"cache_dir": data.cache_dir, "images": data.images, "bbox_format": data.bbox_format}
+    train_source = load_source(data.data, split=data.train_split, split_flag="--train-split", **options)
+    val_source = load_source(data.data, split=data.val_split, fallback_splits=VAL_FALLBACKS, split_flag="--val-split",
+                             **options)
+    report_same_data(train_source, val_source)
     return resumed or resolve_run_dir(config, launch), train_source, val_source
 
 

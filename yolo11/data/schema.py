@@ -80,9 +80,14 @@ class BadSampleSummary:
 
 @dataclass
 class DetectionSource:
-    """A converted source: the dataset in the Hub schema and its class names (index = class id)."""
+    """A converted source: the dataset in the Hub schema and its class names (index = class id).
+
+    ``origin`` names what the rows were read from (kind, file or id, split), equal for two sources that read the
+    same rows: training and validation can be told apart.
+    """
 
     dataset: datasets.Dataset
     class_names: list[str]
     name: str
     summary: BadSampleSummary = field(default_factory=BadSampleSummary)
+    origin: str = ""

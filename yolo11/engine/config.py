@@ -101,7 +101,14 @@ class DataConfig(_SelfValidating):
     data: str = _opt("synthetic", "dataset: synthetic[:k=v,...], a Hub id, a save_to_disk folder, a COCO json "
                                   "or an Ultralytics data YAML")
     train_split: str = _opt("train", "split used for training")
-    val_split: str = _opt("val", "split used for validation")
+    val_split: str = _opt("val", "split used for validation (when a dataset has no 'val': 'validation', 'valid' "
+                                 "or 'test', said in the log)")
+    images: str | None = _opt(None, "image folder of a COCO json --data, '{split}' replaced by the split name "
+                                    "(images/{split}2017); default: beside the json, else the COCO layout: "
+                                    "<root>/images/<name> or <root>/<name> for <root>/annotations/*_<name>.json")
+    bbox_format: str = _opt("auto", "how --data stores boxes (Hub datasets, dataset folders, COCO json): xywh (the "
+                                    "Hub and COCO convention), xyxy, or auto (COCO json: xywh; Hub/folder: read "
+                                    "from the boxes, an error when they fit both)", ("auto", "xywh", "xyxy"))
     imgsz: int = _opt(640, "training and validation image size in pixels (multiple of 32)")
     workers: int = _opt(8, "data-loader worker processes per training process (at most the CPU cores per process)")
     cache_dir: str | None = _opt(None, "where converted Arrow datasets are cached (default ~/.cache/yolo11)")
@@ -130,6 +137,8 @@ class DataConfig(_SelfValidating):
         if self.imgsz < MAX_STRIDE or self.imgsz % MAX_STRIDE:
             raise ValueError(f"--imgsz must be a positive multiple of {MAX_STRIDE} (the largest stride), "
                              f"got {self.imgsz}")
+        if self.bbox_format not in ("auto", "xywh", "xyxy"):  # a --config YAML value skips argparse's choices
+            raise ValueError(f"--bbox-format must be auto, xywh or xyxy, got {self.bbox_format!r}")
         _require(self, "workers", 0)
         _require(self, "max_boxes", 1)
         _require(self, "close_mosaic", 0)

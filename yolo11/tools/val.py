@@ -22,6 +22,7 @@ from accelerate import Accelerator, DataLoaderConfiguration
 from torch import nn
 
 from yolo11.data import DetectionSource, LoaderConfig, build_dataloader, load_source
+from yolo11.data.sources import BBOX_FORMATS, VAL_FALLBACKS
 from yolo11.evaluation import CocoEvaluator, plots, predict_and_score
 from yolo11.evaluation.coco import BACKENDS, coco_results
 from yolo11.postprocess import Postprocessor
@@ -33,8 +34,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("weights", type=Path, help="our .safetensors file or folder, or an Ultralytics .pt")
     parser.add_argument("--data", required=True, help="source: data YAML, COCO json, save_to_disk folder, Hub id")
-    parser.add_argument("--split", default="val", help="dataset split")
-    parser.add_argument("--images", default=None, help="image folder of a COCO json source")
+    parser.add_argument("--split", default="val", help="dataset split (val falls back to validation, valid, test)")
+    parser.add_argument("--images", default=None, help="image folder of a COCO json source ({split}: the split)")
+    parser.add_argument("--bbox-format", default="auto", choices=BBOX_FORMATS,
+                        help="how a Hub dataset or folder stores boxes (auto: read from the boxes)")
     parser.add_argument("--cache-dir", default=None, help="where converted datasets are cached")
     parser.add_argument("--imgsz", type=int, default=640, help="letterboxed input size in pixels")
     parser.add_argument("--batch", type=int, default=16, help="global batch size (split over processes)")
@@ -104,7 +107,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     # ranks with one batch fewer are fine here (the only collective is the gather after the loop).
     accelerator = Accelerator(dataloader_config=DataLoaderConfiguration(even_batches=False))
     model = load_weights(args.weights).fuse()  # before the data: a wrong path fails at once
-    source = load_source(args.data, split=args.split, cache_dir=args.cache_dir, images=args.images)
+    source = load_source(args.data, split=args.split, cache_dir=args.cache_dir, images=args.images,
+                         bbox_format=args.bbox_format, fallback_splits=VAL_FALLBACKS, split_flag="--split")
     start = time.perf_counter()
     metrics, predictions, ground_truth = evaluate_weights(
         accelerator, model, source, imgsz=args.imgsz, batch=args.batch, workers=args.workers, conf=args.conf,

@@ -2,8 +2,9 @@
 
 File-based sources (data YAML, COCO json) and ``synthetic`` are converted once and saved under the cache folder
 (``cache_dir``, else ``$YOLO11_CACHE``, else ``~/.cache/yolo11/datasets``), keyed by a fingerprint of the source:
-the paths, sizes and modification times of the images and label/annotation files, plus the options. Changing any
-of them converts again. Hub ids and ``save_to_disk`` folders are already Arrow and are only normalised.
+the paths, sizes and modification times of the images and label/annotation files, plus the options (split, image
+folder, box format). Changing any of them converts again. Hub ids and dataset folders are already Arrow and are
+only normalised (``datasets.map``, whose own cache is keyed by the function and its options).
 """
 
 from __future__ import annotations
@@ -15,19 +16,31 @@ import os
 import shutil
 import tempfile
 from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import datasets
 import torch.distributed
 from accelerate import PartialState
 
-from yolo11.data.schema import BadSampleSummary, DataSourceError, DetectionSource, detection_features
-from yolo11.data.sources.coco import coco_fingerprint_files, coco_rows
-from yolo11.data.sources.hub import load_disk, load_hub, normalise
+from yolo11.data.schema import LOGGER, BadSampleSummary, DataSourceError, DetectionSource, detection_features
+from yolo11.data.sources.box_format import BBOX_FORMATS
+from yolo11.data.sources.coco import coco_fingerprint_files, coco_rows, image_folder
+from yolo11.data.sources.hub import load_disk, load_hub, normalise, pick_split
+from yolo11.data.sources.splits import VAL_FALLBACKS, choose_split
 from yolo11.data.sources.synthetic import SHAPES, SyntheticOptions, synthetic_rows
-from yolo11.data.sources.yolo import yolo_fingerprint_files, yolo_rows
+from yolo11.data.sources.yolo import (
+    coco_split,
+    read_data_yaml,
+    split_locations,
+    yaml_splits,
+    yolo_fingerprint_files,
+    yolo_rows,
+)
 
-__all__ = ["CONVERSIONS", "default_cache_dir", "load_source"]
+__all__ = ["BBOX_FORMATS", "CONVERSIONS", "VAL_FALLBACKS", "default_cache_dir", "load_source", "report_same_data",
+           "same_data_warning"]
 
 CACHE_VERSION = 2  # bump when the conversion output changes, so old caches are not reused
 CONVERSIONS: Counter = Counter()  # conversions done by this process, by source kind (tests check cache reuse)
@@ -71,11 +84,15 @@ def _quiet_datasets():
 def _convert_and_save(cache_root: Path, folder: Path, convert) -> None:
     rows, class_names, summary = convert()
     CONVERSIONS[folder.name.split("-")[0]] += 1
-    dataset = datasets.Dataset.from_list(rows, features=detection_features(class_names))
+    features = detection_features(class_names)
+    # from_list([]) infers no columns and datasets then rejects the features ("Keys mismatch"): give them empty
+    dataset = (datasets.Dataset.from_list(rows, features=features) if rows
+               else datasets.Dataset.from_dict({name: [] for name in features}, features=features))
     del rows  # the Arrow table holds the same data: do not keep both at COCO scale
     cache_root.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=cache_root))
-    dataset.save_to_disk(os.fspath(tmp / "data"))
+    # an empty dataset would be saved as no shard at all, which load_from_disk cannot read back
+    dataset.save_to_disk(os.fspath(tmp / "data"), num_shards=None if len(dataset) else 1)
     (tmp / "yolo11_source.json").write_text(json.dumps({"class_names": class_names, "summary": summary.to_dict()}))
     try:
         tmp.rename(folder)
@@ -127,14 +144,40 @@ def _looks_like_path(spec: str) -> bool:
     return spec.startswith((".", "/", "~")) or spec.endswith((".yaml", ".yml", ".json")) or os.sep * 2 in spec
 
 
+def _report(note: str) -> None:
+    """Log a choice made for the user (a stand-in split, a guessed folder) once per machine."""
+    state = _launch_state()
+    if note and (state is None or state.is_local_main_process):
+        LOGGER.warning("%s", note)
+
+
+@dataclass(frozen=True)
+class _Request:
+    """What ``load_source`` was asked for, handed to the loader of each kind of source."""
+
+    split: str
+    cache_root: Path
+    images: Path | None
+    workers: int | None
+    bbox_format: str
+    fallback_splits: tuple[str, ...]
+    split_flag: str | None
+
+
 def load_source(spec: str, split: str = "train", cache_dir: str | os.PathLike | None = None,
-                images: str | os.PathLike | None = None, workers: int | None = None,
+                images: str | os.PathLike | None = None, workers: int | None = None, *, bbox_format: str = "auto",
+                fallback_splits: Sequence[str] = (), split_flag: str | None = None,
                 **synthetic_opts) -> DetectionSource:
     """Load one split of a detection source in the Hub schema.
 
-    ``spec`` is ``synthetic[:key=value,...]`` (options also as ``synthetic_opts``), an Ultralytics data YAML,
-    a COCO instances json (images beside it or in ``images``; a json holds one split, so ``{split}`` in ``spec``
-    and ``images`` is replaced by the split name), a ``save_to_disk`` folder, or a Hub id.
+    ``spec`` is ``synthetic[:key=value,...]`` (options also as ``synthetic_opts``), an Ultralytics data YAML (its
+    splits YOLO image folders or COCO jsons), a COCO instances json (images beside it, in the standard COCO layout
+    ``../images/<name>`` or ``../<name>``, or in ``images``; a json holds one split, so ``{split}`` in ``spec``
+    and ``images`` is replaced by the split name), a ``save_to_disk`` folder or a folder of dataset files, or a
+    Hub id. When the source has no ``split`` but has one of ``fallback_splits`` (tried in order, and only when
+    ``split`` is one of them), that one is used and logged; ``split_flag`` is the option errors tell the user to
+    set. ``bbox_format`` (``auto``, ``xywh``, ``xyxy``) says how Hub/folder boxes and COCO json boxes are stored;
+    ``auto`` reads it from a Hub dataset's boxes and follows the format's rule for COCO json (``xywh``).
     A YAML or json is converted once, checking its images in ``workers`` processes (all cores when ``None``;
     the rows do not depend on it). Raises ``DataSourceError`` for a source that cannot be used; bad samples are
     skipped, counted in ``DetectionSource.summary`` and logged once (by the local main process of a launch).
@@ -145,39 +188,122 @@ def load_source(spec: str, split: str = "train", cache_dir: str | os.PathLike | 
         fingerprint = _fingerprint({"kind": "synthetic", "split": split, **options.to_dict()}, [])
         dataset, names, summary = _cached(cache_root, f"synthetic-{split}", fingerprint,
                                           lambda: (synthetic_rows(options, split), list(SHAPES), BadSampleSummary()))
-        return DetectionSource(dataset, names, f"synthetic-{split}", BadSampleSummary.from_dict(summary))
+        return DetectionSource(dataset, names, f"synthetic-{split}", BadSampleSummary.from_dict(summary),
+                               origin=f"synthetic:{split}")
     if synthetic_opts:
         raise DataSourceError(f"options {sorted(synthetic_opts)} only apply to the synthetic source, not {spec!r}")
-    if "{split}" in spec:  # one COCO json per split: "annotations/instances_{split}2017.json"
-        spec = spec.replace("{split}", split)
-        images = os.fspath(images).replace("{split}", split) if images is not None else None
-    path = Path(spec).expanduser()
+    if bbox_format not in BBOX_FORMATS:
+        raise DataSourceError(f"--bbox-format must be one of {BBOX_FORMATS}, got {bbox_format!r}")
+    images = os.fspath(images).replace("{split}", split) if images is not None else None
+    request = _Request(split, cache_root, Path(images).expanduser() if images else None, workers, bbox_format,
+                       tuple(fallback_splits), split_flag)
+    path = Path(spec.replace("{split}", split)).expanduser()  # one COCO json per split: instances_{split}2017.json
     if path.suffix in (".yaml", ".yml") and path.is_file():
-        path = path.resolve()
-        fingerprint = _fingerprint({"kind": "yolo", "split": split}, yolo_fingerprint_files(path, split))
-        result = _cached(cache_root, f"yolo-{path.stem}-{split}", fingerprint,
-                         lambda: yolo_rows(path, split, workers))
-        name = f"{path.stem}-{split}"
-    elif path.suffix == ".json" and path.is_file():
-        path, image_dir = path.resolve(), Path(images).resolve() if images else None
-        fingerprint = _fingerprint({"kind": "coco", "images": os.fspath(image_dir or "")},
-                                   coco_fingerprint_files(path, image_dir))
-        result = _cached(cache_root, f"coco-{path.stem}", fingerprint, lambda: coco_rows(path, image_dir, workers))
-        name = path.stem
-    elif path.is_dir():
-        dataset, names = normalise(load_disk(path, split), os.fspath(path))
-        return DetectionSource(dataset, names, f"{path.name}-{split}")
-    elif _looks_like_path(spec):
-        raise DataSourceError(f"{spec}: no such file or folder (expected a data YAML, a COCO json or a "
-                              "save_to_disk folder)")
-    else:
-        dataset, names = normalise(load_hub(spec, split), spec)
-        return DetectionSource(dataset, names, f"{spec}-{split}")
+        return _load_yaml(path.resolve(), request)
+    if path.suffix == ".json" and path.is_file():
+        return _load_coco(path.resolve(), request.images, request)
+    if path.is_dir():
+        _no_image_folder(request, os.fspath(path))
+        return _load_folder(path, request)
+    if _looks_like_path(spec):
+        templated = f" ({spec} for split {split!r}; {split_flag or 'the split argument'} names the split)" \
+            if "{split}" in spec else ""
+        raise DataSourceError(f"{path}: no such file or folder{templated} (expected a data YAML, a COCO json or a "
+                              "dataset folder)")
+    return _load_hub(spec, request)
+
+
+def _load_hub(repo_id: str, request: _Request) -> DetectionSource:
+    """A Hub dataset: ``datasets`` caches the download; the split is picked and normalised here."""
+    _no_image_folder(request, f"Hub dataset {repo_id}")
+    dataset, chosen, note = pick_split(load_hub(repo_id), request.split, request.fallback_splits,
+                                       request.split_flag, f"Hub dataset {repo_id}")
+    _report(note)
+    dataset, names, note = normalise(dataset, f"{repo_id}[{chosen}]", request.bbox_format)
+    _report(note)
+    return DetectionSource(dataset, names, f"{repo_id}-{chosen}", origin=f"hub:{repo_id}:{chosen}")
+
+
+def _no_image_folder(request: _Request, where: str) -> None:
+    """``images`` names the folder of COCO json file names; anywhere else it would be silently unused."""
+    if request.images is not None:
+        raise DataSourceError(f"{where}: --images applies to a COCO json (or a data YAML naming COCO jsons); "
+                              "this source says where its images are itself")
+
+
+def _load_folder(folder: Path, request: _Request) -> DetectionSource:
+    """A ``save_to_disk`` folder or a folder of dataset files: already Arrow (or read by ``datasets``), only
+    normalised, not cached by us."""
+    loaded = load_disk(folder)
+    dataset, chosen, note = pick_split(loaded, request.split, request.fallback_splits, request.split_flag,
+                                       os.fspath(folder))
+    _report(note)
+    single = not isinstance(loaded, datasets.DatasetDict)  # one Dataset serves every split: the same rows
+    dataset, names, note = normalise(dataset, os.fspath(folder) if single else f"{folder}[{chosen}]",
+                                     request.bbox_format)
+    _report(note)
+    origin = f"folder:{folder.resolve()}" + ("" if single else f":{chosen}")
+    return DetectionSource(dataset, names, f"{folder.name}-{chosen}", origin=origin)
+
+
+def _load_yaml(path: Path, request: _Request) -> DetectionSource:
+    """An Ultralytics data YAML: YOLO txt labels, or COCO jsons named per split (converted as a json given alone)."""
+    data = read_data_yaml(path)
+    split, note = choose_split(yaml_splits(data), request.split, request.fallback_splits, request.split_flag,
+                               os.fspath(path))
+    _report(note)
+    coco = coco_split(path, data, split)
+    if coco is not None:
+        json_path, yaml_images = coco
+        if not json_path.is_file():
+            raise DataSourceError(f"{path}: the '{split}' json {json_path} does not exist")
+        return _load_coco(json_path.resolve(), request.images or yaml_images, request)
+    _no_image_folder(request, f"{path} (YOLO labels)")
+    if request.bbox_format != "auto":
+        raise DataSourceError(f"{path}: --bbox-format applies to Hub datasets, dataset folders and COCO jsons; YOLO "
+                              "txt labels are always 'class cx cy w h', normalised")
+    fingerprint = _fingerprint({"kind": "yolo", "split": split}, yolo_fingerprint_files(path, split))
+    result = _cached(request.cache_root, f"yolo-{path.stem}-{split}", fingerprint,
+                     lambda: yolo_rows(path, split, request.workers))
+    origin = "yolo:" + ";".join(sorted(os.fspath(p.resolve()) for p in split_locations(path, data, split)))
+    return _checked(f"{path.stem}-{split}", result, f"{path}: split {split!r}", origin)
+
+
+def _load_coco(json_path: Path, images: Path | None, request: _Request) -> DetectionSource:
+    """One COCO json and the folder of its images (``image_folder``: given, or beside it, or the COCO layout)."""
+    images_dir, note = image_folder(json_path, images.resolve() if images else None)
+    _report(note)
+    bbox_format = "xyxy" if request.bbox_format == "xyxy" else "xywh"  # auto: COCO's rule
+    fingerprint = _fingerprint({"kind": "coco", "images": os.fspath(images_dir), "bbox_format": bbox_format},
+                               coco_fingerprint_files(json_path, images_dir))
+    result = _cached(request.cache_root, f"coco-{json_path.stem}", fingerprint,
+                     lambda: coco_rows(json_path, images_dir, bbox_format, request.workers))
+    return _checked(json_path.stem, result, os.fspath(json_path), f"coco:{json_path}")
+
+
+def _checked(name: str, result: tuple[datasets.Dataset, list[str], dict], where: str,
+             origin: str) -> DetectionSource:
+    """The converted source, its problems logged once per machine; an error when no image was usable."""
     dataset, names, summary_dict = result
     summary = BadSampleSummary.from_dict(summary_dict)
     state = _launch_state()
     if state is None or state.is_local_main_process:
         summary.log(name)
     if len(dataset) == 0:
-        raise DataSourceError(f"{spec}: no usable images in split {split!r} (see the warnings above)")
-    return DetectionSource(dataset, names, name, summary)
+        raise DataSourceError(f"{where}: no usable images (see the warnings above)")
+    return DetectionSource(dataset, names, name, summary, origin=origin)
+
+
+def same_data_warning(train: DetectionSource, val: DetectionSource) -> str:
+    """A warning when training and validation read the same rows (one json without ``{split}``, a YAML whose
+    train and val name the same folder, a single saved Dataset), else ``""``: the scores then measure fitting,
+    not generalisation, which Ultralytics' coco8/coco128 do on purpose."""
+    if not train.origin or train.origin != val.origin:
+        return ""
+    return (f"training and validation use the same data ({train.origin.partition(':')[2]}): validation scores "
+            "measure how well the training images are fitted, not how well the model generalises")
+
+
+def report_same_data(train: DetectionSource, val: DetectionSource) -> None:
+    """Log ``same_data_warning`` once per machine."""
+    _report(same_data_warning(train, val))

@@ -1,30 +1,31 @@
-"""Hub datasets and ``save_to_disk`` folders: load, pick the split, normalise columns to our schema."""
+"""Hub datasets and local dataset folders: load, pick the split, normalise columns and boxes to our schema."""
 
 from __future__ import annotations
 
 import io
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 import datasets
+import numpy as np
 from huggingface_hub import constants as hub_constants
 from PIL import Image
 
 from yolo11.data.schema import DataSourceError, detection_features
+from yolo11.data.sources.box_format import box_array, resolve_bbox_format
 from yolo11.data.sources.checks import oriented_size
+from yolo11.data.sources.splits import choose_split
 
 BBOX_NAMES = ("bbox", "bboxes", "boxes")
 CATEGORY_NAMES = ("category", "categories", "label", "labels", "class", "classes")
 
 
-def load_hub(repo_id: str, split: str) -> datasets.Dataset:
-    """``datasets.load_dataset(repo_id, split=split)`` with a clear error when the Hub cannot be reached."""
+def load_hub(repo_id: str) -> datasets.DatasetDict:
+    """``datasets.load_dataset(repo_id)``, every split (the Hub's builders prepare them all whichever is asked for),
+    with a clear error when the Hub cannot be reached."""
     try:
-        return datasets.load_dataset(repo_id, split=split)
-    except ValueError as err:
-        if "split" in str(err).lower():
-            raise DataSourceError(f"Hub dataset {repo_id!r} has no split {split!r}: {err}") from None
-        raise
+        return datasets.load_dataset(repo_id)
     except Exception as err:  # connection errors come as many types (ConnectionError, HfHubHTTPError, OSError...)
         reason = "HF_HUB_OFFLINE is set" if hub_constants.HF_HUB_OFFLINE else f"{type(err).__name__}: {err}"
         raise DataSourceError(
@@ -33,17 +34,25 @@ def load_hub(repo_id: str, split: str) -> datasets.Dataset:
             "--data DIR, or pass a COCO json or an Ultralytics data YAML.") from None
 
 
-def load_disk(folder: Path, split: str) -> datasets.Dataset:
-    """A ``save_to_disk`` folder holding a Dataset, or a DatasetDict with ``split``."""
+def load_disk(folder: Path) -> datasets.Dataset | datasets.DatasetDict:
+    """A ``save_to_disk`` folder (a Dataset or a DatasetDict), else a folder of data files such as a clone of a Hub
+    dataset repository (``datasets.load_dataset(folder)``: parquet, json... split by file name)."""
+    saved = (folder / "dataset_dict.json").is_file() or (folder / "state.json").is_file()
     try:
-        loaded = datasets.load_from_disk(os.fspath(folder))
+        return datasets.load_from_disk(os.fspath(folder)) if saved else datasets.load_dataset(os.fspath(folder))
     except Exception as err:
-        raise DataSourceError(f"{folder}: not a save_to_disk dataset folder ({err})") from None
-    if isinstance(loaded, datasets.DatasetDict):
-        if split not in loaded:
-            raise DataSourceError(f"{folder}: no split {split!r} (has {sorted(loaded)})")
-        return loaded[split]
-    return loaded
+        raise DataSourceError(f"{folder}: neither a save_to_disk dataset folder nor a folder of dataset files "
+                              f"({type(err).__name__}: {err})") from None
+
+
+def pick_split(loaded: datasets.Dataset | datasets.DatasetDict, split: str, fallbacks: Sequence[str],
+               flag: str | None, where: str) -> tuple[datasets.Dataset, str, str]:
+    """``(dataset, split used, note)``: the split of a DatasetDict (``choose_split``'s fallbacks); a single
+    Dataset serves every split."""
+    if not isinstance(loaded, datasets.DatasetDict):
+        return loaded, split, ""
+    chosen, note = choose_split(list(loaded), split, fallbacks, flag, where)
+    return loaded[chosen], chosen, note
 
 
 def _pick(names, candidates: tuple[str, ...], what: str, where: str) -> str:
@@ -53,8 +62,26 @@ def _pick(names, candidates: tuple[str, ...], what: str, where: str) -> str:
     raise DataSourceError(f"{where}: no {what} column (looked for {candidates}, found {sorted(names)})")
 
 
-def normalise(dataset: datasets.Dataset, where: str) -> tuple[datasets.Dataset, list[str]]:
-    """The dataset in our schema (columns renamed, image not decoded) and its class names."""
+def image_sizes(dataset: datasets.Dataset) -> np.ndarray:
+    """``(rows, 2)`` width and height of every image: the columns when there are, else the image headers (with
+    the EXIF orientation applied, as OpenCV decodes them)."""
+    if "width" in dataset.column_names and "height" in dataset.column_names:
+        return np.stack([np.asarray(dataset["width"], np.int64), np.asarray(dataset["height"], np.int64)], 1)
+    sizes = np.zeros((len(dataset), 2), np.int64)
+    images = dataset.select_columns(["image"]).cast_column("image", datasets.Image(decode=False))
+    for index, row in enumerate(images):  # row by row: the column at once would hold every image in memory
+        image = row["image"]
+        source = io.BytesIO(image["bytes"]) if image.get("bytes") else image["path"]
+        with Image.open(source) as im:
+            sizes[index] = oriented_size(im)
+    return sizes
+
+
+def normalise(dataset: datasets.Dataset, where: str, bbox_format: str = "auto") -> tuple[datasets.Dataset, list[str],
+                                                                                         str]:
+    """``(dataset in our schema, class names, note)``: columns renamed, image not decoded, boxes made COCO
+    ``xywh`` from ``bbox_format`` (``auto``: read from the data, see ``box_format``); ``note`` says what ``auto``
+    chose, for the log."""
     objects_name = _pick(dataset.features, ("objects", "annotations"), "objects", where)
     objects = dataset.features[objects_name]
     inner = objects.feature if isinstance(objects, (datasets.Sequence, datasets.List)) else objects
@@ -68,21 +95,22 @@ def normalise(dataset: datasets.Dataset, where: str) -> tuple[datasets.Dataset, 
         raise DataSourceError(f"{where}: objects.{category_name} is not a ClassLabel, so class names are unknown")
     class_names = list(label.names)
     features = detection_features(class_names)
-    if dataset.features == features:
-        return dataset, class_names
+    sizes = image_sizes(dataset)
+    boxes, rows = box_array(dataset, objects_name, bbox_name, where)
+    bbox_format, note = resolve_bbox_format(bbox_format, boxes, sizes[rows], where, bbox_name)
+    if dataset.features == features and bbox_format == "xywh":
+        return dataset, class_names, note
     dataset = dataset.cast_column("image", datasets.Image(decode=False))
+    xyxy = bbox_format == "xyxy"
 
     def to_schema(row: dict, index: int) -> dict:
         objs = row[objects_name]
         if isinstance(objs, list):  # list of dicts -> dict of lists
             objs = {key: [o[key] for o in objs] for key in (objs[0] if objs else {})}
         boxes = [list(map(float, b)) for b in objs.get(bbox_name, [])]
-        width, height = row.get("width"), row.get("height")
-        if width is None or height is None:  # read the header only
-            image = row["image"]
-            source = io.BytesIO(image["bytes"]) if image.get("bytes") else image["path"]
-            with Image.open(source) as im:
-                width, height = oriented_size(im)
+        if xyxy:
+            boxes = [[x1, y1, x2 - x1, y2 - y1] for x1, y1, x2, y2 in boxes]
+        width, height = (int(v) for v in sizes[index])
         return {"image_id": int(row["image_id"]) if row.get("image_id") is not None else index,
                 "image": row["image"], "width": width, "height": height,
                 "objects": {"id": list(objs.get("id", range(len(boxes)))), "area": [w * h for _, _, w, h in boxes],
@@ -90,4 +118,4 @@ def normalise(dataset: datasets.Dataset, where: str) -> tuple[datasets.Dataset, 
 
     converted = dataset.map(to_schema, with_indices=True, features=features, remove_columns=dataset.column_names,
                             desc=f"normalising {where}")
-    return converted, class_names
+    return converted, class_names, note

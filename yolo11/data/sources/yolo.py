@@ -12,9 +12,17 @@ from yolo11.data.schema import BadSampleSummary, DataSourceError
 from yolo11.data.sources.checks import IMAGE_SUFFIXES, check_box, image_size, objects_row
 from yolo11.data.sources.parallel import ordered_map
 
+SPLIT_KEYS = ("train", "val", "test")
+
+
+def names_coco_jsons(data: dict) -> bool:
+    """Whether the YAML's splits are COCO jsons (``train: annotations/instances_train2017.json``)."""
+    return any(isinstance(data.get(k), str) and data[k].endswith(".json") for k in SPLIT_KEYS)
+
 
 def read_data_yaml(path: Path) -> dict:
-    """The YAML as a dict with ``names`` as a list; raises ``DataSourceError`` for a file we cannot use."""
+    """The YAML as a dict with ``names`` as a list (``None`` for a YAML of COCO jsons without it: the jsons name
+    the classes); raises ``DataSourceError`` for a file we cannot use."""
     try:
         data = yaml.safe_load(path.read_text())
     except (OSError, yaml.YAMLError) as err:
@@ -22,6 +30,9 @@ def read_data_yaml(path: Path) -> dict:
     if not isinstance(data, dict):
         raise DataSourceError(f"{path}: a data YAML must be a mapping with path/train/val/names")
     names = data.get("names")
+    if not names and names_coco_jsons(data):
+        data["names"] = None
+        return data
     if not names:
         raise DataSourceError(f"{path}: no 'names' (class names, a list or a dict index -> name)")
     if isinstance(names, dict):
@@ -45,16 +56,42 @@ def dataset_root(yaml_path: Path, data: dict) -> Path:
     return (yaml_path.parent / root).resolve()
 
 
+def yaml_splits(data: dict) -> list[str]:
+    return [k for k in SPLIT_KEYS if data.get(k)]
+
+
+def coco_split(yaml_path: Path, data: dict, split: str) -> tuple[Path, Path | None] | None:
+    """``(json, image folder or None)`` when the YAML names a COCO json for ``split``, else ``None``.
+
+    ``images`` is optional: a mapping split -> folder, or one folder (``{split}`` replaced by the split name);
+    paths are relative to the dataset root, as the splits are.
+    """
+    entry = data.get(split)
+    if not (isinstance(entry, str) and entry.endswith(".json")):
+        return None
+    root = dataset_root(yaml_path, data)
+    images = data.get("images")
+    if isinstance(images, dict):
+        images = images.get(split)
+    if images is not None and not isinstance(images, str):
+        raise DataSourceError(f"{yaml_path}: 'images' must be a folder or a mapping split -> folder")
+    images = images.replace("{split}", split) if images else None
+    return root / entry, (root / images if images else None)
+
+
+def split_locations(yaml_path: Path, data: dict, split: str) -> list[Path]:
+    """The folders, txt lists or jsons ``split`` names, resolved against the dataset root."""
+    root = dataset_root(yaml_path, data)
+    entries = data[split] if isinstance(data[split], list) else [data[split]]
+    return [Path(entry) if Path(entry).is_absolute() else root / entry for entry in entries]
+
+
 def list_split_images(yaml_path: Path, data: dict, split: str) -> list[Path]:
     """Image files of a split given as a folder, a txt of paths, or a list of either."""
     if split not in data or not data[split]:
-        present = [k for k in ("train", "val", "test") if data.get(k)]
-        raise DataSourceError(f"{yaml_path}: no '{split}' split (has {present})")
-    root = dataset_root(yaml_path, data)
-    entries = data[split] if isinstance(data[split], list) else [data[split]]
+        raise DataSourceError(f"{yaml_path}: no '{split}' split (has {yaml_splits(data)})")
     images: list[Path] = []
-    for entry in entries:
-        location = Path(entry) if Path(entry).is_absolute() else root / entry
+    for location in split_locations(yaml_path, data, split):
         if location.is_dir():
             images += sorted(p for p in location.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES)
         elif location.is_file() and location.suffix == ".txt":
@@ -65,7 +102,7 @@ def list_split_images(yaml_path: Path, data: dict, split: str) -> list[Path]:
         else:
             raise DataSourceError(f"{yaml_path}: '{split}' image folder or list {location} does not exist")
     if not images:
-        raise DataSourceError(f"{yaml_path}: no images found for '{split}' in {entries}")
+        raise DataSourceError(f"{yaml_path}: no images found for '{split}' in {data[split]}")
     return images
 
 

@@ -1,0 +1,154 @@
+"""Hub datasets and dataset folders: which split is read (and the fallback for validation), and the box format."""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+import cv2
+import datasets
+import numpy as np
+import pytest
+
+from yolo11.data import DataSourceError, load_source
+from yolo11.data.sources import VAL_FALLBACKS
+
+CLASSES = ["Coverall", "Face_Shield"]
+FEATURES = datasets.Features({  # cppe-5's schema: COCO xywh pixels under objects.bbox
+    "image_id": datasets.Value("int64"), "image": datasets.Image(),
+    "width": datasets.Value("int32"), "height": datasets.Value("int32"),
+    "objects": datasets.Sequence({"id": datasets.Value("int64"), "area": datasets.Value("int64"),
+                                  "bbox": datasets.Sequence(datasets.Value("float32"), length=4),
+                                  "category": datasets.ClassLabel(names=CLASSES)}),
+})
+PNG = cv2.imencode(".png", np.zeros((60, 80, 3), np.uint8))[1].tobytes()  # 80 wide, 60 high
+
+
+def hub_split(boxes_per_image: list[list[list[float]]], first_id: int = 0) -> datasets.Dataset:
+    rows = [{"image_id": first_id + i, "image": {"bytes": PNG, "path": None}, "width": 80, "height": 60,
+             "objects": {"id": list(range(len(boxes))), "area": [0] * len(boxes), "bbox": boxes,
+                         "category": [0] * len(boxes)}}
+            for i, boxes in enumerate(boxes_per_image)]
+    return datasets.Dataset.from_list(rows, features=FEATURES)
+
+
+XYWH = [[[50, 10, 20, 30]], [[5, 5, 10, 10]]]  # as xyxy the first would have x2 < x1: only xywh fits
+XYXY = [[[50, 10, 70, 40]], [[5, 5, 15, 15]]]  # the same boxes as corners; as xywh the first leaves the image
+AMBIGUOUS = [[[1, 2, 10, 20]]]  # fits the 80x60 image read either way
+
+
+def save_dict(folder: Path, splits: dict[str, list]) -> str:
+    datasets.DatasetDict({name: hub_split(boxes, 100 * k) for k, (name, boxes) in enumerate(splits.items())}) \
+        .save_to_disk(os.fspath(folder))
+    return os.fspath(folder)
+
+
+@pytest.mark.parametrize("splits, expected", [(("train", "test"), "test"),
+                                              (("train", "validation", "test"), "validation"),
+                                              (("train", "valid"), "valid")])
+def test_val_falls_back_and_says_so(tmp_path: Path, caplog: pytest.LogCaptureFixture, splits: tuple[str, ...],
+                                    expected: str) -> None:
+    folder = save_dict(tmp_path / "ds", {name: XYWH for name in splits})
+    with caplog.at_level(logging.WARNING, logger="yolo11.data"):
+        source = load_source(folder, "val", cache_dir=tmp_path, fallback_splits=VAL_FALLBACKS,
+                             split_flag="--val-split")
+    first_id = 100 * splits.index(expected)
+    assert source.dataset["image_id"] == [first_id, first_id + 1] and source.name == f"ds-{expected}"
+    notes = [r.getMessage() for r in caplog.records if "in its place" in r.getMessage()]
+    assert notes == [f"{folder}: no 'val' split, using {expected!r} in its place (--val-split chooses another)"]
+
+
+def test_missing_split_lists_the_splits_and_names_the_flag(tmp_path: Path) -> None:
+    folder = save_dict(tmp_path / "ds", {"training": XYWH, "holdout": XYWH})
+    with pytest.raises(DataSourceError, match=r"no 'val' split nor 'validation' / 'valid' / 'test' \(it has "
+                                              r"\['holdout', 'training'\]\); choose one with --val-split"):
+        load_source(folder, "val", cache_dir=tmp_path, fallback_splits=VAL_FALLBACKS, split_flag="--val-split")
+    with pytest.raises(DataSourceError, match=r"no 'train' split \(it has \['holdout', 'training'\]\); choose one "
+                                              "with --train-split"):
+        load_source(folder, "train", cache_dir=tmp_path, split_flag="--train-split")
+    save_dict(tmp_path / "tt", {"train": XYWH, "test": XYWH})
+    with pytest.raises(DataSourceError, match=r"no 'dev' split \(it has \['test', 'train'\]\)"):  # named: no guess
+        load_source(os.fspath(tmp_path / "tt"), "dev", cache_dir=tmp_path, fallback_splits=VAL_FALLBACKS)
+    assert len(load_source(folder, "holdout", cache_dir=tmp_path).dataset) == 2
+
+
+def test_hub_id_reads_its_splits_and_falls_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                caplog: pytest.LogCaptureFixture) -> None:
+    """The Hub path is ``datasets.load_dataset(repo_id)`` (mocked: no network); cppe-5 has train and test only."""
+    calls = []
+
+    def fake_load_dataset(repo_id: str) -> datasets.DatasetDict:
+        calls.append(repo_id)
+        return datasets.DatasetDict({"train": hub_split(XYWH), "test": hub_split(XYWH[:1], first_id=50)})
+
+    monkeypatch.setattr(datasets, "load_dataset", fake_load_dataset)
+    with caplog.at_level(logging.WARNING, logger="yolo11.data"):
+        source = load_source("cppe-5", "val", cache_dir=tmp_path, fallback_splits=VAL_FALLBACKS,
+                             split_flag="--val-split")
+    assert calls == ["cppe-5"] and source.dataset["image_id"] == [50] and source.name == "cppe-5-test"
+    assert "Hub dataset cppe-5: no 'val' split, using 'test' in its place" in caplog.text
+    assert "objects.bbox read as xywh" in caplog.text
+
+
+@pytest.mark.parametrize("boxes, expected", [(XYWH, "xywh"), (XYXY, "xyxy")])
+def test_auto_reads_the_box_format_from_the_boxes(tmp_path: Path, caplog: pytest.LogCaptureFixture,
+                                                  boxes: list, expected: str) -> None:
+    hub_split(boxes).save_to_disk(os.fspath(tmp_path / "ds"))
+    with caplog.at_level(logging.WARNING, logger="yolo11.data"):
+        source = load_source(os.fspath(tmp_path / "ds"), cache_dir=tmp_path)
+    assert f"objects.bbox read as {expected} (as {'xyxy' if expected == 'xywh' else 'xywh'}, 1 of 2 boxes" \
+        in caplog.text
+    np.testing.assert_allclose(source.dataset[0]["objects"]["bbox"], [[50, 10, 20, 30]])  # xywh either way
+    np.testing.assert_allclose(source.dataset[1]["objects"]["bbox"], [[5, 5, 10, 10]])
+    assert source.dataset[0]["objects"]["area"] == [600]
+
+
+def test_undecidable_box_format_is_an_error_naming_the_flag(tmp_path: Path) -> None:
+    hub_split(AMBIGUOUS).save_to_disk(os.fspath(tmp_path / "ds"))
+    with pytest.raises(DataSourceError, match=r"cannot tell whether objects.bbox is \[x, y, width, height\] or "
+                                              r"\[x1, y1, x2, y2\]: all 1 boxes fit .* --bbox-format xywh .* "
+                                              "--bbox-format xyxy"):
+        load_source(os.fspath(tmp_path / "ds"), cache_dir=tmp_path)
+    hub_split([[[70, 50, 20, 20]], [[50, 10, 40, 5]]]).save_to_disk(os.fspath(tmp_path / "bad"))  # misfit both ways
+    with pytest.raises(DataSourceError, match="fits neither box format"):
+        load_source(os.fspath(tmp_path / "bad"), cache_dir=tmp_path)
+
+
+def test_stated_box_format_is_used_and_not_served_stale(tmp_path: Path) -> None:
+    """The same folder read as xywh, then as xyxy: datasets' map cache must not hand back the first reading."""
+    hub_split(AMBIGUOUS).save_to_disk(os.fspath(tmp_path / "ds"))
+    spec = os.fspath(tmp_path / "ds")
+    as_xywh = load_source(spec, cache_dir=tmp_path, bbox_format="xywh").dataset[0]["objects"]["bbox"]
+    as_xyxy = load_source(spec, cache_dir=tmp_path, bbox_format="xyxy").dataset[0]["objects"]["bbox"]
+    assert as_xywh == [[1, 2, 10, 20]] and as_xyxy == [[1, 2, 9, 18]]
+    assert load_source(spec, cache_dir=tmp_path, bbox_format="xywh").dataset[0]["objects"]["bbox"] == as_xywh
+    with pytest.raises(DataSourceError, match="--bbox-format must be one of"):
+        load_source(spec, cache_dir=tmp_path, bbox_format="cxcywh")
+    with pytest.raises(DataSourceError, match="--images applies to a COCO json"):  # not silently unused
+        load_source(spec, cache_dir=tmp_path, bbox_format="xywh", images=tmp_path)
+
+
+def test_list_of_object_dicts_box_format_is_read(tmp_path: Path) -> None:
+    """Objects stored as a list of per-object dicts (``List({...})``) are read for ``auto`` as well."""
+    features = datasets.Features({
+        "image": datasets.Image(),
+        "objects": datasets.List({"bbox": datasets.List(datasets.Value("float32")),
+                                  "category": datasets.ClassLabel(names=CLASSES)}),
+    })
+    rows = [{"image": {"bytes": PNG, "path": None}, "objects": [{"bbox": b, "category": 1} for b in boxes]}
+            for boxes in XYXY]
+    datasets.Dataset.from_list(rows, features=features).save_to_disk(os.fspath(tmp_path / "ds"))
+    source = load_source(os.fspath(tmp_path / "ds"), cache_dir=tmp_path)
+    np.testing.assert_allclose(source.dataset[0]["objects"]["bbox"], [[50, 10, 20, 30]])
+    assert (source.dataset[0]["width"], source.dataset[0]["height"]) == (80, 60)
+
+
+def test_folder_of_dataset_files_is_read_with_its_splits(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A clone of a Hub dataset repository (parquet per split, not save_to_disk) goes through load_dataset."""
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "hf")  # its Arrow copy: not in ~/.cache
+    (tmp_path / "repo" / "data").mkdir(parents=True)
+    hub_split(XYWH).to_parquet(os.fspath(tmp_path / "repo" / "data" / "train-00000-of-00001.parquet"))
+    hub_split(XYWH[:1], first_id=9).to_parquet(os.fspath(tmp_path / "repo" / "data" / "test-00000-of-00001.parquet"))
+    source = load_source(os.fspath(tmp_path / "repo"), "val", cache_dir=tmp_path, fallback_splits=VAL_FALLBACKS)
+    assert source.dataset["image_id"] == [9] and source.class_names == CLASSES

@@ -1,0 +1,84 @@
+"""Whether a dataset's boxes are ``[x, y, width, height]`` or ``[x1, y1, x2, y2]`` pixels, stated or read from the data.
+
+The Hub's detection convention (cppe-5, detection-datasets/*) is COCO ``xywh``, but datasets built by hand often
+store ``xyxy`` under the same ``bbox`` name. Each reading rules itself out on some boxes: ``xyxy`` cannot have a
+corner left of or above its origin, and a box read with the wrong format usually leaves the image. When neither
+reading is ruled out the data cannot tell, and the user has to say.
+"""
+
+from __future__ import annotations
+
+import datasets
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from yolo11.data.schema import DataSourceError
+from yolo11.data.sources.checks import OUT_OF_IMAGE_TOLERANCE
+
+BBOX_FORMATS = ("auto", "xywh", "xyxy")
+FLAG = "--bbox-format"
+CLEAR_MARGIN = 10  # the chosen reading must fit at least this many times more boxes than the other one misfits
+
+
+def box_array(dataset: datasets.Dataset, objects_name: str, bbox_name: str, where: str) -> tuple[np.ndarray,
+                                                                                                 np.ndarray]:
+    """Every box of the dataset as ``(N, 4)`` float64 (as stored) and the row each belongs to ``(N,)``.
+
+    Read through Arrow without touching the image column: ``objects`` is either a struct of lists (datasets'
+    ``Sequence({...})``) or a list of structs (``List({...})``).
+    """
+    column = dataset.select_columns([objects_name]).with_format("arrow")[:].column(objects_name).combine_chunks()
+    if pa.types.is_struct(column.type):
+        per_row = column.field(bbox_name)
+        boxes = per_row.flatten()
+    else:
+        per_row = column
+        boxes = column.flatten().field(bbox_name)
+    counts = pc.fill_null(pc.list_value_length(per_row), 0).to_numpy(zero_copy_only=False)
+    lengths = pc.list_value_length(boxes).to_numpy(zero_copy_only=False)
+    if len(lengths) and (lengths != 4).any():
+        raise DataSourceError(f"{where}: objects.{bbox_name} must hold 4 numbers per box, found a box of "
+                              f"{int(lengths[lengths != 4][0])}")
+    values = boxes.flatten().to_numpy(zero_copy_only=False).astype(np.float64).reshape(-1, 4)
+    return values, np.repeat(np.arange(len(counts)), counts)
+
+
+def misfits(boxes: np.ndarray, sizes: np.ndarray) -> dict[str, int]:
+    """How many ``boxes (N, 4)`` each reading makes impossible in images of ``sizes (N, 2)`` (width, height).
+
+    A box may stick out by ``OUT_OF_IMAGE_TOLERANCE`` of the image (label rounding), as conversion allows.
+    """
+    limit = sizes * (1.0 + OUT_OF_IMAGE_TOLERANCE)
+    a, b = boxes[:, :2], boxes[:, 2:]
+    as_xyxy = (b < a).any(1) | (b > limit).any(1)
+    as_xywh = (b < 0).any(1) | (a + b > limit).any(1)
+    return {"xyxy": int(as_xyxy.sum()), "xywh": int(as_xywh.sum())}
+
+
+def resolve_bbox_format(requested: str, boxes: np.ndarray, sizes: np.ndarray, where: str,
+                        bbox_name: str) -> tuple[str, str]:
+    """``(format, note)``: ``requested`` when stated; for ``auto`` the reading the boxes allow, and a note giving
+    the evidence for the log (``""`` when there is nothing to say).
+
+    Raises ``DataSourceError`` naming ``--bbox-format`` when both readings fit every box, or when each misfits
+    about as many boxes as the other (neither is clearly right).
+    """
+    if requested not in BBOX_FORMATS:
+        raise DataSourceError(f"{FLAG} must be one of {BBOX_FORMATS}, got {requested!r}")
+    if requested != "auto" or len(boxes) == 0:
+        return ("xywh" if requested == "auto" else requested), ""
+    bad = misfits(boxes, sizes)
+    field = f"objects.{bbox_name}"
+    if bad["xyxy"] == bad["xywh"] == 0:
+        raise DataSourceError(
+            f"{where}: cannot tell whether {field} is [x, y, width, height] or [x1, y1, x2, y2]: all {len(boxes)} "
+            f"boxes fit their images either way; pass {FLAG} xywh (the Hub and COCO convention) or {FLAG} xyxy")
+    chosen, other = sorted(bad, key=bad.get)
+    if bad[chosen] * CLEAR_MARGIN > bad[other]:
+        raise DataSourceError(
+            f"{where}: {field} fits neither box format: read as xywh {bad['xywh']} of {len(boxes)} boxes leave "
+            f"their image or have a negative size, read as xyxy {bad['xyxy']} do; check the data or pass {FLAG}")
+    either = f"; {bad[chosen]} misfit either way" if bad[chosen] else ""
+    return chosen, (f"{where}: {field} read as {chosen} (as {other}, {bad[other]} of {len(boxes)} boxes would leave "
+                    f"their image or be inverted{either}); {FLAG} sets it")
