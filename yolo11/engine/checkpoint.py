@@ -33,7 +33,7 @@ STATE_FILE, EMA_FILE, CONFIG_FILE = "train_state.json", "ema.safetensors", "conf
 RESUME_SAFE_FLAGS = frozenset({
     "workers", "cache_dir", "cache_images", "resume", "allow_changes", "output_dir", "name", "exist_ok",
     "save_period", "keep_checkpoints", "max_steps", "report_to", "tracker_project", "compile", "compile_mode",
-    "compile_loss", "log_interval", "profile", "val_images", "plots", "val_interval",
+    "compile_loss", "log_interval", "profile", "val_images", "plots", "val_interval", "push_to_hub",
 })
 
 
