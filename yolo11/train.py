@@ -58,7 +58,7 @@ from yolo11.engine.profiling import StepProfiler
 from yolo11.engine.progress import Progress, print_summary
 from yolo11.engine.run_outputs import RunOutputs
 from yolo11.loss import DetectionLoss
-from yolo11.weights import UnsafeCheckpointError
+from yolo11.weights import UnsafeCheckpointError, resolve_weights
 
 # What a user can get wrong (launch, data, flags, weights, --resume, RAM for --cache-images): one line, exit 2.
 USER_ERRORS = (LaunchError, DataSourceError, FileNotFoundError, ValueError, UnsafeCheckpointError, MemoryError,
@@ -119,6 +119,8 @@ def locate_inputs(config: TrainConfig, launch: PartialState) -> tuple[Path, Dete
     data = config.data
     train_source = load_source(data.data, split=data.train_split, cache_dir=data.cache_dir)
     val_source = load_source(data.data, split=data.val_split, cache_dir=data.cache_dir)
+    if config.model.weights:  # downloaded now, so that missing weights fail before the run folder is made
+        resolve_weights(config.model.weights)
     return resumed or resolve_run_dir(config, launch), train_source, val_source
 
 

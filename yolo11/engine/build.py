@@ -124,9 +124,10 @@ def build_model(config: ModelConfig, class_names: list[str], data: str = "the da
                       (("model", config.model, name), ("backbone", config.backbone, backbone))
                       if wanted is not None and wanted != found]
     if contradictions and not config.partial_weights:
-        raise ValueError(f"{' and '.join(contradictions)} contradict(s) {described}: drop the flag (the "
-                         "architecture comes from the weights), or add --partial-weights true to transfer only the "
-                         "tensors whose names and shapes match")
+        verb, flags = ("contradicts", "the flag") if len(contradictions) == 1 else ("contradict", "the flags")
+        raise ValueError(f"{' and '.join(contradictions)} {verb} {described}: drop {flags} (the architecture "
+                         "comes from the weights), or add --partial-weights true to transfer only the tensors whose "
+                         "names and shapes match")
     model = create_model(config.model or name, num_classes=len(class_names),
                          backbone=config.backbone if config.backbone is not None else backbone,
                          pretrained=config.pretrained, names=class_names)

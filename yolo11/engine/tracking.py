@@ -173,10 +173,13 @@ def log_validation_images(accelerator: Accelerator, samples: list[dict], class_n
 
 def weights_metadata(path: Path) -> dict:
     """The model config of a weights file (architecture, class count, class ``names``), for the artifact."""
-    from safetensors import safe_open
+    from safetensors import SafetensorError, safe_open
 
-    with safe_open(str(path), framework="pt") as handle:
-        stored = handle.metadata() or {}
+    try:
+        with safe_open(str(path), framework="pt") as handle:
+            stored = handle.metadata() or {}
+    except SafetensorError:  # not ours to judge here: the file is uploaded as it is
+        return {}
     return json.loads(stored["config"]) if "config" in stored else {}
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from yolo11.models.detector import YOLO11Detector
+from yolo11.models.detector import YOLO11Detector, create_model
 
 CLASS_BRANCH = "head.cv3."
 
@@ -36,7 +36,13 @@ def transfer_weights(source: YOLO11Detector, target: YOLO11Detector, allow_parti
     theirs, ours = source.state_dict(), target.state_dict()
     matched = {k: v for k, v in theirs.items() if k in ours and v.shape == ours[k].shape}
     differing = [k for k in ours if k not in matched]
-    class_dependent = [k for k in differing if k.startswith(CLASS_BRANCH) and k in theirs]
+    # the target's architecture with the weights' class count: where that has the weights' shape, only the
+    # class count makes the difference
+    with torch.device("meta"):
+        config = {**target.config, "num_classes": source.num_classes, "names": None}
+        same_classes = create_model(**config).state_dict()
+    class_dependent = [k for k in differing if k.startswith(CLASS_BRANCH) and k in theirs
+                       and theirs[k].shape == same_classes[k].shape]
     other = [k for k in differing if k not in class_dependent]
     report = TransferReport(sorted(matched, key=list(ours).index), class_dependent, other, len(ours))
     if other and not allow_partial:
