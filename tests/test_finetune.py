@@ -151,3 +151,16 @@ def test_ultralytics_checkpoint_to_finetuned_hub_model(tmp_path, monkeypatch, ca
     with torch.no_grad():
         for a, b in zip(pretrained(images), model.eval()(images), strict=True):
             assert torch.equal(a, b)
+
+
+def test_training_with_unreachable_weights_stops_before_the_run_folder(tmp_path, monkeypatch, capsys):
+    from yolo11 import train
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(tmp_path / "hf-cache"))
+    monkeypatch.chdir(tmp_path)
+    assert train.main(["--weights", "yolo11l.pt", "--data", "synthetic:num_images=2,imgsz=64", "--imgsz", "64",
+                       "--cache-dir", str(tmp_path / "cache"), "--output-dir", str(tmp_path / "runs")]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("error: weights yolo11l.pt:") and "releases/download/v8.3.0/yolo11l.pt" in line
+    assert not (tmp_path / "runs").exists()

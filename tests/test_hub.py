@@ -244,3 +244,12 @@ def test_push_to_hub_offline_is_one_clear_error(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(ConnectionError, match="cannot push to me/pets"):
         hub.push_to_hub(_model(), "me/pets")
+
+
+def test_val_says_which_class_count_is_whose(tmp_path, capsys):
+    weights = save_weights(_model(), tmp_path / "pets.safetensors")
+    data = "synthetic:num_images=2,imgsz=64"
+    assert val.main([str(weights), "--data", data, "--imgsz", "64", "--cache-dir", str(tmp_path / "cache")]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"error: {weights} predicts 3 classes (cat, dog, bird); --data {data} has 6 classes (circle, square, "
+        "triangle, cross, ...)")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import builtins
 import io
+import json
 import os
 import pickle
 import subprocess
@@ -165,6 +166,8 @@ def test_convert_cli(tmp_path, capsys, reference_model):
     assert "yolo11n, 80 classes (person, bicycle, car, ...), 2,624,080 parameters" in capsys.readouterr().out
     _assert_same_state(reference_model, load_pretrained(tmp_path / "out"))
     _assert_same_state(reference_model, load_weights(CHECKPOINT))
+    names = json.loads((tmp_path / "out" / "config.json").read_text())["names"]
+    assert names[:2] == ["person", "bicycle"] and load_pretrained(tmp_path / "out").names == names
 
 
 # --- malicious checkpoints: loading must refuse before anything runs -------------------------------------------
