@@ -50,7 +50,7 @@ def render_model_card(config: dict, *, metrics: dict | None = None, dataset: str
     lines = [
         "---", data.to_yaml(), "---", "",
         f"# {model_name}", "",
-        f"A {config['name'].upper()} object detector{backbone} for {config['num_classes']} classes, trained with "
+        f"A YOLO11{config['name'].removeprefix('yolo11')} object detector{backbone} for {config['num_classes']} classes, trained with "
         f"{LIBRARY_NAME} (YOLO11, layer for layer the Ultralytics architecture, trained with Hugging Face "
         "Accelerate). Weights: `model.safetensors`; architecture and class names: `config.json`.", "",
         "## Usage", "",
@@ -70,7 +70,8 @@ def render_model_card(config: dict, *, metrics: dict | None = None, dataset: str
     if metrics:
         shown = [(label, metrics[key]) for key, label in METRIC_NAMES.items()
                  if isinstance(metrics.get(key), (int, float))]
-        lines += ["## Validation metrics", "", "| metric | value |", "| --- | --- |"]
+        lines += ["## Validation metrics", "", "COCO box metrics (pycocotools' definitions) on the validation split "
+                  "of the best epoch.", "", "| metric | value |", "| --- | --- |"]
         lines += [f"| {label} | {value:.4f} |" for label, value in shown] + [""]
     if dataset:
         lines += ["## Dataset", "", f"Trained on `{dataset}`.", ""]
