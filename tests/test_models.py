@@ -138,7 +138,7 @@ def test_fuse_keeps_outputs(dtype, tolerance):
 
 def test_config_rebuilds_the_same_architecture():
     model = yolo11.create_model("yolo11s", num_classes=12)
-    assert model.config == {"name": "yolo11s", "num_classes": 12, "backbone": None}
+    assert model.config == {"name": "yolo11s", "num_classes": 12, "backbone": None, "names": None}
     assert (model.num_classes, model.reg_max, model.strides) == (12, 16, (8, 16, 32))
     with torch.device("meta"):
         rebuilt = yolo11.create_model(**model.config)

@@ -112,9 +112,10 @@ RUN_SCRIPT = textwrap.dedent("""
               "predictions": torch.tensor([[2.0, 3, 20, 25, 0.8, 1], [1, 1, 5, 5, 0.01, 0]]),
               "boxes": torch.tensor([[2.0, 2, 21, 26]]), "labels": torch.tensor([1])}
     tracking.log_validation_images(accelerator, [sample], ["cat", "dog"], step=4)
-    weights = run_dir / "weights" / "best.safetensors"
-    weights.parent.mkdir(parents=True)
-    weights.write_bytes(b"0" * 16)
+    from yolo11 import create_model
+    from yolo11.weights import save_weights
+    weights = save_weights(create_model("yolo11n", num_classes=2, names=["cat", "dog"]),
+                           run_dir / "weights" / "best.safetensors")
     tracking.log_best_weights_artifact(accelerator, weights)
     accelerator.end_training()
     print(tracking.final_message(report_to, run_dir))
@@ -152,7 +153,9 @@ def test_offline_wandb_and_tensorboard_run_logs_history_and_boxes(tmp_path):
     assert predicted["position"] == {"minX": 2.0, "maxX": 20.0, "minY": 3.0, "maxY": 25.0}
     (truth,) = files["ground_truth"]["box_data"]
     assert truth["box_caption"] == "dog" and files["ground_truth"]["class_labels"] == {"0": "cat", "1": "dog"}
-    assert [a.type for a in wandb_reader.artifacts(stream)] == ["model"]
+    (artifact,) = wandb_reader.artifacts(stream)
+    assert artifact.type == "model"
+    assert json.loads(artifact.metadata)["names"] == ["cat", "dog"]  # the model's class names travel with it
 
     # TensorBoard: the ground truth | predictions drawing, side by side
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator

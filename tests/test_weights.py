@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import builtins
 import io
+import json
 import os
 import pickle
 import subprocess
@@ -55,7 +56,10 @@ def _max_diffs(model: torch.nn.Module, outputs: dict[str, np.ndarray]) -> list[f
 
 @needs_reference
 def test_import_reproduces_ultralytics_raw_maps(reference_model, reference_outputs):
-    assert reference_model.config == {"name": "yolo11n", "num_classes": 80, "backbone": None}
+    config = dict(reference_model.config)
+    names = config.pop("names")
+    assert config == {"name": "yolo11n", "num_classes": 80, "backbone": None}
+    assert len(names) == 80 and names[:3] == ["person", "bicycle", "car"]  # the checkpoint's names
     assert max(_max_diffs(reference_model, reference_outputs)) <= 1e-4
 
 
@@ -129,7 +133,7 @@ def _assert_same_state(a: torch.nn.Module, b: torch.nn.Module) -> None:
 def test_save_pretrained_round_trip(tmp_path):
     model = _trained_like()
     directory = save_pretrained(model, tmp_path / "folder")
-    assert sorted(p.name for p in directory.iterdir()) == ["config.json", "model.safetensors"]
+    assert sorted(p.name for p in directory.iterdir()) == ["README.md", "config.json", "model.safetensors"]
     loaded = load_pretrained(directory)
     assert loaded.config == model.config
     _assert_same_state(model, loaded)
@@ -159,9 +163,11 @@ def test_fused_model_is_not_saved(tmp_path):
 @needs_reference
 def test_convert_cli(tmp_path, capsys, reference_model):
     assert convert.main([str(CHECKPOINT), str(tmp_path / "out")]) == 0
-    assert "yolo11n, 80 classes, 2,624,080 parameters" in capsys.readouterr().out
+    assert "yolo11n, 80 classes (person, bicycle, car, ...), 2,624,080 parameters" in capsys.readouterr().out
     _assert_same_state(reference_model, load_pretrained(tmp_path / "out"))
     _assert_same_state(reference_model, load_weights(CHECKPOINT))
+    names = json.loads((tmp_path / "out" / "config.json").read_text())["names"]
+    assert names[:2] == ["person", "bicycle"] and load_pretrained(tmp_path / "out").names == names
 
 
 # --- malicious checkpoints: loading must refuse before anything runs -------------------------------------------

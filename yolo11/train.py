@@ -61,7 +61,7 @@ from yolo11.engine.profiling import StepProfiler
 from yolo11.engine.progress import Progress, print_summary
 from yolo11.engine.run_outputs import RunOutputs
 from yolo11.loss import DetectionLoss
-from yolo11.weights import UnsafeCheckpointError
+from yolo11.weights import UnsafeCheckpointError, resolve_weights
 
 # What a user can get wrong (launch, data, flags, weights, --resume, RAM for --cache-images): one line, exit 2.
 USER_ERRORS = (LaunchError, DataSourceError, FileNotFoundError, ValueError, UnsafeCheckpointError, MemoryError,
@@ -109,8 +109,8 @@ def main(argv: list[str] | None = None) -> int:
         exit_code, images_seen = fit(run)
     finally:
         run.stop.uninstall()
-    finish(run, time.perf_counter() - start, images_seen)
-    return exit_code
+    pushed = finish(run, time.perf_counter() - start, images_seen, push=exit_code == 0)
+    return exit_code or (0 if pushed else 1)
 
 
 def locate_inputs(config: TrainConfig, launch: PartialState) -> tuple[Path, DetectionSource, DetectionSource]:
@@ -125,6 +125,8 @@ def locate_inputs(config: TrainConfig, launch: PartialState) -> tuple[Path, Dete
     val_source = load_source(data.data, split=data.val_split, fallback_splits=VAL_FALLBACKS, split_flag="--val-split",
                              **options)
     report_same_data(train_source, val_source)
+    if config.model.weights:  # downloaded now, so that missing weights fail before the run folder is made
+        resolve_weights(config.model.weights)
     return resumed or resolve_run_dir(config, launch), train_source, val_source
 
 
@@ -132,7 +134,7 @@ def build_run(config: TrainConfig, plan: RunPlan, run_dir: Path, train_source: D
               val_source: DetectionSource) -> Run:
     """Model, accelerator, EMA, loss, optimizer, schedule, loaders and validator, prepared for training."""
     set_seed(config.run.seed)
-    model = build_model(config.model, len(train_source.class_names))
+    model = build_model(config.model, train_source.class_names, config.data.data)
     accelerator = build_accelerator(plan, run_dir, tracking.resolve_report_to(config.run.report_to))
     model = maybe_sync_batchnorm(model, config.run.sync_bn, accelerator)
     if plan.channels_last:
@@ -194,7 +196,7 @@ def start_run(run: Run, val_source: DetectionSource) -> None:
                              epochs=config.run.epochs, patience=config.run.patience, plots=config.run.plots,
                              report_to=report_to, lr_groups=len(run.step.optimizer.param_groups))
     model = accelerator.unwrap_model(run.step.model, keep_torch_compile=False)
-    accelerator.print(f"{config.model.model}: {sum(p.numel() for p in model.parameters()):,} parameters | "
+    accelerator.print(f"{model.config['name']}: {sum(p.numel() for p in model.parameters()):,} parameters | "
                       f"{plan.num_processes} process(es) x batch {plan.per_process_batch} x accumulation "
                       f"{plan.accumulation_steps} | {plan.optimizer.name} lr {plan.optimizer.lr:g} | "
                       f"{len(run.train_source.dataset)} train / {len(val_source.dataset)} val images | "
@@ -287,13 +289,19 @@ def checkpoint(run: Run) -> None:
                     run.config.to_dict())
 
 
-def finish(run: Run, seconds: float, images_seen: int) -> None:
-    step = run.step
+def finish(run: Run, seconds: float, images_seen: int, push: bool) -> bool:
+    """Summary, plots, trackers closed; ``--push-to-hub`` when ``push`` (a run that ended normally), from the main
+    process. Returns False when the push failed."""
+    step, config = run.step, run.config
     if step.profiler is not None:
         step.profiler.close(run.state.optimizer_steps)
     print_summary(step.accelerator, seconds, images_seen, run.outputs.best_summary())
     run.outputs.finish()
+    pushed = True
+    if push and config.run.push_to_hub:
+        pushed = run.outputs.push_to_hub(config.run.push_to_hub, config.data.data, config.to_dict())
     step.accelerator.end_training()
+    return pushed
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ from yolo11.engine.optim import WarmupSchedule, lr_lambda
 from yolo11.engine.plan import RunPlan
 from yolo11.models import YOLO11Detector, create_model
 from yolo11.weights import load_weights
+from yolo11.weights.transfer import describe_transfer, transfer_weights
 
 
 def build_schedule(config: TrainConfig, plan: RunPlan, optimizer: torch.optim.Optimizer) -> WarmupSchedule:
@@ -101,20 +102,47 @@ def maybe_sync_batchnorm(model: nn.Module, requested: bool, accelerator: Acceler
     return model
 
 
-def build_model(config: ModelConfig, num_classes: int) -> YOLO11Detector:
-    """The detector; ``--weights`` initialises every tensor whose name and shape match (a new class count keeps
-    the backbone and neck, re-initialises the class branch), as Ultralytics' transfer does."""
-    model = create_model(config.model, num_classes=num_classes, backbone=config.backbone,
-                         pretrained=config.pretrained)
-    if config.weights:
-        source = load_weights(config.weights).state_dict()
-        target = model.state_dict()
-        matched = {k: v for k, v in source.items() if k in target and v.shape == target[k].shape}
-        if not matched:
-            raise ValueError(f"--weights {config.weights}: no tensor matches {config.model} "
-                             f"(backbone {config.backbone}); is it the same architecture?")
-        model.load_state_dict(matched, strict=False)
-        print(f"--weights {config.weights}: transferred {len(matched)}/{len(target)} tensors")
+DEFAULT_MODEL = "yolo11n"
+
+
+def _preview(names: list[str] | None, count: int, limit: int = 4) -> str:
+    if not names:
+        return f"{count} classes"
+    more = ", ..." if len(names) > limit else ""
+    return f"{count} classes: {', '.join(names[:limit])}{more}"
+
+
+def build_model(config: ModelConfig, class_names: list[str], data: str = "the dataset") -> YOLO11Detector:
+    """The detector for ``class_names`` (the dataset's, kept on the model). With ``--weights`` the architecture
+    comes from the weights (``--model`` / ``--backbone`` must agree unless ``--partial-weights``), every tensor
+    is transferred, and a different class count re-initialises the head's class branch; both are printed."""
+    if not config.weights:
+        return create_model(config.model or DEFAULT_MODEL, num_classes=len(class_names), backbone=config.backbone,
+                            pretrained=config.pretrained, names=class_names)
+    source = load_weights(config.weights)
+    name, backbone = source.config["name"], source.config.get("backbone")
+    described = f"--weights {config.weights} ({name}{f' + {backbone}' if backbone else ''}, " \
+                f"{_preview(source.names, source.num_classes)})"
+    contradictions = [f"--{flag} {wanted}" for flag, wanted, found in
+                      (("model", config.model, name), ("backbone", config.backbone, backbone))
+                      if wanted is not None and wanted != found]
+    if contradictions and not config.partial_weights:
+        verb, flags = ("contradicts", "the flag") if len(contradictions) == 1 else ("contradict", "the flags")
+        raise ValueError(f"{' and '.join(contradictions)} {verb} {described}: drop {flags} (the architecture "
+                         "comes from the weights), or add --partial-weights true to transfer only the tensors whose "
+                         "names and shapes match")
+    model = create_model(config.model or name, num_classes=len(class_names),
+                         backbone=config.backbone if config.backbone is not None else backbone,
+                         pretrained=config.pretrained, names=class_names)
+    report = transfer_weights(source, model, allow_partial=config.partial_weights)
+    state = PartialState()
+    state.print(f"{described}: " + "\n  ".join(describe_transfer(report, source, model)))
+    if source.num_classes != model.num_classes:
+        state.print(f"  the weights predict {_preview(source.names, source.num_classes)}; --data {data} has "
+                    f"{_preview(class_names, len(class_names))}")
+    elif source.names and source.names != class_names:
+        state.print(f"  note: --data {data} names its {len(class_names)} classes differently from the weights "
+                    f"({_preview(class_names, len(class_names))}); class k of the weights is trained as class k")
     return model
 
 

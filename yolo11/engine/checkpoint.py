@@ -34,6 +34,7 @@ RESUME_SAFE_FLAGS = frozenset({
     "workers", "cache_dir", "cache_images", "resume", "allow_changes", "output_dir", "name", "exist_ok",
     "save_period", "keep_checkpoints", "max_steps", "report_to", "tracker_project", "compile", "compile_mode",
     "compile_loss", "compile_cache_dir", "log_interval", "profile", "val_images", "plots", "val_interval",
+    "push_to_hub",
 })
 
 

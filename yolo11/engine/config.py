@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import math
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -25,6 +26,7 @@ from yolo11.engine.checkpoint import write_text_atomic
 from yolo11.geometry import MAX_STRIDE
 
 _AUGMENT = AugmentParams()  # the augmentation defaults (Ultralytics' values) live with the transforms
+_HUB_REPO = re.compile(r"[\w.-]+/[\w.-]+")
 _BOOL_STRINGS = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
 
 
@@ -84,16 +86,31 @@ class _SelfValidating:
         """Ranges and combinations of this section's values; raise ``ValueError`` naming the flag."""
 
 
+MODEL_NAMES = ("yolo11n", "yolo11s", "yolo11m", "yolo11l", "yolo11x")
+
+
 @dataclass(frozen=True)
 class ModelConfig(_SelfValidating):
-    model: str = _opt("yolo11n", "YOLO11 scale", ("yolo11n", "yolo11s", "yolo11m", "yolo11l", "yolo11x"))
+    model: str | None = _opt(None, f"YOLO11 scale: {', '.join(MODEL_NAMES)} (default: the architecture of "
+                                   "--weights, else yolo11n)")
     backbone: str | None = _opt(None, "a timm model name to use in place of the native YOLO11 backbone")
     pretrained: bool = _opt(False, "load ImageNet weights for a timm backbone (needs the internet)")
-    weights: str | None = _opt(None, "initial weights: our .safetensors / folder, or an Ultralytics .pt")
+    weights: str | None = _opt(None, "initial weights: a .safetensors / .pt file, a save_pretrained folder, "
+                                     "hf://owner/repo/file, a Hub repo owner/name, or yolo11n.pt ... yolo11x.pt "
+                                     "(downloaded from the Hub)")
+    partial_weights: bool = _opt(False, "with --weights: transfer only the tensors whose names and shapes match "
+                                        "when the architecture differs (--model, --backbone); each re-initialised "
+                                        "tensor is listed. Without it only the class branch may differ")
 
     def _check(self) -> None:
         if self.pretrained and self.backbone is None:
             raise ValueError("--pretrained applies to a timm --backbone; use --weights for YOLO11 weights")
+        if self.model is not None and self.model not in MODEL_NAMES:
+            hint = f"; to start from weights pass --weights {self.model}" if Path(self.model).suffix else ""
+            raise ValueError(f"--model is the architecture, one of {', '.join(MODEL_NAMES)}, got {self.model!r}"
+                             f"{hint} (the architecture then comes from the weights)")
+        if self.partial_weights and self.weights is None:
+            raise ValueError("--partial-weights applies to --weights")
 
 
 @dataclass(frozen=True)
@@ -226,8 +243,12 @@ class RunConfig(_SelfValidating):
                                 "ratio, each batch letterboxed to its own shape); false: square letterbox")
     val_images: int = _opt(16, "validation images drawn (and sent to trackers) each validation")
     plots: bool = _opt(True, "write plots (results.png, PR curve, confusion matrix, batch previews)")
+    push_to_hub: str | None = _opt(None, "at the end, upload the best weights to this Hugging Face Hub repo "
+                                         "(owner/name) as model.safetensors + config.json + model card")
 
     def _check(self) -> None:
+        if self.push_to_hub is not None and not _HUB_REPO.fullmatch(self.push_to_hub):
+            raise ValueError(f"--push-to-hub expects a Hub repo id owner/name, got {self.push_to_hub!r}")
         for name in ("epochs", "batch_size", "max_steps", "save_period", "keep_checkpoints", "log_interval",
                      "max_det", "val_batch_size"):
             _require(self, name, 1)

@@ -8,6 +8,7 @@ owns the state.
 from __future__ import annotations
 
 import os
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +22,7 @@ from yolo11.engine.loop import EpochResult
 from yolo11.engine.progress import LOSS_NAMES, format_duration, peak_memory_gb
 from yolo11.evaluation import EvaluationResult, plots
 from yolo11.evaluation.results import ResultsCSV
-from yolo11.weights import save_weights
+from yolo11.weights import load_weights, save_pretrained, save_weights
 
 
 def fitness(metrics: dict) -> float:
@@ -125,6 +126,30 @@ class RunOutputs:
         message = tracking.final_message(self.report_to, self.run_dir)
         if message:
             print(message)
+
+    def push_to_hub(self, repo_id: str, dataset: str, train_config: dict) -> bool:
+        """Main process: write ``<run>/hub`` (``save_pretrained`` of the best weights, else the last, with a model
+        card of the best metrics, the dataset and the config) and upload it to ``repo_id``; False on failure,
+        with the command that uploads the folder later."""
+        if not self.accelerator.is_main_process:
+            return True
+        from yolo11.hub import push_to_hub
+
+        weights = next((self.weights_dir / f"{n}.safetensors" for n in ("best", "last")
+                        if (self.weights_dir / f"{n}.safetensors").is_file()), None)
+        if weights is None:
+            print(f"error: --push-to-hub {repo_id}: no weights were saved in {self.weights_dir}", file=sys.stderr)
+            return False
+        folder = save_pretrained(load_weights(weights), self.run_dir / "hub", metrics=self.best_metrics,
+                                 dataset=dataset, train_config=train_config, repo_id=repo_id)
+        try:
+            url = push_to_hub(folder, repo_id, commit_message=f"Upload {weights.name} of {self.run_dir.name}")
+        except Exception as err:  # offline, no token, no permission: the folder stays for a later upload
+            print(f"error: --push-to-hub {repo_id} failed ({type(err).__name__}: {err}); the model folder is "
+                  f"{folder}; upload it later with: hf upload {repo_id} {folder} .", file=sys.stderr)
+            return False
+        print(f"pushed {weights} to {url}")
+        return True
 
     def _save(self, model: nn.Module, name: str) -> None:
         """Write to a temporary file and rename, so a crash never leaves a truncated weights file."""

@@ -7,6 +7,7 @@ engine can call them on all ranks.
 from __future__ import annotations
 
 import importlib.util
+import json
 import netrc
 import os
 import threading
@@ -170,6 +171,18 @@ def log_validation_images(accelerator: Accelerator, samples: list[dict], class_n
             writer.add_image(f"{key}/{i}", np.concatenate((truth, predicted), axis=1), step, dataformats="HWC")
 
 
+def weights_metadata(path: Path) -> dict:
+    """The model config of a weights file (architecture, class count, class ``names``), for the artifact."""
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        with safe_open(str(path), framework="pt") as handle:
+            stored = handle.metadata() or {}
+    except SafetensorError:  # not ours to judge here: the file is uploaded as it is
+        return {}
+    return json.loads(stored["config"]) if "config" in stored else {}
+
+
 def log_best_weights_artifact(accelerator: Accelerator, path: Path, name: str = "best-weights") -> None:
     """Upload ``path`` (and its JSON config beside it, if any) as a W&B artifact of type "model"."""
     run = _tracker(accelerator, "wandb")
@@ -178,7 +191,7 @@ def log_best_weights_artifact(accelerator: Accelerator, path: Path, name: str = 
     import wandb
 
     path = Path(path)
-    artifact = wandb.Artifact(f"{name}-{run.id}", type="model")
+    artifact = wandb.Artifact(f"{name}-{run.id}", type="model", metadata=weights_metadata(path))
     artifact.add_file(str(path))
     for sibling in (path.with_suffix(".json"), path.parent / "config.json"):
         if sibling.is_file():

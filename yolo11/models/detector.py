@@ -48,6 +48,11 @@ class YOLO11Detector(nn.Module):
         self.neck = YOLO11Neck(backbone_channels, neck_channels, scale.repeats(2), c3k=scale.c3k)
         self.head = Detect(num_classes, neck_channels, reg_max, self.strides)
 
+    @property
+    def names(self) -> list[str] | None:
+        """Class names, index = class id (``config["names"]``, so every weights file carries them); None if unknown."""
+        return self.config.get("names")
+
     def forward(self, images: torch.Tensor) -> list[torch.Tensor]:
         if images.dtype == torch.uint8:
             images = images.float().div(255.0)
@@ -63,9 +68,11 @@ class YOLO11Detector(nn.Module):
 
 
 def create_model(
-    name: str = "yolo11n", num_classes: int = 80, backbone: str | None = None, pretrained: bool = False
+    name: str = "yolo11n", num_classes: int = 80, backbone: str | None = None, pretrained: bool = False,
+    names: list[str] | None = None,
 ) -> YOLO11Detector:
-    """Build ``yolo11{n,s,m,l,x}``; ``backbone`` names a timm model to use instead of the native one.
+    """Build ``yolo11{n,s,m,l,x}``; ``backbone`` names a timm model to use instead of the native one; ``names``
+    are the class names (``num_classes`` of them), kept in ``model.config`` and so in every saved file.
 
     ``pretrained`` loads ImageNet weights for a timm backbone (needs the Hugging Face Hub or its cache); for the
     native backbone use ``yolo11.weights.load_ultralytics`` or ``load_pretrained`` instead.
@@ -81,5 +88,9 @@ def create_model(
     else:
         body = TimmBackbone(backbone, pretrained=pretrained)
         channels = body.out_channels
-    config = {"name": name, "num_classes": num_classes, "backbone": backbone}
+    if names is not None:
+        names = [str(n) for n in names]
+        if len(names) != num_classes:
+            raise ValueError(f"{len(names)} class names for a model of {num_classes} classes")
+    config = {"name": name, "num_classes": num_classes, "backbone": backbone, "names": names}
     return YOLO11Detector(scale, num_classes, body, channels, config)

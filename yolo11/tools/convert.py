@@ -1,6 +1,10 @@
-"""Convert an Ultralytics YOLO11 ``.pt`` checkpoint into our safetensors folder.
+"""Convert an Ultralytics YOLO11 ``.pt`` checkpoint into our safetensors folder (with its class names).
 
-    yolo11-convert yolo11n.pt weights/yolo11n        # -> weights/yolo11n/{model.safetensors, config.json}
+    yolo11-convert yolo11n.pt weights/yolo11n        # -> weights/yolo11n/{model.safetensors, config.json, README.md}
+    yolo11-convert runs/detect/train/weights/best.pt weights/custom
+
+An official name (``yolo11n.pt`` ... ``yolo11x.pt``) that is not a local file is downloaded from the Hugging Face
+Hub (``Ultralytics/YOLO11``) into its cache.
 
 The checkpoint is read through a restricted unpickler (``yolo11.weights.safe_pickle``): ultralytics is not
 imported and no pickled code runs; a checkpoint naming any other global is refused.
@@ -12,24 +16,27 @@ import argparse
 from collections.abc import Sequence
 
 from yolo11.tools import cli
-from yolo11.weights import load_ultralytics, save_pretrained
+from yolo11.weights import load_weights, save_pretrained
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("checkpoint", help="Ultralytics .pt file, e.g. yolo11n.pt or runs/detect/train/weights/best.pt")
-    parser.add_argument("output", help="folder to write model.safetensors and config.json into")
+    parser.add_argument("checkpoint", help="Ultralytics .pt file, e.g. yolo11n.pt or runs/detect/train/weights/best.pt"
+                                           ", or hf://owner/repo/file.pt")
+    parser.add_argument("output", help="folder to write model.safetensors, config.json and README.md into")
     return parser.parse_args(argv)
 
 
 @cli
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    model = load_ultralytics(args.checkpoint)
+    model = load_weights(args.checkpoint)
     directory = save_pretrained(model, args.output)
     params = sum(p.numel() for p in model.parameters())
     name, classes = model.config["name"], model.num_classes
-    print(f"{args.checkpoint} -> {directory}: {name}, {classes} classes, {params:,} parameters")
+    named = f" ({', '.join(model.names[:3])}, ...)" if model.names and classes > 3 else \
+        f" ({', '.join(model.names)})" if model.names else ""
+    print(f"{args.checkpoint} -> {directory}: {name}, {classes} classes{named}, {params:,} parameters")
     return 0
 
 

@@ -12,6 +12,10 @@ pixels, ``scores`` ``(B, nc, A)`` and ``selected`` ``(K, 3)`` int64 rows ``[imag
 class, scores above ``--conf`` and IoU above ``--iou`` suppressed, as ``non_max_suppression(multi_label=True)``;
 but ``--max-det`` caps each class (the operator's ``max_output_boxes_per_class``), not the image total.
 
+The ONNX model's metadata (``metadata_props``) follows Ultralytics' keys and formats, so tools that read
+Ultralytics exports read ours: ``names`` (``{0: 'person', ...}``), ``stride`` (32), ``imgsz`` (``[640, 640]``),
+``task`` (``detect``), ``batch``, ``author``, ``version`` and ``description``.
+
 The legacy TorchScript-based exporter (``dynamo=False``) is used: it handles this graph and a dynamic batch axis
 in torch 2.14 without extra dependencies.
 """
@@ -19,11 +23,14 @@ in torch 2.14 without extra dependencies.
 from __future__ import annotations
 
 import argparse
+import datetime
+import importlib.metadata
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
+import onnx
 import torch
 from torch import nn
 from torchvision.ops import nms
@@ -90,14 +97,38 @@ class NmsDetector(nn.Module):
         return boxes, scores, selected
 
 
+def onnx_metadata(model: nn.Module, imgsz: int, dynamic_batch: bool) -> dict[str, str]:
+    """Ultralytics' metadata keys, each value as Ultralytics writes it (``str`` of the Python value)."""
+    config = getattr(model, "config", {})
+    names = getattr(model, "names", None) or [str(k) for k in range(model.num_classes)]
+    try:
+        version = importlib.metadata.version("yolo11-accelerate")
+    except importlib.metadata.PackageNotFoundError:
+        version = "unknown"
+    return {
+        "description": f"{config.get('name', 'YOLO11')} object detector exported by yolo11-accelerate",
+        "author": "yolo11-accelerate",
+        "date": datetime.date.today().isoformat(),
+        "version": version,
+        "task": "detect",
+        "stride": str(max(model.strides)),
+        "batch": str(1),
+        "dynamic": str(dynamic_batch),
+        "imgsz": str([imgsz, imgsz]),
+        "names": str(dict(enumerate(names))),
+    }
+
+
 def export_onnx(model: nn.Module, output: Path, imgsz: int = 640, opset: int = OPSET, dynamic_batch: bool = True,
                 nms: tuple[float, float, int] | None = None) -> Path:
-    """Write ``output`` (.onnx) for square ``imgsz`` inputs (a multiple of 32); returns the path.
+    """Write ``output`` (.onnx) for square ``imgsz`` inputs (a multiple of 32), with ``onnx_metadata``; returns
+    the path.
 
     ``nms`` = (conf, iou, max_det) ends the graph in ONNX NonMaxSuppression (see the module docstring).
     """
     if imgsz % MAX_STRIDE:
         raise ValueError(f"--imgsz must be a multiple of {MAX_STRIDE}, got {imgsz}")
+    metadata = onnx_metadata(model, imgsz, dynamic_batch)
     fused = model.fuse() if hasattr(model, "fuse") else model
     wrapped = (DecodedDetector(fused) if nms is None else NmsDetector(fused, *nms)).eval()
     outputs = ["output"] if nms is None else ["boxes", "scores", "selected"]
@@ -112,6 +143,9 @@ def export_onnx(model: nn.Module, output: Path, imgsz: int = 640, opset: int = O
         warnings.filterwarnings("ignore", category=torch.jit.TracerWarning)
         torch.onnx.export(wrapped, (example,), str(output), input_names=["images"], output_names=outputs,
                           opset_version=opset, dynamic_axes=dynamic_axes if dynamic_batch else None, dynamo=False)
+    graph = onnx.load(str(output))
+    onnx.helper.set_model_props(graph, metadata)
+    onnx.save(graph, str(output))
     return output
 
 
@@ -132,10 +166,20 @@ def check_onnx(model: nn.Module, path: Path, imgsz: int, batch: int = 2, seed: i
     return float(difference[:, :4].max()), float(difference[:, 4:].max())
 
 
+def default_output(ref: str) -> Path:
+    """``best.safetensors`` -> ``best.onnx`` beside it; a Hub reference -> ``<its last part>.onnx`` here."""
+    local = Path(ref)
+    if local.exists():
+        return local.with_suffix(".onnx") if local.is_file() else local.with_name(local.name + ".onnx")
+    return Path(Path(ref.rstrip("/")).name).with_suffix(".onnx")
+
+
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("weights", type=Path, help="our .safetensors file or folder, or an Ultralytics .pt")
-    parser.add_argument("--output", type=Path, default=None, help="ONNX file (default: the weights name + .onnx)")
+    parser.add_argument("weights", help="our .safetensors file or folder, an Ultralytics .pt, hf://owner/repo/file, "
+                                        "a Hub repo owner/name, or yolo11n.pt ... yolo11x.pt")
+    parser.add_argument("--output", type=Path, default=None,
+                        help="ONNX file (default: the weights name + .onnx, in the current folder for Hub weights)")
     parser.add_argument("--imgsz", type=int, default=640, help="square input size in pixels, multiple of 32")
     parser.add_argument("--opset", type=int, default=OPSET, help="ONNX opset (>= 17)")
     parser.add_argument("--static-batch", action="store_true", help="fix the batch axis to 1")
@@ -153,7 +197,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.opset < OPSET:
         raise SystemExit(f"error: --opset must be >= {OPSET}, got {args.opset}")
     model = load_weights(args.weights).eval()
-    output = args.output or args.weights.with_suffix(".onnx")
+    output = args.output or default_output(args.weights)
     nms_settings = (args.conf, args.iou, args.max_det) if args.nms else None
     path = export_onnx(model, output, args.imgsz, args.opset, dynamic_batch=not args.static_batch, nms=nms_settings)
     anchors = sum((args.imgsz // s) ** 2 for s in model.strides)

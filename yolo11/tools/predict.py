@@ -65,16 +65,20 @@ def read_rgb(path: Path) -> np.ndarray:
     return cv2.cvtColor(image, cv2.COLOR_BGR2RGB)
 
 
-def class_names_for(weights: Path, num_classes: int, names: str | None) -> list[str]:
-    """``--names`` (comma list or a data YAML with ``names``), else an Ultralytics checkpoint's names, else ids."""
-    if names:
+def class_names_for(weights: Path, num_classes: int, names: str | None,
+                    model_names: list[str] | None = None) -> list[str]:
+    """``--names`` (comma list or a data YAML with ``names``), else the model's, else an Ultralytics checkpoint's
+    names, else ids."""
+    if not names and model_names:
+        listed = list(model_names)
+    elif names:
         path = Path(names)
         if path.suffix in (".yaml", ".yml") and path.is_file():
             listed = yaml.safe_load(path.read_text())["names"]
             listed = [listed[k] for k in sorted(listed)] if isinstance(listed, dict) else list(listed)
         else:
             listed = [n.strip() for n in names.split(",")]
-    elif weights.suffix == ".pt":
+    elif Path(weights).suffix == ".pt" and Path(weights).is_file():
         from yolo11.weights.ultralytics import read_checkpoint
 
         checkpoint = read_checkpoint(weights)
@@ -130,7 +134,8 @@ def yolo_txt_lines(det: torch.Tensor, width: int, height: int) -> list[str]:
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("weights", type=Path, help="our .safetensors file or folder, or an Ultralytics .pt")
+    parser.add_argument("weights", help="our .safetensors file or folder, an Ultralytics .pt, hf://owner/repo/file, "
+                                        "a Hub repo owner/name, or yolo11n.pt ... yolo11x.pt")
     parser.add_argument("sources", nargs="+", help="image files and/or folders of images")
     parser.add_argument("--output", type=Path, default=Path("runs/predict"), help="output folder")
     parser.add_argument("--imgsz", type=int, default=640, help="letterboxed input size in pixels (multiple of 32)")
@@ -154,7 +159,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.imgsz % MAX_STRIDE:
         raise SystemExit(f"error: --imgsz must be a multiple of {MAX_STRIDE}, got {args.imgsz}")
     model = load_weights(args.weights).fuse()
-    names = class_names_for(args.weights, model.num_classes, args.names)
+    names = class_names_for(args.weights, model.num_classes, args.names, getattr(model, "names", None))
     files = list_images(args.sources)
     # Multi-label NMS is for mAP at a low threshold; a prediction shows one class per box, as Ultralytics.
     postprocessor = Postprocessor(conf=args.conf, iou=args.iou, max_det=args.max_det, multi_label=False,

@@ -32,7 +32,8 @@ from yolo11.weights import load_weights
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("weights", type=Path, help="our .safetensors file or folder, or an Ultralytics .pt")
+    parser.add_argument("weights", help="our .safetensors file or folder, an Ultralytics .pt, hf://owner/repo/file, "
+                                        "a Hub repo owner/name, or yolo11n.pt ... yolo11x.pt")
     parser.add_argument("--data", required=True, help="source: data YAML, COCO json, save_to_disk folder, Hub id")
     parser.add_argument("--split", default="val", help="dataset split (val falls back to validation, valid, test)")
     parser.add_argument("--images", default=None, help="image folder of a COCO json source ({split}: the split)")
@@ -67,8 +68,8 @@ def evaluate_weights(accelerator: Accelerator, model: nn.Module, source: Detecti
     predictions, are those of a single process with that batch size.
     """
     if model.num_classes != len(source.class_names):
-        raise ValueError(f"the model predicts {model.num_classes} classes, the dataset has "
-                         f"{len(source.class_names)}")
+        raise ValueError(f"the weights predict {_classes(getattr(model, 'names', None), model.num_classes)}, "
+                         f"the dataset has {_classes(source.class_names, len(source.class_names))}")
     config = LoaderConfig(imgsz=imgsz, batch_size=max(batch // accelerator.num_processes, 1), workers=workers,
                           augment=False, shuffle=False, rect=rect)
     loader = build_dataloader(source, "val", config)
@@ -79,6 +80,11 @@ def evaluate_weights(accelerator: Accelerator, model: nn.Module, source: Detecti
     result = predict_and_score(accelerator, model, accelerator.prepare(loader), postprocessor, evaluator,
                                channels_last=accelerator.device.type == "cuda")
     return result.metrics, result.predictions, evaluator.ground_truth
+
+
+def _classes(names: list[str] | None, count: int, limit: int = 4) -> str:
+    listed = f" ({', '.join(names[:limit])}{', ...' if len(names) > limit else ''})" if names else ""
+    return f"{count} classes{listed}"
 
 
 def format_table(metrics: dict, class_names: list[str], ground_truth: dict) -> str:
@@ -109,6 +115,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     model = load_weights(args.weights).fuse()  # before the data: a wrong path fails at once
     source = load_source(args.data, split=args.split, cache_dir=args.cache_dir, images=args.images,
                          bbox_format=args.bbox_format, fallback_splits=VAL_FALLBACKS, split_flag="--split")
+    if model.num_classes != len(source.class_names):
+        raise ValueError(f"{args.weights} predicts {_classes(model.names, model.num_classes)}; --data {args.data} "
+                         f"has {_classes(source.class_names, len(source.class_names))}")
     start = time.perf_counter()
     metrics, predictions, ground_truth = evaluate_weights(
         accelerator, model, source, imgsz=args.imgsz, batch=args.batch, workers=args.workers, conf=args.conf,

@@ -1,8 +1,10 @@
-"""Our weight format: safetensors tensors plus the ``create_model`` config as JSON.
+"""Our weight format: safetensors tensors plus the ``create_model`` config (with the class names) as JSON.
 
-- ``save_pretrained(model, directory)`` -> ``directory/model.safetensors`` + ``directory/config.json``;
+- ``save_pretrained(model, directory)`` -> ``directory/model.safetensors`` + ``config.json`` + ``README.md``
+  (a Hub model card: metrics, dataset, classes, training config, usage);
 - ``save_weights(model, file)`` -> one ``.safetensors`` file, the config in its metadata (used for run outputs);
-- ``load_pretrained`` / ``load_weights`` rebuild the model with ``create_model(**config)`` and load strictly.
+- ``load_pretrained`` / ``load_weights`` rebuild the model with ``create_model(**config)`` and load strictly;
+  ``load_weights`` takes any reference ``yolo11.weights.resolve_weights`` understands (local, Hub, official name).
 """
 
 from __future__ import annotations
@@ -16,9 +18,12 @@ from torch import nn
 
 from yolo11.models.blocks import Conv
 from yolo11.models.detector import YOLO11Detector, create_model
+from yolo11.weights.model_card import render_model_card
+from yolo11.weights.resolve import resolve_weights
 
 WEIGHTS_NAME = "model.safetensors"
 CONFIG_NAME = "config.json"
+CARD_NAME = "README.md"
 
 
 def _tensors(model: YOLO11Detector) -> dict:
@@ -28,21 +33,58 @@ def _tensors(model: YOLO11Detector) -> dict:
 
 
 def _build(config: dict, state: dict) -> YOLO11Detector:
-    model = create_model(name=config["name"], num_classes=config["num_classes"], backbone=config.get("backbone"))
+    model = create_model(name=config["name"], num_classes=config["num_classes"], backbone=config.get("backbone"),
+                         names=config.get("names"))
     model.load_state_dict(state, strict=True)
     return model
 
 
-def save_pretrained(model: YOLO11Detector, directory: str | Path) -> Path:
+def _finite_tensors(model: YOLO11Detector, file: Path) -> dict:
+    tensors = _tensors(model)
+    bad = [name for name, t in tensors.items() if t.is_floating_point() and not bool(torch.isfinite(t).all())]
+    if bad:
+        raise ValueError(f"not writing {file}: {len(bad)} tensors hold non-finite values (e.g. {bad[0]})")
+    return tensors
+
+
+def _metadata(model: YOLO11Detector) -> dict[str, str]:
+    """safetensors metadata: the config (how we rebuild), and the class names on their own for other readers."""
+    metadata = {"format": "pt", "config": json.dumps(model.config)}
+    if model.names is not None:
+        metadata["names"] = json.dumps(model.names)
+    return metadata
+
+
+def hub_config(model: YOLO11Detector) -> dict:
+    """``config.json``: ``model.config`` (``create_model`` arguments, class names) plus what a reader of the Hub
+    folder needs without our code (task, strides, DFL bins)."""
+    return {**model.config, "model_type": "yolo11", "task": "detect", "strides": list(model.strides),
+            "reg_max": model.reg_max}
+
+
+def save_pretrained(model: YOLO11Detector, directory: str | Path, *, metrics: dict | None = None,
+                    dataset: str | None = None, train_config: dict | None = None, repo_id: str | None = None) -> Path:
+    """Write ``model.safetensors`` (config in its metadata too), ``config.json`` and the ``README.md`` model card
+    (``metrics``: validation metrics as ``yolo11-val`` computes them; ``dataset``: the ``--data`` spec;
+    ``train_config``: the resolved training config; ``repo_id``: the Hub name used in the card)."""
     directory = Path(directory)
+    tensors = _finite_tensors(model, directory / WEIGHTS_NAME)
     directory.mkdir(parents=True, exist_ok=True)
-    save_file(_tensors(model), directory / WEIGHTS_NAME)
-    (directory / CONFIG_NAME).write_text(json.dumps(model.config, indent=2) + "\n")
+    save_file(tensors, directory / WEIGHTS_NAME, metadata=_metadata(model))
+    (directory / CONFIG_NAME).write_text(json.dumps(hub_config(model), indent=2) + "\n")
+    card = render_model_card(model.config, metrics=metrics, dataset=dataset, train_config=train_config,
+                             repo_id=repo_id)
+    (directory / CARD_NAME).write_text(card)
     return directory
 
 
 def load_pretrained(directory: str | Path) -> YOLO11Detector:
     directory = Path(directory)
+    missing = [name for name in (CONFIG_NAME, WEIGHTS_NAME) if not (directory / name).is_file()]
+    if missing:
+        found = sorted(p.name for p in directory.glob("*.pt")) + sorted(p.name for p in directory.glob("*.safetensors"))
+        hint = f"; pass one of its weights files instead: {', '.join(found)}" if found else ""
+        raise FileNotFoundError(f"{directory} is not a save_pretrained folder (no {' or '.join(missing)}){hint}")
     config = json.loads((directory / CONFIG_NAME).read_text())
     return _build(config, load_file(directory / WEIGHTS_NAME))
 
@@ -50,18 +92,17 @@ def load_pretrained(directory: str | Path) -> YOLO11Detector:
 def save_weights(model: YOLO11Detector, file: str | Path) -> Path:
     """Write ``model``'s tensors and config; refuses (``ValueError``) weights that are not all finite."""
     file = Path(file)
-    tensors = _tensors(model)
-    bad = [name for name, t in tensors.items() if t.is_floating_point() and not bool(torch.isfinite(t).all())]
-    if bad:
-        raise ValueError(f"not writing {file}: {len(bad)} tensors hold non-finite values (e.g. {bad[0]})")
+    tensors = _finite_tensors(model, file)
     file.parent.mkdir(parents=True, exist_ok=True)
-    save_file(tensors, file, metadata={"config": json.dumps(model.config)})
+    save_file(tensors, file, metadata=_metadata(model))
     return file
 
 
-def load_weights(path: str | Path) -> YOLO11Detector:
-    """Load a ``.safetensors`` file, a ``save_pretrained`` folder, or an Ultralytics ``.pt`` checkpoint."""
-    path = Path(path)
+def load_weights(ref: str | Path) -> YOLO11Detector:
+    """Load a ``.safetensors`` file, a ``save_pretrained`` folder or an Ultralytics ``.pt`` checkpoint (through
+    the restricted unpickler), local or named as ``resolve_weights`` accepts (``hf://owner/repo/file``,
+    ``owner/repo``, ``yolo11n.pt`` ...)."""
+    path = resolve_weights(ref)
     if path.is_dir():
         return load_pretrained(path)
     if path.suffix == ".pt":

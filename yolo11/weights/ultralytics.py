@@ -48,13 +48,27 @@ def module_state_dict(module: StubModule, prefix: str = "") -> dict[str, torch.T
     return state
 
 
-def ultralytics_state_dict(path: str | Path) -> dict[str, torch.Tensor]:
-    """Ultralytics-named state dict (``model.N.*``) of the checkpoint's EMA model, else its ``model``."""
-    checkpoint = read_checkpoint(path)
+def _stored_model(checkpoint: dict[str, Any], path: str | Path) -> StubModule:
+    """The checkpoint's EMA model, else its ``model`` (a finished Ultralytics run keeps only ``model``)."""
     model = checkpoint.get("ema") or checkpoint.get("model")
     if not isinstance(model, StubModule):
         raise ValueError(f"{path}: no 'ema' or 'model' module in the checkpoint (keys {sorted(checkpoint)})")
-    return module_state_dict(model)
+    return model
+
+
+def ultralytics_state_dict(path: str | Path) -> dict[str, torch.Tensor]:
+    """Ultralytics-named state dict (``model.N.*``) of the checkpoint's EMA model, else its ``model``."""
+    return module_state_dict(_stored_model(read_checkpoint(path), path))
+
+
+def class_names(model: StubModule) -> list[str] | None:
+    """The ``names`` of an Ultralytics model (``{0: "person", ...}`` or a list), as a list by class id."""
+    stored = getattr(model, "names", None)
+    if isinstance(stored, dict) and sorted(stored) == list(range(len(stored))):
+        return [str(stored[k]) for k in range(len(stored))]
+    if isinstance(stored, (list, tuple)) and stored:
+        return [str(name) for name in stored]
+    return None
 
 
 def infer_model_args(state: dict[str, torch.Tensor]) -> dict[str, Any]:
@@ -106,8 +120,12 @@ def ultralytics_key(key: str) -> str:
 
 
 def load_ultralytics(path: str | Path) -> YOLO11Detector:
-    """Build the matching ``YOLO11Detector`` and load the checkpoint's weights into it (strict)."""
-    state = ultralytics_state_dict(path)
-    model = create_model(**infer_model_args(state))
+    """Build the matching ``YOLO11Detector`` and load the checkpoint's weights into it (strict); the class
+    names are the checkpoint's (dropped, with a missing count, only if they do not fit the head)."""
+    stored = _stored_model(read_checkpoint(path), path)
+    state = module_state_dict(stored)
+    args = infer_model_args(state)
+    names = class_names(stored)
+    model = create_model(**args, names=names if names and len(names) == args["num_classes"] else None)
     model.load_state_dict({map_key(k): v for k, v in state.items()}, strict=True)
     return model

@@ -1,0 +1,84 @@
+"""The model card (``README.md``) of a ``save_pretrained`` folder, in the Hugging Face Hub's conventions.
+
+YAML front matter (``huggingface_hub.ModelCardData``): ``library_name``, ``tags``, ``pipeline_tag``, ``datasets``
+(when the training data is a Hub dataset), and a ``model-index`` holding the validation metrics; then a body with
+the classes, metrics, dataset, a usage snippet and the training config.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+from huggingface_hub import EvalResult, ModelCardData
+
+LIBRARY_NAME = "yolo11-accelerate"
+TAGS = ["object-detection", "yolo11", "yolo", "vision", "pytorch", "safetensors"]
+# our metric keys -> the names shown on the Hub (Ultralytics' spelling)
+METRIC_NAMES = {"map50_95": "mAP50-95", "map50": "mAP50", "map75": "mAP75", "precision": "precision",
+                "recall": "recall"}
+
+
+def hub_dataset_id(dataset: str | None) -> str | None:
+    """``dataset`` when it names a Hub dataset (``cppe-5``, ``owner/name``), None for local files and synthetic."""
+    if not dataset or dataset.startswith("synthetic") or Path(dataset).suffix or Path(dataset).exists():
+        return None
+    parts = dataset.split("/")
+    return dataset if len(parts) <= 2 and all(parts) and not dataset.startswith((".", "~")) else None
+
+
+def card_data(config: dict, metrics: dict | None, dataset: str | None, model_name: str) -> ModelCardData:
+    hub_id = hub_dataset_id(dataset)
+    results = [EvalResult(task_type="object-detection", dataset_type=hub_id or dataset or "unknown",
+                          dataset_name=dataset or "unknown", metric_type=shown, metric_name=shown,
+                          metric_value=round(float(metrics[key]), 5))
+               for key, shown in METRIC_NAMES.items() if metrics and isinstance(metrics.get(key), (int, float))]
+    return ModelCardData(library_name=LIBRARY_NAME, tags=TAGS + [config["name"]], pipeline_tag="object-detection",
+                         datasets=[hub_id] if hub_id else None, model_name=model_name,
+                         eval_results=results or None)
+
+
+def render_model_card(config: dict, *, metrics: dict | None = None, dataset: str | None = None,
+                      train_config: dict | None = None, repo_id: str | None = None) -> str:
+    """The README text for a model with ``config`` (``model.config``: name, num_classes, backbone, names)."""
+    model_name = repo_id or config["name"]
+    data = card_data(config, metrics, dataset, model_name)
+    names = config.get("names") or [str(k) for k in range(config["num_classes"])]
+    backbone = f" with a timm `{config['backbone']}` backbone" if config.get("backbone") else ""
+    reference = repo_id or "path/to/this/folder"
+    lines = [
+        "---", data.to_yaml(), "---", "",
+        f"# {model_name}", "",
+        f"A YOLO11{config['name'].removeprefix('yolo11')} object detector{backbone} for {config['num_classes']} "
+        f"classes, made with {LIBRARY_NAME} (the Ultralytics YOLO11 architecture layer for layer, trained with "
+        "Hugging Face Accelerate). Weights: `model.safetensors`; architecture and class names: `config.json`.", "",
+        "## Usage", "",
+        "```python",
+        "from yolo11.hub import from_pretrained",
+        "",
+        f'model = from_pretrained("{reference}").eval()  # YOLO11Detector; model.names are the class names',
+        "```", "",
+        "```bash",
+        f"yolo11-predict {reference} images/ --output predictions/",
+        f"yolo11-val {reference} --data your-data.yaml",
+        f"yolo11-export {reference} --output model.onnx",
+        "```", "",
+        "## Classes", "",
+        ", ".join(f"{k}: {name}" for k, name in enumerate(names)), "",
+    ]
+    if metrics:
+        shown = [(label, metrics[key]) for key, label in METRIC_NAMES.items()
+                 if isinstance(metrics.get(key), (int, float))]
+        lines += ["## Validation metrics", "", "COCO box metrics (pycocotools' definitions) on the validation split "
+                  "of the best epoch.", "", "| metric | value |", "| --- | --- |"]
+        lines += [f"| {label} | {value:.4f} |" for label, value in shown] + [""]
+    if dataset:
+        lines += ["## Dataset", "", f"Trained on `{dataset}`.", ""]
+    if train_config:
+        lines += ["## Training config", "", "```yaml", _yaml(train_config).rstrip(), "```", ""]
+    return "\n".join(lines)
+
+
+def _yaml(values: Any) -> str:
+    return yaml.safe_dump(values, sort_keys=False)

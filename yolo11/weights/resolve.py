@@ -1,0 +1,128 @@
+"""Where a weights reference points: a local file or folder, a Hugging Face Hub file or repo, an official name.
+
+``resolve_weights(ref) -> Path`` accepts
+
+- a local ``.safetensors`` / ``.pt`` file or a ``save_pretrained`` folder (always tried first);
+- ``hf://owner/repo/path/in/repo.pt`` (one file of a Hub repo) or ``hf://owner/repo`` (the whole repo);
+- ``owner/repo``: a Hub repo written by ``yolo11.hub.push_to_hub`` (``model.safetensors`` + ``config.json``);
+- an official Ultralytics name, ``yolo11n.pt`` ... ``yolo11x.pt``, from the ``Ultralytics/YOLO11`` Hub repo.
+
+Downloads go through ``huggingface_hub`` and its cache. The Hub is probed first with a short timeout, because
+``hf_hub_download`` retries an unreachable host for about 20 s: offline (``HF_HUB_OFFLINE=1``, or no answer), a
+cached copy is used, else ``WeightsNotFoundError`` says which file, where to download it and where to put it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+
+from huggingface_hub import constants, hf_hub_download, snapshot_download
+from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
+
+OFFICIAL_REPO = "Ultralytics/YOLO11"
+OFFICIAL_NAMES = tuple(f"yolo11{scale}.pt" for scale in "nsmlx")
+# The same files as GitHub release assets of ultralytics/assets (where Ultralytics itself downloads them from).
+RELEASE_URL = "https://github.com/ultralytics/assets/releases/download/v8.3.0/{name}"
+# The files of a repo written by yolo11.hub.save_pretrained (README.md is the model card).
+HUB_FILES = ["model.safetensors", "config.json", "README.md"]
+HUB_PROBE_TIMEOUT_S = 5.0
+_HF_URI = re.compile(r"hf:/+(?P<repo>[\w.-]+/[\w.-]+)(?:/(?P<file>.+))?")
+_REPO_ID = re.compile(r"[\w.-]+/[\w.-]+")
+
+
+class WeightsNotFoundError(FileNotFoundError):
+    """The weights are neither local nor reachable; the message says where to get them and where to put them."""
+
+
+def hub_endpoint() -> str:
+    return os.environ.get("HF_ENDPOINT", constants.ENDPOINT).rstrip("/")
+
+
+def hub_offline() -> bool:
+    """``HF_HUB_OFFLINE`` (read now: huggingface_hub reads it once, at import)."""
+    value = os.environ.get("HF_HUB_OFFLINE", "")
+    return value.upper() in ("1", "ON", "YES", "TRUE") or bool(constants.HF_HUB_OFFLINE)
+
+
+def hub_reachable(timeout: float | None = None) -> bool:
+    """Whether the Hub endpoint answers an HTTP request within ``timeout`` seconds (any status is an answer).
+
+    The name lookup has no timeout of its own, so the request runs in a daemon thread left behind after ``timeout``.
+    """
+    timeout = HUB_PROBE_TIMEOUT_S if timeout is None else timeout
+    answered: list[bool] = []
+
+    def probe() -> None:
+        try:
+            urllib.request.urlopen(urllib.request.Request(hub_endpoint(), method="HEAD"), timeout=timeout).close()
+            answered.append(True)
+        except urllib.error.HTTPError:
+            answered.append(True)
+        except Exception:  # refused, timed out, no such host, malformed URL, not HTTP...
+            answered.append(False)
+
+    thread = threading.Thread(target=probe, daemon=True)
+    thread.start()
+    thread.join(timeout)
+    return bool(answered) and answered[0]
+
+
+def resolve_weights(ref: str | Path) -> Path:
+    """The local path of the weights ``ref`` names (downloading them if needed); see the module docstring."""
+    text = str(ref)
+    local = Path(text).expanduser()
+    if local.exists():
+        return local
+    uri = _HF_URI.fullmatch(text)
+    if uri is not None:
+        repo, file = uri.group("repo"), uri.group("file")
+        if file:
+            return _fetch_file(repo, file, text)
+        return _fetch_repo(repo, text, allow_patterns=None)
+    if local.name in OFFICIAL_NAMES and local.parent == Path("."):
+        return _fetch_file(OFFICIAL_REPO, local.name, text, release_url=RELEASE_URL.format(name=local.name))
+    if _REPO_ID.fullmatch(text) and not local.suffix:
+        return _fetch_repo(text, text, allow_patterns=HUB_FILES)
+    raise FileNotFoundError(
+        f"no such weights file or folder: {text} (expected a local .safetensors/.pt file or save_pretrained folder, "
+        f"hf://owner/repo/file, a Hub repo owner/name, or one of {', '.join(OFFICIAL_NAMES)})")
+
+
+def _fetch_file(repo: str, file: str, ref: str, release_url: str | None = None) -> Path:
+    url = f"{hub_endpoint()}/{repo}/resolve/main/{file}"
+    where = [url] + ([release_url] if release_url else [])
+    put = Path.cwd() / Path(file).name
+    advice = (f"download it from {' or '.join(where)} and put it at {put} (or pass its path), or fetch it into the "
+              f"Hugging Face cache where a connection exists: `hf download {repo} {file}`")
+    return _download(lambda **kw: hf_hub_download(repo, file, **kw), ref, advice)
+
+
+def _fetch_repo(repo: str, ref: str, allow_patterns: list[str] | None) -> Path:
+    url = f"{hub_endpoint()}/{repo}"
+    files = allow_patterns or ["every file"]
+    advice = (f"download {', '.join(files)} from {url} into a folder and pass that folder, or fetch the repo into "
+              f"the Hugging Face cache where a connection exists: `hf download {repo}`")
+    return _download(lambda **kw: snapshot_download(repo, allow_patterns=allow_patterns, **kw), ref, advice)
+
+
+def _download(fetch: Callable[..., str], ref: str, advice: str) -> Path:
+    """``fetch()`` from the Hub when it answers, else from the cache; a clear error when neither has it."""
+    offline = hub_offline()
+    reason = "HF_HUB_OFFLINE is set" if offline else None
+    if not offline and not hub_reachable():
+        reason = f"the Hugging Face Hub ({hub_endpoint()}) does not answer"
+    try:
+        return Path(fetch(local_files_only=reason is not None))
+    except LocalEntryNotFoundError:
+        raise WeightsNotFoundError(f"weights {ref}: no such local file or folder, not in the Hugging Face cache, "
+                                   f"and {reason}; {advice}") from None
+    except HfHubHTTPError as err:  # no such repo or file, private without a token...
+        first_line = str(err).splitlines()[0]
+        raise WeightsNotFoundError(f"weights {ref}: no such local file or folder, and the Hub refused the download "
+                                   f"({first_line})") from None
