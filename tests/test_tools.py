@@ -85,7 +85,7 @@ def test_predict_cli_outputs_match_ultralytics_detections(tmp_path):
         assert torch.allclose(got[:, :4], expected_boxes, atol=0.05)  # JSON rounds to 0.01 px
         assert torch.allclose(got[:, 4], expected[:, 4], atol=1e-4)
         assert torch.equal(got[:, 5], expected[:, 5])
-        assert (out / f"{path.stem}.png").is_file()
+        assert (out / path.name).is_file()  # drawn, in the input's format
         lines = (out / "labels" / f"{path.stem}.txt").read_text().splitlines()
         assert len(lines) == len(record["detections"])
         for line, det in zip(lines, record["detections"], strict=True):
