@@ -110,7 +110,8 @@ def test_api_results_equal_the_cli_predictions_json(weights, tmp_path):
     # one image as an array, as a PIL image, and a (B, H, W, 3) batch: the same detections as from its file
     Image = pytest.importorskip("PIL.Image")
     rgb = cv2.cvtColor(cv2.imread(str(files[0])), cv2.COLOR_BGR2RGB)
-    for single in (detector.predict(rgb)[0], detector.predict(Image.fromarray(rgb))[0], detector.predict(rgb[None])[0]):
+    for (single,) in (detector.predict(rgb), detector.predict(Image.fromarray(rgb)), detector.predict(rgb[None]),
+                      detector.predict(iter([files[0]]))):
         assert_same(single, records[0])
     assert detector.predict(rgb, keep_images=False)[0].image is None
 

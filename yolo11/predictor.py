@@ -14,7 +14,7 @@ is built on this class: the model is called in one place, ``Detector.detect``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -223,15 +223,17 @@ class Detector:
                 detections[i] = det
         return detections
 
-    def predict(self, images: ImageInput | Sequence[ImageInput], batch: int | None = None,
+    def predict(self, images: ImageInput | Iterable[ImageInput], batch: int | None = None,
                 keep_images: bool = True) -> list[Detections]:
-        """Detect objects in one image or a list of them (paths, arrays, PIL images; a ``(B, H, W, 3)`` array is
-        a list), ``batch`` (default: the detector's) at a time; one ``Detections`` per image, in order.
+        """Detect objects in one image or an iterable of them (paths, arrays, PIL images; a ``(B, H, W, 3)`` array
+        is a list), ``batch`` (default: the detector's) at a time; one ``Detections`` per image, in order.
         ``keep_images=False`` does not keep each image in its result (less memory; ``plot`` then needs one)."""
         if isinstance(images, np.ndarray) and images.ndim == 4:
             images = list(images)
-        elif isinstance(images, (str, Path, np.ndarray)) or not isinstance(images, Sequence):
+        elif isinstance(images, (str, Path, np.ndarray)) or hasattr(images, "convert"):  # one image (or PIL's)
             images = [images]
+        else:
+            images = list(images)
         step = batch or self.batch
         results: list[Detections] = []
         for start in range(0, len(images), step):
