@@ -146,7 +146,8 @@ def predict_images(detector: Detector, sources: Sequence[Source], writer: Predic
             readable.append(source)
         except UnreadableSource as err:
             writer.skip(source, err)
-    for source, detections in zip(readable, detector.predict(arrays, batch=len(arrays) or 1), strict=True):
+    results = detector.predict(arrays, batch=len(arrays) or 1, keep_images=writer.draw)
+    for source, detections in zip(readable, results, strict=True):
         stem = writer.unique_stem(source.stem)
         writer.add(detections, source.location, stem)
         writer.write_image(detections, stem, source.image_suffix)
@@ -165,7 +166,7 @@ def predict_video(detector: Detector, source: Source, writer: PredictionWriter) 
         for chunk in frame_chunks(capture, 1 if source.kind == "webcam" else detector.batch):
             if video is None:
                 video = writer.open_video(stem, video_fps(capture), chunk[0].shape[:2])
-            for detections in detector.predict(chunk):
+            for detections in detector.predict(chunk, keep_images=video is not None):
                 frame += 1  # numbered from 1, as Ultralytics names its per-frame labels
                 writer.add(detections, source.location, stem, frame)
                 if video is not None:
