@@ -21,7 +21,8 @@ Outputs go to ``runs/predict``, or ``runs/predict2``, ``predict3``... when it ex
   ``class xc yc w h score`` normalised by the image size.
 
 An input that cannot be read (a corrupt image, a failed download, a video OpenCV cannot open) is reported by name
-and skipped; the tool fails only when nothing could be read, or a webcam cannot be opened.
+and skipped; the tool fails only when nothing could be read, or a webcam cannot be opened (``predictions.json``
+then holds what was predicted before). Ctrl-C (the way to stop a webcam) keeps the outputs too and exits 130.
 """
 
 from __future__ import annotations
@@ -231,11 +232,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     status = 0
     try:
         predict_sources(detector, sources, writer)
-    except KeyboardInterrupt:  # a webcam runs until Ctrl-C: keep what was predicted
+    except KeyboardInterrupt:  # a webcam runs until Ctrl-C
         status = 130
+    finally:  # what was predicted before a Ctrl-C or an error (a camera that does not open) is kept
+        if writer.records:
+            writer.finish()
     if not writer.records and not status:
         raise ValueError(f"nothing was predicted: all {writer.skipped} inputs were skipped (see above)")
-    writer.finish()
     total = sum(len(r["detections"]) for r in writer.records)
     skipped = f", {writer.skipped} skipped" if writer.skipped else ""
     print(f"{writer.images} images, {writer.frames} video frames, {total} detections{skipped} -> {directory}")

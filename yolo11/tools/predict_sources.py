@@ -135,7 +135,13 @@ def open_video(source: Source) -> cv2.VideoCapture:
     """An opened capture. A camera that does not open is an error (a ``ValueError``: nothing else to predict);
     a video file or stream that does not open is an ``UnreadableSource``."""
     if source.kind == "webcam":
-        capture = cv2.VideoCapture(int(source.location))
+        # OpenCV logs a warning per backend it tries; the error below says it in one line
+        level = cv2.utils.logging.getLogLevel()
+        cv2.utils.logging.setLogLevel(cv2.utils.logging.LOG_LEVEL_ERROR)
+        try:
+            capture = cv2.VideoCapture(int(source.location))
+        finally:
+            cv2.utils.logging.setLogLevel(level)
         if not capture.isOpened():
             raise ValueError(f"source {source.location}: no camera with index {source.location} could be opened")
         return capture
