@@ -4,7 +4,7 @@
     detector = yolo11.Detector.from_pretrained("runs/train/exp/weights/best.safetensors", conf=0.25)
     for result in detector.predict(["bus.jpg", "zidane.jpg"]):
         print(result.names, result.scores, result.boxes)  # boxes (N, 4) xyxy in the image's own pixels
-    drawn = result.plot()  # (H, W, 3) uint8 RGB with the boxes drawn
+    drawn = detector.predict(rgb_array)[0].plot()  # (H, W, 3) uint8 RGB with the boxes drawn
 
 Each image is letterboxed as Ultralytics' predict does (long side scaled to ``imgsz``, centred, grey 114 padding
 only up to a multiple of 32; ``rect=False``: padded to a square), the images of a chunk that share an input shape
