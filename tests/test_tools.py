@@ -14,7 +14,7 @@ import pytest
 import torch
 from engine_helpers import launch
 
-from yolo11 import create_model
+from yolo11 import create_model, predictor
 from yolo11.data.sources.synthetic import SHAPES
 from yolo11.geometry import letterbox_params, scale_boxes
 from yolo11.tools import export, predict, val
@@ -55,7 +55,8 @@ def test_letterbox_equals_ultralytics_input():
     reference = np.load(REFERENCE / "yolo11n_coco128_outputs.npz")
     meta = json.loads((REFERENCE / "yolo11n_coco128_meta.json").read_text())
     for i, stem in enumerate(meta["images_for_outputs"]):
-        image, _ = predict.letterbox(predict.read_rgb(DATA / "coco128" / "images" / "train2017" / f"{stem}.jpg"), 640)
+        path = DATA / "coco128" / "images" / "train2017" / f"{stem}.jpg"
+        image, _ = predictor.letterbox(predictor.read_rgb(path), 640)
         ours = image.transpose(2, 0, 1).astype(np.float32) / 255.0
         assert np.abs(ours - reference["input"][i]).max() <= 1 / 255 + 1e-6  # at most one grey level (resize)
         assert np.mean(ours != reference["input"][i]) < 0.01
@@ -84,7 +85,7 @@ def test_predict_cli_outputs_match_ultralytics_detections(tmp_path):
         assert torch.allclose(got[:, :4], expected_boxes, atol=0.05)  # JSON rounds to 0.01 px
         assert torch.allclose(got[:, 4], expected[:, 4], atol=1e-4)
         assert torch.equal(got[:, 5], expected[:, 5])
-        assert (out / f"{path.stem}.png").is_file()
+        assert (out / path.name).is_file()  # drawn, in the input's format
         lines = (out / "labels" / f"{path.stem}.txt").read_text().splitlines()
         assert len(lines) == len(record["detections"])
         for line, det in zip(lines, record["detections"], strict=True):
@@ -122,14 +123,14 @@ def test_predict_cli_equals_ultralytics_predict(tmp_path):
 
 def test_rect_letterbox_pads_to_a_multiple_of_32():
     image = np.full((427, 640, 3), 7, np.uint8)  # long side already 640: no resize, 21 rows of padding
-    boxed, (gain_h, gain_w, top, left) = predict.letterbox(image, 640, rect=True)
+    boxed, (gain_h, gain_w, top, left) = predictor.letterbox(image, 640, rect=True)
     assert boxed.shape == (448, 640, 3) and (gain_h, gain_w, top, left) == (1.0, 1.0, 10, 0)
     assert (boxed[10:437] == 7).all() and (boxed[:10] == 114).all() and (boxed[437:] == 114).all()
-    boxed, (gain_h, gain_w, top, left) = predict.letterbox(np.zeros((500, 333, 3), np.uint8), 640, rect=True)
+    boxed, (gain_h, gain_w, top, left) = predictor.letterbox(np.zeros((500, 333, 3), np.uint8), 640, rect=True)
     # 333 * 1.28 = 426.24 -> 426 columns, padded by 22 to 448; each axis keeps its own gain
     assert boxed.shape == (640, 448, 3) and (top, left) == (0, 11)
     assert gain_h == 1.28 and gain_w == pytest.approx(426 / 333, abs=0)
-    assert predict.letterbox(np.zeros((500, 333, 3), np.uint8), 640)[0].shape == (640, 640, 3)
+    assert predictor.letterbox(np.zeros((500, 333, 3), np.uint8), 640)[0].shape == (640, 640, 3)
 
 
 def subset_yaml(tmp_path: Path, count: int) -> Path:

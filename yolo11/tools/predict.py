@@ -1,143 +1,210 @@
-"""Detect objects in images: drawn PNGs, a JSON of all detections and, optionally, YOLO txt files.
+"""Detect objects in images and videos: drawn copies, a JSON of all detections and, optionally, YOLO txt files.
 
-    yolo11-predict weights/best.safetensors photos/ --output runs/predict
-    yolo11-predict yolo11n.pt bus.jpg zidane.jpg --conf 0.25 --save-txt
+    yolo11-predict runs/train/exp/weights/best.safetensors photos/         # every image and video in photos/
+    yolo11-predict yolo11n.pt bus.jpg 'clips/*.mp4' --conf 0.25 --save-txt
+    yolo11-predict best.safetensors https://ultralytics.com/images/bus.jpg
+    yolo11-predict best.safetensors 0                                       # webcam 0, until Ctrl-C
 
-Each image is letterboxed as Ultralytics' predict does (long side scaled to ``--imgsz``, centred, grey 114
-padding only up to a multiple of 32; ``--no-rect``: padded to a square), detected, and the boxes are mapped back to
-its original pixels. Outputs in ``--output``: ``<stem>.png`` (boxes drawn),
-``predictions.json`` (``[{"file", "width", "height", "detections": [{"box": [x1, y1, x2, y2] px, "score",
-"class", "name"}]}]``) and with ``--save-txt`` ``labels/<stem>.txt`` lines ``class xc yc w h score`` (normalised).
+Sources (``predict_sources.expand_sources``): image files, folders (their images and videos, not subfolders),
+quoted globs (``'data/**/*.jpg'`` recurses), videos (``.mp4 .avi .mov .mkv``... frame by frame), ``http(s)://``
+image URLs, video URLs and ``rtsp://`` streams, webcam indices. Each image or frame is letterboxed as Ultralytics'
+predict does and detected by ``yolo11.Detector``, whose Python API this tool wraps.
+
+Outputs go to ``runs/predict``, or ``runs/predict2``, ``predict3``... when it exists (``--project``, ``--name``;
+``--exist-ok`` reuses it; ``--output DIR`` writes to DIR as is):
+
+- ``<stem>.<its suffix>``: each image with its boxes drawn, in the input's format (JPEG in, JPEG out);
+- ``<stem>.mp4``: each video with its boxes drawn, same frame size and rate (mp4v);
+- ``predictions.json``: ``[{"file", "frame" (videos only, from 1), "width", "height", "detections": [{"box":
+  [x1, y1, x2, y2] px, "score", "class", "name"}]}]``;
+- with ``--save-txt``: ``labels/<stem>.txt`` (``labels/<stem>_<frame>.txt`` for videos), lines
+  ``class xc yc w h score`` normalised by the image size.
+
+An input that cannot be read (a corrupt image, a failed download, a video OpenCV cannot open) is reported by name
+and skipped; the tool fails only when nothing could be read, or a webcam cannot be opened (``predictions.json``
+then holds what was predicted before). Ctrl-C (the way to stop a webcam) keeps the outputs too and exits 130.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 import cv2
-import numpy as np
-import torch
-import yaml
 
-from yolo11.data.transforms import LetterBox
-from yolo11.evaluation.plots import draw_detections
-from yolo11.geometry import MAX_STRIDE, rect_input_size
-from yolo11.postprocess import Postprocessor
+from yolo11.predictor import Detections, Detector, default_device
 from yolo11.tools import cli
-from yolo11.weights import load_weights
-
-IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff"}
-
-
-def list_images(inputs: Sequence[str | Path]) -> list[Path]:
-    """Image files among ``inputs`` (files, or folders searched non-recursively), sorted per folder."""
-    files: list[Path] = []
-    for item in map(Path, inputs):
-        if item.is_dir():
-            files.extend(sorted(p for p in item.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES))
-        elif item.is_file():
-            files.append(item)
-        else:
-            raise FileNotFoundError(f"no such image or folder: {item}")
-    if not files:
-        raise FileNotFoundError(f"no images in {[str(i) for i in inputs]}")
-    return files
+from yolo11.tools.predict_sources import (
+    Source,
+    UnreadableSource,
+    expand_sources,
+    frame_chunks,
+    open_video,
+    read_image,
+    video_fps,
+)
 
 
-def letterbox(image: np.ndarray, imgsz: int, rect: bool = False) -> tuple[np.ndarray, tuple[float, float, int, int]]:
-    """Resize (H, W, 3) uint8 to fit ``imgsz`` x ``imgsz`` keeping the aspect ratio and pad with grey, to the square
-    or, with ``rect``, only up to a multiple of 32 (``rect_input_size``); returns the image and
-    ``(gain_h, gain_w, pad_top, pad_left)`` (``yolo11.geometry.letterbox_params``)."""
-    shape = rect_input_size(image.shape[:2], imgsz) if rect else (imgsz, imgsz)
-    no_boxes = {"boxes": np.zeros((0, 4), np.float32), "labels": np.zeros(0, np.int64)}
-    image, target = LetterBox(shape)(image, no_boxes)
-    gain_h, gain_w, top, left = target["letterbox"]
-    return image, (gain_h, gain_w, int(top), int(left))
+def numbered_dir(base: Path, exist_ok: bool = False) -> Path:
+    """``base`` if it does not exist (or ``exist_ok``), else the first free ``base2``, ``base3``... (Ultralytics'
+    numbering, so a second run never overwrites the first)."""
+    path, index = base, 2
+    while path.exists() and not exist_ok:
+        path, index = base.with_name(f"{base.name}{index}"), index + 1
+    return path
 
 
-def read_rgb(path: Path) -> np.ndarray:
-    image = cv2.imread(str(path), cv2.IMREAD_COLOR)
-    if image is None:
-        raise ValueError(f"cannot read image {path}")
-    return cv2.cvtColor(image, cv2.COLOR_BGR2RGB)
-
-
-def class_names_for(weights: Path, num_classes: int, names: str | None,
-                    model_names: list[str] | None = None) -> list[str]:
-    """``--names`` (comma list or a data YAML with ``names``), else the model's, else an Ultralytics checkpoint's
-    names, else ids."""
-    if not names and model_names:
-        listed = list(model_names)
-    elif names:
-        path = Path(names)
-        if path.suffix in (".yaml", ".yml") and path.is_file():
-            listed = yaml.safe_load(path.read_text())["names"]
-            listed = [listed[k] for k in sorted(listed)] if isinstance(listed, dict) else list(listed)
-        else:
-            listed = [n.strip() for n in names.split(",")]
-    elif Path(weights).suffix == ".pt" and Path(weights).is_file():
-        from yolo11.weights.ultralytics import read_checkpoint
-
-        checkpoint = read_checkpoint(weights)
-        stored = getattr(checkpoint.get("ema") or checkpoint.get("model"), "names", None) or {}
-        listed = [stored[k] for k in sorted(stored)] if isinstance(stored, dict) else list(stored)
-    else:
-        listed = []
-    if not listed:
-        return [str(i) for i in range(num_classes)]
-    if len(listed) != num_classes:
-        raise ValueError(f"{len(listed)} class names for a model of {num_classes} classes")
-    return listed
-
-
-@torch.no_grad()
-def predict_images(model: torch.nn.Module, files: list[Path], imgsz: int, postprocessor: Postprocessor,
-                   batch: int = 8, device: torch.device | str = "cpu",
-                   rect: bool = True) -> list[tuple[np.ndarray, torch.Tensor]]:
-    """Per file: the RGB image and its ``(n, 6)`` detections ``[x1, y1, x2, y2, score, class]`` in its pixels.
-
-    ``rect``: each image gets its own smallest input shape; the images of a chunk of ``batch`` that share a
-    shape go through the model together.
-    """
-    model = model.to(device).eval()
-    results = []
-    for start in range(0, len(files), batch):
-        originals = [read_rgb(path) for path in files[start:start + batch]]
-        boxed = [letterbox(image, imgsz, rect) for image in originals]
-        detections: list[torch.Tensor | None] = [None] * len(boxed)
-        groups: dict[tuple[int, ...], list[int]] = {}
-        for i, (image, _) in enumerate(boxed):
-            groups.setdefault(image.shape, []).append(i)
-        for members in groups.values():
-            # uint8 on the device (a quarter of float32's transfer); the model scales it to [0, 1]
-            images = torch.from_numpy(np.stack([boxed[i][0] for i in members])).permute(0, 3, 1, 2).to(device)
-            ratio_pad = torch.tensor([boxed[i][1] for i in members], dtype=torch.float32)
-            sizes = torch.tensor([originals[i].shape[:2] for i in members])
-            feats = [f.cpu() for f in model(images)]
-            for i, det in zip(members, postprocessor(feats, ratio_pad, sizes), strict=True):
-                detections[i] = det
-        results.extend(zip(originals, detections, strict=True))
-    return results
-
-
-def yolo_txt_lines(det: torch.Tensor, width: int, height: int) -> list[str]:
+def yolo_txt_lines(detections: Detections) -> list[str]:
     """``class xc yc w h score`` lines, coordinates normalised by the image size."""
+    height, width = detections.image_size
     lines = []
-    for x1, y1, x2, y2, score, cls in det.tolist():
+    for (x1, y1, x2, y2), score, cls in zip(detections.boxes.tolist(), detections.scores.tolist(),
+                                            detections.class_ids.tolist(), strict=True):
         xc, yc, w, h = (x1 + x2) / 2 / width, (y1 + y2) / 2 / height, (x2 - x1) / width, (y2 - y1) / height
-        lines.append(f"{int(cls)} {xc:.6f} {yc:.6f} {w:.6f} {h:.6f} {score:.5f}")
+        lines.append(f"{cls} {xc:.6f} {yc:.6f} {w:.6f} {h:.6f} {score:.5f}")
     return lines
+
+
+def json_record(detections: Detections, file: str, frame: int | None = None) -> dict:
+    """One ``predictions.json`` entry: boxes rounded to 0.01 px, scores to 1e-5."""
+    record = {"file": file} | ({} if frame is None else {"frame": frame}) | detections.to_dict()
+    for det in record["detections"]:
+        det["box"], det["score"] = [round(v, 2) for v in det["box"]], round(det["score"], 5)
+    return record
+
+
+class PredictionWriter:
+    """Writes one run's outputs into ``directory`` (made at the first output): drawn images and videos, txt
+    labels, and ``predictions.json`` at ``finish``."""
+
+    def __init__(self, directory: Path, draw: bool = True, save_txt: bool = False) -> None:
+        self.directory, self.draw, self.save_txt = directory, draw, save_txt
+        self.records: list[dict] = []
+        self.images = self.frames = self.skipped = 0
+        self._stems: set[str] = set()
+
+    def unique_stem(self, stem: str) -> str:
+        """``stem``, or ``stem_2``, ``stem_3``... when two inputs share a name (``a/x.jpg``, ``b/x.jpg``)."""
+        name, index = stem, 2
+        while name in self._stems:
+            name, index = f"{stem}_{index}", index + 1
+        self._stems.add(name)
+        return name
+
+    def _folder(self, *parts: str) -> Path:
+        folder = self.directory.joinpath(*parts)
+        folder.mkdir(parents=True, exist_ok=True)
+        return folder
+
+    def add(self, detections: Detections, file: str, stem: str, frame: int | None = None) -> None:
+        """Record one image's (or one frame's) detections, and write its txt labels with ``--save-txt``."""
+        self.records.append(json_record(detections, file, frame))
+        if frame is None:
+            self.images += 1
+        else:
+            self.frames += 1
+        if self.save_txt:
+            name = stem if frame is None else f"{stem}_{frame}"
+            (self._folder("labels") / f"{name}.txt").write_text("".join(f"{line}\n" for line in
+                                                                        yolo_txt_lines(detections)))
+
+    def write_image(self, detections: Detections, stem: str, suffix: str) -> None:
+        if self.draw:
+            path = self._folder() / f"{stem}{suffix}"
+            if not cv2.imwrite(str(path), cv2.cvtColor(detections.plot(), cv2.COLOR_RGB2BGR)):
+                raise OSError(f"cannot write {path}")
+
+    def open_video(self, stem: str, fps: float, size: tuple[int, int]) -> cv2.VideoWriter | None:
+        """A video writer for ``<stem>.mp4`` of frames ``size`` (height, width); ``None`` when not drawing."""
+        if not self.draw:
+            return None
+        path = self._folder() / f"{stem}.mp4"
+        video = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*"mp4v"), fps, (size[1], size[0]))
+        if not video.isOpened():
+            raise OSError(f"cannot write the video {path} (OpenCV has no mp4v encoder?)")
+        return video
+
+    def skip(self, source: Source, err: Exception) -> None:
+        """Report an input that could not be read; the run goes on."""
+        print(f"skipped {source.location}: {err}", file=sys.stderr)
+        self.skipped += 1
+
+    def finish(self) -> Path:
+        path = self._folder() / "predictions.json"
+        path.write_text(json.dumps(self.records, indent=1) + "\n")
+        return path
+
+
+def predict_images(detector: Detector, sources: Sequence[Source], writer: PredictionWriter) -> None:
+    """Detect the images of ``sources`` in one batch, skipping those that cannot be read."""
+    readable, arrays = [], []
+    for source in sources:
+        try:
+            arrays.append(read_image(source))
+            readable.append(source)
+        except UnreadableSource as err:
+            writer.skip(source, err)
+    results = detector.predict(arrays, batch=len(arrays) or 1, keep_images=writer.draw)
+    for source, detections in zip(readable, results, strict=True):
+        stem = writer.unique_stem(source.stem)
+        writer.add(detections, source.location, stem)
+        writer.write_image(detections, stem, source.image_suffix)
+
+
+def predict_video(detector: Detector, source: Source, writer: PredictionWriter) -> None:
+    """Detect every frame of a video, stream or webcam, ``detector.batch`` frames at a time (one for a webcam, to
+    keep up with it), writing an annotated video."""
+    try:
+        capture = open_video(source)
+    except UnreadableSource as err:
+        writer.skip(source, err)
+        return
+    stem, video, frame = writer.unique_stem(source.stem), None, 0
+    try:
+        for chunk in frame_chunks(capture, 1 if source.kind == "webcam" else detector.batch):
+            if video is None:
+                video = writer.open_video(stem, video_fps(capture), chunk[0].shape[:2])
+            for detections in detector.predict(chunk, keep_images=video is not None):
+                frame += 1  # numbered from 1, as Ultralytics names its per-frame labels
+                writer.add(detections, source.location, stem, frame)
+                if video is not None:
+                    video.write(cv2.cvtColor(detections.plot(), cv2.COLOR_RGB2BGR))
+    finally:
+        capture.release()
+        if video is not None:
+            video.release()
+    if not frame:
+        writer.skip(source, UnreadableSource("no frames could be read"))
+
+
+def predict_sources(detector: Detector, sources: Sequence[Source], writer: PredictionWriter) -> None:
+    """Every source in order: runs of images in batches of ``detector.batch``, each video on its own."""
+    pending: list[Source] = []
+    for source in sources:
+        if source.is_video:
+            predict_images(detector, pending, writer)
+            predict_video(detector, source, writer)
+            pending = []
+            continue
+        pending.append(source)
+        if len(pending) == detector.batch:
+            predict_images(detector, pending, writer)
+            pending = []
+    predict_images(detector, pending, writer)
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("weights", help="our .safetensors file or folder, an Ultralytics .pt, hf://owner/repo/file, "
-                                        "a Hub repo owner/name, or yolo11n.pt ... yolo11x.pt")
-    parser.add_argument("sources", nargs="+", help="image files and/or folders of images")
-    parser.add_argument("--output", type=Path, default=Path("runs/predict"), help="output folder")
+    parser.add_argument("weights", help="our .safetensors file or folder, or an Ultralytics .pt")
+    parser.add_argument("sources", nargs="+",
+                        help="image or video files, folders, quoted globs, http(s)/rtsp URLs, webcam indices (0)")
+    parser.add_argument("--project", type=Path, default=Path("runs"), help="parent of the output folder")
+    parser.add_argument("--name", default="predict", help="output folder (predict2, predict3... when it exists)")
+    parser.add_argument("--exist-ok", action="store_true", help="write into --project/--name even if it exists")
+    parser.add_argument("--output", type=Path, default=None, help="exact output folder (overrides --project/--name)")
     parser.add_argument("--imgsz", type=int, default=640, help="letterboxed input size in pixels (multiple of 32)")
     parser.add_argument("--conf", type=float, default=0.25, help="score threshold")
     parser.add_argument("--iou", type=float, default=0.7, help="NMS IoU threshold")
@@ -145,44 +212,37 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--rect", action=argparse.BooleanOptionalAction, default=True,
                         help="pad each image only up to a multiple of 32, as Ultralytics' predict (--no-rect: to "
                              "imgsz x imgsz)")
-    parser.add_argument("--batch", type=int, default=8, help="images per forward pass (of one input shape)")
+    parser.add_argument("--batch", type=int, default=8, help="images or video frames per forward pass")
     parser.add_argument("--names", default=None, help="class names: a comma list or a data YAML")
     parser.add_argument("--save-txt", action="store_true", help="also write YOLO txt files under labels/")
-    parser.add_argument("--no-draw", action="store_true", help="do not write drawn PNGs")
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--no-draw", action="store_true", help="do not write drawn images and videos")
+    parser.add_argument("--device", default=None, help=f"torch device (default: {default_device()})")
     return parser.parse_args(argv)
 
 
 @cli
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    if args.imgsz % MAX_STRIDE:
-        raise SystemExit(f"error: --imgsz must be a multiple of {MAX_STRIDE}, got {args.imgsz}")
-    model = load_weights(args.weights).fuse()
-    names = class_names_for(args.weights, model.num_classes, args.names, getattr(model, "names", None))
-    files = list_images(args.sources)
-    # Multi-label NMS is for mAP at a low threshold; a prediction shows one class per box, as Ultralytics.
-    postprocessor = Postprocessor(conf=args.conf, iou=args.iou, max_det=args.max_det, multi_label=False,
-                                  strides=model.strides, reg_max=model.reg_max)
-    results = predict_images(model, files, args.imgsz, postprocessor, args.batch, args.device, args.rect)
-    args.output.mkdir(parents=True, exist_ok=True)
-    records = []
-    for path, (image, det) in zip(files, results, strict=True):
-        height, width = image.shape[:2]
-        records.append({"file": str(path), "width": width, "height": height, "detections": [
-            {"box": [round(v, 2) for v in row[:4]], "score": round(row[4], 5), "class": int(row[5]),
-             "name": names[int(row[5])]} for row in det.tolist()]})
-        if not args.no_draw:
-            drawn = draw_detections(image, det[:, :4].numpy(), det[:, 5].numpy(), names, scores=det[:, 4].numpy())
-            cv2.imwrite(str(args.output / f"{path.stem}.png"), cv2.cvtColor(drawn, cv2.COLOR_RGB2BGR))
-        if args.save_txt:
-            (args.output / "labels").mkdir(exist_ok=True)
-            (args.output / "labels" / f"{path.stem}.txt").write_text(
-                "".join(line + "\n" for line in yolo_txt_lines(det, width, height)))
-    (args.output / "predictions.json").write_text(json.dumps(records, indent=1) + "\n")
-    total = sum(len(r["detections"]) for r in records)
-    print(f"{len(files)} images, {total} detections -> {args.output}")
-    return 0
+    detector = Detector.from_pretrained(args.weights, names=args.names, device=args.device, imgsz=args.imgsz,
+                                        conf=args.conf, iou=args.iou, max_det=args.max_det, rect=args.rect,
+                                        batch=args.batch)
+    sources = expand_sources(args.sources)
+    directory = args.output or numbered_dir(args.project / args.name, args.exist_ok)
+    writer = PredictionWriter(directory, draw=not args.no_draw, save_txt=args.save_txt)
+    status = 0
+    try:
+        predict_sources(detector, sources, writer)
+    except KeyboardInterrupt:  # a webcam runs until Ctrl-C
+        status = 130
+    finally:  # what was predicted before a Ctrl-C or an error (a camera that does not open) is kept
+        if writer.records:
+            writer.finish()
+    if not writer.records and not status:
+        raise ValueError(f"nothing was predicted: all {writer.skipped} inputs were skipped (see above)")
+    total = sum(len(r["detections"]) for r in writer.records)
+    skipped = f", {writer.skipped} skipped" if writer.skipped else ""
+    print(f"{writer.images} images, {writer.frames} video frames, {total} detections{skipped} -> {directory}")
+    return status
 
 
 if __name__ == "__main__":

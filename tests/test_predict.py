@@ -1,0 +1,303 @@
+"""yolo11-predict and the Python API: sources (files, folders, globs, videos, URLs, webcams), output folders and
+formats, skipped inputs, and the API's results against the CLI's predictions.json."""
+
+from __future__ import annotations
+
+import copy
+import io
+import json
+import urllib.error
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+import torch
+
+import yolo11
+from yolo11 import create_model
+from yolo11.predictor import Detections, Detector, class_names_for
+from yolo11.tools import predict, predict_sources
+from yolo11.weights import load_weights, save_weights
+
+IMGSZ, CONF = 64, 0.2
+
+
+@pytest.fixture(scope="module")
+def weights(tmp_path_factory) -> Path:
+    """yolo11n weights of 3 classes whose detections depend on the image: random init, BatchNorm statistics of
+    one batch of noise (at init they are identity and the head sees almost nothing), small box distributions."""
+    torch.manual_seed(0)
+    model = create_model("yolo11n", num_classes=3)
+    with torch.no_grad():
+        for module in model.modules():
+            if isinstance(module, torch.nn.BatchNorm2d):
+                module.momentum = None  # a cumulative average: one batch sets the statistics
+                module.reset_running_stats()
+        model.train()(torch.randint(0, 255, (4, 3, IMGSZ, IMGSZ), dtype=torch.uint8))
+        for box, cls in zip(model.head.cv2, model.head.cv3, strict=True):
+            box[2].weight.mul_(0.02)
+            box[2].bias.copy_((-0.7 * torch.arange(16.0)).repeat(4))  # distances of about one cell
+            cls[2].weight.mul_(0.2)
+    return save_weights(model.eval(), tmp_path_factory.mktemp("weights") / "tiny.safetensors")
+
+
+@pytest.fixture(scope="module")
+def fused(weights) -> torch.nn.Module:
+    return load_weights(weights).fuse()
+
+
+@pytest.fixture
+def loaded_once(weights, fused, monkeypatch) -> None:
+    """CLI runs get the module's fused model instead of loading and fusing it again (seconds on 2 shared cores):
+    the tests using this are about sources and outputs; the first test loads for real."""
+    monkeypatch.setattr("yolo11.predictor.load_weights", lambda ref: fused if Path(ref) == weights else 1 / 0)
+
+
+def noise_image(seed: int, height: int = 48, width: int = 64) -> np.ndarray:
+    """RGB uint8 with a few filled rectangles on noise."""
+    rng = np.random.default_rng(seed)
+    image = rng.integers(0, 255, (height, width, 3), dtype=np.uint8)
+    for _ in range(3):
+        x, y = int(rng.integers(0, width - 16)), int(rng.integers(0, height - 16))
+        cv2.rectangle(image, (x, y), (x + 16, y + 12), [int(v) for v in rng.integers(0, 255, 3)], -1)
+    return image
+
+
+def write_image(path: Path, seed: int, **size) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    assert cv2.imwrite(str(path), cv2.cvtColor(noise_image(seed, **size), cv2.COLOR_RGB2BGR))
+    return path
+
+
+def run_cli(weights: Path, *args: str) -> int:
+    return predict.main([str(weights), *args, "--imgsz", str(IMGSZ), "--conf", str(CONF), "--device", "cpu"])
+
+
+def rows_of(record: dict) -> np.ndarray:
+    return np.array([d["box"] + [d["score"], d["class"]] for d in record["detections"]]).reshape(-1, 6)
+
+
+def assert_same(result: Detections, record: dict) -> None:
+    """API result == CLI record, to the JSON's rounding (0.01 px, 1e-5 score)."""
+    assert [record["height"], record["width"]] == list(result.image_size)
+    got = rows_of(record)
+    assert got.shape[0] == len(result)
+    np.testing.assert_allclose(got[:, :4], result.boxes, atol=0.0051)
+    np.testing.assert_allclose(got[:, 4], result.scores, atol=6e-6)
+    np.testing.assert_array_equal(got[:, 5], result.class_ids)
+    assert [d["name"] for d in record["detections"]] == list(result.names)
+
+
+def test_api_results_equal_the_cli_predictions_json(weights, tmp_path):
+    files = [write_image(tmp_path / "in" / "a.jpg", 1), write_image(tmp_path / "in" / "b.png", 2, height=64),
+             write_image(tmp_path / "in" / "c.jpg", 3, height=32, width=60)]
+    out = tmp_path / "out"
+    assert run_cli(weights, *map(str, files), "--output", str(out), "--batch", "2", "--names", "ant,bee,cat") == 0
+    records = json.loads((out / "predictions.json").read_text())
+
+    detector = yolo11.Detector.from_pretrained(weights, names=["ant", "bee", "cat"], imgsz=IMGSZ, conf=CONF,
+                                               batch=2, device="cpu")
+    results = detector.predict([str(f) for f in files])
+    assert sum(len(r) for r in results) >= 5  # the comparison has boxes to compare
+    for result, record, file in zip(results, records, files, strict=True):
+        assert record["file"] == str(file) and result.source == str(file)
+        assert_same(result, record)
+        assert result.boxes.dtype == np.float32 and result.scores.dtype == np.float32
+        assert result.class_ids.dtype == np.int64 and set(result.names) <= {"ant", "bee", "cat"}
+        assert result.to_dict()["detections"][0]["name"] == result.names[0]
+        assert result.plot().shape == result.image.shape
+    # one image as an array, as a PIL image, and a (B, H, W, 3) batch: the same detections as from its file
+    Image = pytest.importorskip("PIL.Image")
+    rgb = cv2.cvtColor(cv2.imread(str(files[0])), cv2.COLOR_BGR2RGB)
+    for (single,) in (detector.predict(rgb), detector.predict(Image.fromarray(rgb)), detector.predict(rgb[None]),
+                      detector.predict(iter([files[0]]))):
+        assert_same(single, records[0])
+    assert detector.predict(rgb, keep_images=False)[0].image is None
+
+
+def test_class_names_come_from_the_flag_the_model_or_the_ids(fused, monkeypatch):
+    assert class_names_for(fused) == ["0", "1", "2"]
+    assert class_names_for(fused, names="a, b ,c") == ["a", "b", "c"]
+    with pytest.raises(ValueError, match="2 class names for a model of 3 classes"):
+        class_names_for(fused, names="a,b")
+    with pytest.raises(ValueError, match="multiple of 32"):
+        Detector(fused, imgsz=100)
+    # names the weights loader gives the model: an attribute, or in its config (as Ultralytics' {id: name})
+    named, configured = copy.copy(fused), copy.copy(fused)
+    named.names = ["x", "y", "z"]
+    configured.config = {**fused.config, "names": {2: "c", 0: "a", 1: "b"}}
+    for model, expected in ((named, ["x", "y", "z"]), (configured, ["a", "b", "c"])):
+        monkeypatch.setattr("yolo11.predictor.load_weights", lambda ref, model=model: model)
+        assert Detector.from_pretrained("owner/repo", imgsz=IMGSZ, device="cpu").class_names == expected
+        # --names wins over the model's
+        assert Detector.from_pretrained("owner/repo", names="p,q,r", imgsz=IMGSZ).class_names == ["p", "q", "r"]
+
+
+def write_video(path: Path, frames: int, fps: float = 10.0) -> list[np.ndarray]:
+    """A 64 x 64 MJPG video; returns its frames as read back (what a decoder gives, not what was written)."""
+    video = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*"MJPG"), fps, (64, 64))
+    assert video.isOpened()
+    for i in range(frames):
+        video.write(cv2.cvtColor(noise_image(10 + i, 64, 64), cv2.COLOR_RGB2BGR))
+    video.release()
+    return read_frames(path)
+
+
+def read_frames(path: Path) -> list[np.ndarray]:
+    capture, frames = cv2.VideoCapture(str(path)), []
+    while (read := capture.read())[0]:
+        frames.append(cv2.cvtColor(read[1], cv2.COLOR_BGR2RGB))
+    capture.release()
+    return frames
+
+
+def test_a_video_is_predicted_frame_by_frame_and_written_as_a_video(weights, loaded_once, tmp_path):
+    clip = tmp_path / "clip.avi"
+    frames = write_video(clip, 5)
+    assert len(frames) == 5
+    out = tmp_path / "out"
+    assert run_cli(weights, str(clip), "--output", str(out), "--batch", "2", "--save-txt") == 0
+
+    capture = cv2.VideoCapture(str(out / "clip.mp4"))
+    assert capture.get(cv2.CAP_PROP_FPS) == pytest.approx(10.0)
+    capture.release()
+    written = read_frames(out / "clip.mp4")
+    assert len(written) == 5 and all(frame.shape == (64, 64, 3) for frame in written)
+
+    records = json.loads((out / "predictions.json").read_text())
+    assert [(r["file"], r["frame"]) for r in records] == [(str(clip), k) for k in range(1, 6)]
+    detector = Detector.from_pretrained(weights, imgsz=IMGSZ, conf=CONF, batch=2, device="cpu")
+    as_images = detector.predict(frames)
+    assert sum(len(r) for r in as_images) >= 5
+    for result, record in zip(as_images, records, strict=True):
+        assert_same(result, record)
+        labels = (out / "labels" / f"clip_{record['frame']}.txt").read_text().splitlines()
+        assert len(labels) == len(result)
+
+
+def test_an_unopenable_video_is_skipped_and_named(weights, loaded_once, tmp_path, capsys):
+    (tmp_path / "broken.mp4").write_bytes(b"not a video")
+    good = write_image(tmp_path / "good.jpg", 4)
+    assert run_cli(weights, str(tmp_path / "broken.mp4"), str(good), "--output", str(tmp_path / "out")) == 0
+    captured = capsys.readouterr()
+    assert f"skipped {tmp_path / 'broken.mp4'}" in captured.err
+    assert "1 images, 0 video frames" in captured.out and "1 skipped" in captured.out
+
+
+def test_folders_are_not_recursive_and_globs_are_expanded(tmp_path):
+    for name in ("a.jpg", "b.PNG", "clip.mp4", "sub/c.jpg", "sub/deeper/d.jpg"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_bytes(b"")
+    (tmp_path / "notes.txt").write_text("not an input")
+    folder = predict_sources.expand_sources([str(tmp_path)])
+    assert [(Path(s.location).name, s.kind) for s in folder] == [("a.jpg", "image"), ("b.PNG", "image"),
+                                                               ("clip.mp4", "video")]
+    recursive = predict_sources.expand_sources([f"{tmp_path}/**/*.jpg"])
+    assert [Path(s.location).relative_to(tmp_path).as_posix() for s in recursive] == [
+        "a.jpg", "sub/c.jpg", "sub/deeper/d.jpg"]
+    with pytest.raises(FileNotFoundError, match=r"no images or videos match .*\*\.gif"):
+        predict_sources.expand_sources([f"{tmp_path}/*.gif"])
+    with pytest.raises(FileNotFoundError, match="no such image, video or folder: .*missing.jpg"):
+        predict_sources.expand_sources([str(tmp_path / "missing.jpg")])
+    assert predict_sources.expand_sources(["0"]) == [predict_sources.Source("0", "webcam")]
+    kinds = [s.kind for s in predict_sources.expand_sources(["https://x.org/a.jpg", "https://x.org/v.mp4",
+                                                             "rtsp://cam/live"])]
+    assert kinds == ["url", "stream", "stream"]
+
+
+def test_cli_predicts_a_quoted_glob(weights, loaded_once, tmp_path):
+    for i, name in enumerate(("x1.jpg", "x2.jpg", "y.jpg")):
+        write_image(tmp_path / "in" / name, i)
+    out = tmp_path / "out"
+    assert run_cli(weights, str(tmp_path / "in" / "x*.jpg"), "--output", str(out)) == 0
+    records = json.loads((out / "predictions.json").read_text())
+    assert [Path(r["file"]).name for r in records] == ["x1.jpg", "x2.jpg"]
+
+
+def test_output_folders_are_numbered_unless_exist_ok(weights, loaded_once, tmp_path, capsys):
+    image = write_image(tmp_path / "a.jpg", 5)
+    for _ in range(2):
+        assert run_cli(weights, str(image), "--project", str(tmp_path / "runs"), "--no-draw") == 0
+    assert run_cli(weights, str(image), "--project", str(tmp_path / "runs"), "--exist-ok", "--no-draw") == 0
+    assert run_cli(weights, str(image), "--project", str(tmp_path / "runs"), "--name", "mine", "--no-draw") == 0
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["mine", "predict", "predict2"]
+    assert capsys.readouterr().out.splitlines()[-1].endswith(str(tmp_path / "runs" / "mine"))
+
+
+def test_drawn_images_keep_the_input_format(weights, loaded_once, tmp_path):
+    inputs = [write_image(tmp_path / "in" / "photo.jpg", 6), write_image(tmp_path / "in" / "chart.png", 7),
+              write_image(tmp_path / "in" / "scan.bmp", 8), write_image(tmp_path / "other" / "photo.jpg", 9)]
+    out = tmp_path / "out"
+    assert run_cli(weights, *map(str, inputs), "--output", str(out)) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["chart.png", "photo.jpg", "photo_2.jpg", "predictions.json",
+                                                     "scan.bmp"]
+    assert (out / "photo.jpg").read_bytes()[:3] == b"\xff\xd8\xff"  # JPEG, not a PNG named .jpg
+    assert (out / "chart.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (out / "scan.bmp").read_bytes()[:2] == b"BM"
+    assert cv2.imread(str(out / "photo_2.jpg")).shape == (48, 64, 3)
+
+
+def test_unreadable_images_are_skipped_by_name(weights, loaded_once, tmp_path, capsys):
+    (tmp_path / "corrupt.jpg").write_bytes(b"\xff\xd8 truncated")
+    good = write_image(tmp_path / "good.png", 10)
+    out = tmp_path / "out"
+    assert run_cli(weights, str(tmp_path / "corrupt.jpg"), str(good), "--output", str(out)) == 0
+    captured = capsys.readouterr()
+    assert f"skipped {tmp_path / 'corrupt.jpg'}: cannot read image" in captured.err
+    assert "1 images" in captured.out and "1 skipped" in captured.out
+    assert [Path(r["file"]).name for r in json.loads((out / "predictions.json").read_text())] == ["good.png"]
+    # nothing readable at all: one error line, exit 2
+    assert run_cli(weights, str(tmp_path / "corrupt.jpg"), "--output", str(tmp_path / "none")) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        "error: nothing was predicted: all 1 inputs were skipped (see above)")
+
+
+class FakeResponse(io.BytesIO):
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def test_an_image_url_is_downloaded_and_predicted(weights, loaded_once, tmp_path, monkeypatch):
+    ok, jpeg = cv2.imencode(".jpg", cv2.cvtColor(noise_image(11), cv2.COLOR_RGB2BGR))
+    requests = []
+
+    def fake_urlopen(request, timeout):
+        requests.append((request.full_url, timeout))
+        return FakeResponse(jpeg.tobytes())
+
+    monkeypatch.setattr(predict_sources.urllib.request, "urlopen", fake_urlopen)
+    url = "https://example.com/images/bus.jpg?size=small"
+    out = tmp_path / "out"
+    assert run_cli(weights, url, "--output", str(out)) == 0
+    assert requests == [(url, predict_sources.DOWNLOAD_TIMEOUT_S)]
+    (record,) = json.loads((out / "predictions.json").read_text())
+    assert record["file"] == url and (record["height"], record["width"]) == (48, 64)
+    assert (out / "bus.jpg").read_bytes()[:3] == b"\xff\xd8\xff"
+
+
+def test_an_unreachable_url_is_one_error_line(weights, loaded_once, tmp_path, monkeypatch, capsys):
+    def offline(request, timeout):
+        raise urllib.error.URLError(OSError(-3, "Temporary failure in name resolution"))
+
+    monkeypatch.setattr(predict_sources.urllib.request, "urlopen", offline)
+    assert run_cli(weights, "https://example.com/bus.jpg", "--output", str(tmp_path / "out")) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert err.splitlines()[0].startswith("skipped https://example.com/bus.jpg: cannot download")
+    assert "name resolution" in err.splitlines()[0]
+    assert err.splitlines()[-1].startswith("error: nothing was predicted")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_missing_webcam_is_one_error_line(weights, loaded_once, tmp_path, capfd):
+    image = write_image(tmp_path / "before.jpg", 12)
+    # index 99: no machine has it, so the test does not depend on whether this one has a camera
+    assert run_cli(weights, str(image), "99", "--output", str(tmp_path / "out")) == 2
+    err = capfd.readouterr().err.strip().splitlines()  # the file descriptor: OpenCV's own warnings count too
+    assert err == ["error: source 99: no camera with index 99 could be opened"]
+    # what was predicted before the error is kept
+    assert [r["file"] for r in json.loads((tmp_path / "out" / "predictions.json").read_text())] == [str(image)]

@@ -1,0 +1,246 @@
+"""Python prediction API: a ``Detector`` loads weights once and turns images into ``Detections``.
+
+    import yolo11
+    detector = yolo11.Detector.from_pretrained("runs/train/exp/weights/best.safetensors", conf=0.25)
+    for result in detector.predict(["bus.jpg", "zidane.jpg"]):
+        print(result.names, result.scores, result.boxes)  # boxes (N, 4) xyxy in the image's own pixels
+    drawn = detector.predict(rgb_array)[0].plot()  # (H, W, 3) uint8 RGB with the boxes drawn
+
+Each image is letterboxed as Ultralytics' predict does (long side scaled to ``imgsz``, centred, grey 114 padding
+only up to a multiple of 32; ``rect=False``: padded to a square), the images of a chunk that share an input shape
+go through the model together, and the boxes are mapped back to each image's original pixels. ``yolo11-predict``
+is built on this class: the model is called in one place, ``Detector.detect``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import cv2
+import numpy as np
+import torch
+import yaml
+
+from yolo11.data.transforms import LetterBox
+from yolo11.geometry import MAX_STRIDE, rect_input_size
+from yolo11.models import YOLO11Detector
+from yolo11.postprocess import Postprocessor
+from yolo11.weights import load_weights
+
+# One image: a file path, an (H, W, 3) uint8 RGB array (or (H, W) grey, or RGBA), or a PIL image.
+ImageInput = str | Path | np.ndarray | Any
+
+
+def read_rgb(path: str | Path) -> np.ndarray:
+    """(H, W, 3) uint8 RGB of an image file (OpenCV applies its EXIF orientation)."""
+    image = cv2.imread(str(path), cv2.IMREAD_COLOR)
+    if image is None:
+        raise ValueError(f"cannot read image {path}")
+    return cv2.cvtColor(image, cv2.COLOR_BGR2RGB)
+
+
+def as_rgb(image: ImageInput) -> np.ndarray:
+    """Any ``ImageInput`` as a contiguous (H, W, 3) uint8 RGB array."""
+    if isinstance(image, (str, Path)):
+        return read_rgb(image)
+    if hasattr(image, "convert") and hasattr(image, "mode"):  # a PIL image, without importing PIL
+        image = np.asarray(image.convert("RGB"))
+    array = np.asarray(image)
+    if array.dtype != np.uint8:
+        raise ValueError(f"images must be uint8 (0-255), got an array of {array.dtype}")
+    if array.ndim == 2:
+        array = np.repeat(array[:, :, None], 3, axis=2)
+    elif array.ndim == 3 and array.shape[2] == 4:
+        array = array[:, :, :3]
+    if array.ndim != 3 or array.shape[2] != 3 or min(array.shape[:2]) == 0:
+        raise ValueError(f"images must be (H, W, 3) RGB arrays, got shape {array.shape}")
+    return np.ascontiguousarray(array)
+
+
+def letterbox(image: np.ndarray, imgsz: int, rect: bool = False) -> tuple[np.ndarray, tuple[float, float, int, int]]:
+    """Resize (H, W, 3) uint8 to fit ``imgsz`` x ``imgsz`` keeping the aspect ratio and pad with grey, to the square
+    or, with ``rect``, only up to a multiple of 32 (``rect_input_size``); returns the image and
+    ``(gain_h, gain_w, pad_top, pad_left)`` (``yolo11.geometry.letterbox_params``)."""
+    shape = rect_input_size(image.shape[:2], imgsz) if rect else (imgsz, imgsz)
+    no_boxes = {"boxes": np.zeros((0, 4), np.float32), "labels": np.zeros(0, np.int64)}
+    image, target = LetterBox(shape)(image, no_boxes)
+    gain_h, gain_w, top, left = target["letterbox"]
+    return image, (gain_h, gain_w, int(top), int(left))
+
+
+def _as_name_list(names: Any) -> list[str]:
+    """Names stored as a list or as ``{class_id: name}`` (Ultralytics, data YAMLs) -> a list in class order."""
+    if isinstance(names, dict):
+        return [str(names[k]) for k in sorted(names)]
+    return [str(n) for n in names or []]
+
+
+def parse_names(names: str | Sequence[str]) -> list[str]:
+    """A list of names, a comma-separated string, or a data YAML (its ``names``)."""
+    if not isinstance(names, str):
+        return _as_name_list(names)
+    path = Path(names)
+    if path.suffix in (".yaml", ".yml"):
+        if not path.is_file():
+            raise FileNotFoundError(f"--names: no such data YAML {path}")
+        data = yaml.safe_load(path.read_text()) or {}
+        if "names" not in data:
+            raise ValueError(f"--names: {path} has no 'names' key")
+        return _as_name_list(data["names"])
+    return [n.strip() for n in names.split(",")]
+
+
+def class_names_for(model: YOLO11Detector, ref: str | Path | None = None,
+                    names: str | Sequence[str] | None = None) -> list[str]:
+    """The class names to report: ``names`` (list, comma list or data YAML), else the model's (``model.names`` or
+    ``model.config["names"]``), else those stored in an Ultralytics ``.pt`` at ``ref``, else the class ids."""
+    if names is not None:
+        listed = parse_names(names)
+    else:
+        listed = _as_name_list(getattr(model, "names", None) or model.config.get("names"))
+    if not listed and names is None and ref is not None and str(ref).endswith(".pt") and Path(ref).is_file():
+        from yolo11.weights.ultralytics import read_checkpoint
+
+        checkpoint = read_checkpoint(Path(ref))
+        listed = _as_name_list(getattr(checkpoint.get("ema") or checkpoint.get("model"), "names", None))
+    if not listed:
+        return [str(i) for i in range(model.num_classes)]
+    if len(listed) != model.num_classes:
+        raise ValueError(f"{len(listed)} class names for a model of {model.num_classes} classes")
+    return listed
+
+
+@dataclass(frozen=True, eq=False)
+class Detections:
+    """The detections of one image, best score first.
+
+    Attributes:
+        boxes: ``(N, 4)`` float32 ``x1, y1, x2, y2`` in the original image's pixels.
+        scores: ``(N,)`` float32 confidences.
+        class_ids: ``(N,)`` int64 class indices.
+        names: the class name of each box.
+        image_size: the original image's ``(height, width)``.
+        image: the (H, W, 3) uint8 RGB image that was detected (for ``plot``); ``None`` when not kept.
+        source: the file the image came from, when it came from a file.
+    """
+
+    boxes: np.ndarray
+    scores: np.ndarray
+    class_ids: np.ndarray
+    names: tuple[str, ...]
+    image_size: tuple[int, int]
+    image: np.ndarray | None = field(default=None, repr=False)
+    source: str | None = None
+
+    @classmethod
+    def from_rows(cls, rows: torch.Tensor, class_names: Sequence[str], image_size: Sequence[int],
+                  image: np.ndarray | None = None, source: str | None = None) -> Detections:
+        """From ``(N, 6)`` rows ``[x1, y1, x2, y2, score, class]`` (``Postprocessor``'s output) of an image of
+        ``image_size`` (height, width)."""
+        rows = rows.detach().cpu()
+        class_ids = rows[:, 5].to(torch.int64).numpy()
+        return cls(boxes=rows[:, :4].to(torch.float32).numpy(), scores=rows[:, 4].to(torch.float32).numpy(),
+                   class_ids=class_ids, names=tuple(class_names[k] for k in class_ids),
+                   image_size=(int(image_size[0]), int(image_size[1])), image=image, source=source)
+
+    def __len__(self) -> int:
+        return len(self.scores)
+
+    def to_dict(self) -> dict:
+        """``{"width", "height", "detections": [{"box": [x1, y1, x2, y2] px, "score", "class", "name"}]}`` (JSON)."""
+        return {"width": self.image_size[1], "height": self.image_size[0], "detections": [
+            {"box": [float(v) for v in box], "score": float(score), "class": int(cls), "name": name}
+            for box, score, cls, name in zip(self.boxes, self.scores, self.class_ids, self.names, strict=True)]}
+
+    def plot(self, image: np.ndarray | None = None) -> np.ndarray:
+        """A copy of the image (``image``, else the one kept) with boxes and ``name score`` captions, RGB uint8."""
+        from yolo11.evaluation.plots import draw_detections  # matplotlib's import only when drawing
+
+        image = self.image if image is None else image
+        if image is None:
+            raise ValueError("no image to draw on: pass one to plot(image)")
+        return draw_detections(image, self.boxes, self.class_ids, list(self.names), scores=self.scores)
+
+
+def default_device() -> str:
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+class Detector:
+    """A model with its class names and prediction settings; ``predict`` images, get ``Detections``."""
+
+    def __init__(self, model: YOLO11Detector, class_names: Sequence[str] | None = None, *, imgsz: int = 640,
+                 conf: float = 0.25, iou: float = 0.7, max_det: int = 300, rect: bool = True, batch: int = 8,
+                 device: str | torch.device | None = None) -> None:
+        """``model`` is moved to ``device`` and put in eval mode (``from_pretrained`` also fuses it)."""
+        if imgsz <= 0 or imgsz % MAX_STRIDE:
+            raise ValueError(f"imgsz must be a positive multiple of {MAX_STRIDE}, got {imgsz}")
+        if batch < 1:
+            raise ValueError(f"batch must be at least 1, got {batch}")
+        self.device = torch.device(device or default_device())
+        self.model = model.to(self.device).eval()
+        self.class_names = list(class_names) if class_names else [str(i) for i in range(model.num_classes)]
+        if len(self.class_names) != model.num_classes:
+            raise ValueError(f"{len(self.class_names)} class names for a model of {model.num_classes} classes")
+        self.imgsz, self.rect, self.batch = imgsz, rect, batch
+        # Multi-label NMS is for mAP at a low threshold; a prediction shows one class per box, as Ultralytics.
+        self.postprocessor = Postprocessor(conf=conf, iou=iou, max_det=max_det, multi_label=False,
+                                           strides=model.strides, reg_max=model.reg_max)
+
+    @classmethod
+    def from_pretrained(cls, ref: str | Path, *, names: str | Sequence[str] | None = None,
+                        device: str | torch.device | None = None, imgsz: int = 640, conf: float = 0.25,
+                        iou: float = 0.7, max_det: int = 300, rect: bool = True, batch: int = 8) -> Detector:
+        """Load weights through ``yolo11.weights.load_weights(ref)`` (a ``.safetensors`` file, a
+        ``save_pretrained`` folder, an Ultralytics ``.pt``...), fuse them, and take the class names from ``names``,
+        else the model, else the Ultralytics checkpoint, else the class ids."""
+        model = load_weights(ref).fuse()
+        return cls(model, class_names_for(model, ref, names), imgsz=imgsz, conf=conf, iou=iou, max_det=max_det,
+                   rect=rect, batch=batch, device=device)
+
+    @torch.inference_mode()
+    def detect(self, images: Sequence[np.ndarray]) -> list[torch.Tensor]:
+        """Per (H, W, 3) uint8 RGB image: ``(n, 6)`` CPU rows ``[x1, y1, x2, y2, score, class]`` in its pixels.
+
+        All images go through the model at once, in groups of one input shape (with ``rect`` each image gets its
+        own smallest shape); callers chunk them.
+        """
+        boxed = [letterbox(image, self.imgsz, self.rect) for image in images]
+        detections: list[torch.Tensor | None] = [None] * len(boxed)
+        groups: dict[tuple[int, ...], list[int]] = {}
+        for i, (image, _) in enumerate(boxed):
+            groups.setdefault(image.shape, []).append(i)
+        for members in groups.values():
+            # uint8 on the device (a quarter of float32's transfer); the model scales it to [0, 1]
+            batch = torch.from_numpy(np.stack([boxed[i][0] for i in members])).permute(0, 3, 1, 2).to(self.device)
+            ratio_pad = torch.tensor([boxed[i][1] for i in members], dtype=torch.float32)
+            sizes = torch.tensor([images[i].shape[:2] for i in members])
+            feats = [f.cpu() for f in self.model(batch)]
+            for i, det in zip(members, self.postprocessor(feats, ratio_pad, sizes), strict=True):
+                detections[i] = det
+        return detections
+
+    def predict(self, images: ImageInput | Iterable[ImageInput], batch: int | None = None,
+                keep_images: bool = True) -> list[Detections]:
+        """Detect objects in one image or an iterable of them (paths, arrays, PIL images; a ``(B, H, W, 3)`` array
+        is a list), ``batch`` (default: the detector's) at a time; one ``Detections`` per image, in order.
+        ``keep_images=False`` does not keep each image in its result (less memory; ``plot`` then needs one)."""
+        if isinstance(images, np.ndarray) and images.ndim == 4:
+            images = list(images)
+        elif isinstance(images, (str, Path, np.ndarray)) or hasattr(images, "convert"):  # one image (or PIL's)
+            images = [images]
+        else:
+            images = list(images)
+        step = batch or self.batch
+        results: list[Detections] = []
+        for start in range(0, len(images), step):
+            chunk = images[start:start + step]
+            arrays = [as_rgb(image) for image in chunk]
+            for item, array, rows in zip(chunk, arrays, self.detect(arrays), strict=True):
+                source = str(item) if isinstance(item, (str, Path)) else None
+                results.append(Detections.from_rows(rows, self.class_names, array.shape[:2],
+                                                    array if keep_images else None, source))
+        return results
