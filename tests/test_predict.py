@@ -123,9 +123,9 @@ def test_class_names_come_from_the_flag_the_model_or_the_ids(fused, monkeypatch)
         class_names_for(fused, names="a,b")
     with pytest.raises(ValueError, match="multiple of 32"):
         Detector(fused, imgsz=100)
-    # names the weights loader gives the model: an attribute, or in its config (as Ultralytics' {id: name})
+    # names the weights loader gives the model (``model.names`` reads its config): a list, or Ultralytics' dict
     named, configured = copy.copy(fused), copy.copy(fused)
-    named.names = ["x", "y", "z"]
+    named.config = {**fused.config, "names": ["x", "y", "z"]}
     configured.config = {**fused.config, "names": {2: "c", 0: "a", 1: "b"}}
     for model, expected in ((named, ["x", "y", "z"]), (configured, ["a", "b", "c"])):
         monkeypatch.setattr("yolo11.predictor.load_weights", lambda ref, model=model: model)
