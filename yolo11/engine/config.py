@@ -206,7 +206,8 @@ class RunConfig(_SelfValidating):
                              ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"))
     compile_loss: bool = _opt(False, "torch.compile the loss and assigner too (one graph for every box count)")
     channels_last: bool = _opt(True, "channels_last memory format on CUDA")
-    log_interval: int = _opt(20, "print progress every N optimizer steps")
+    log_interval: int = _opt(20, "progress every N batches and at each epoch's end: a line when the output is "
+                                 "not a terminal (a bar otherwise); trackers get the values at the same points")
     profile: bool = _opt(False, "trace optimizer steps 10-14 with torch.profiler into <run>/profile")
     val_conf: float = _opt(0.001, "confidence threshold for validation NMS")
     val_iou: float = _opt(0.7, "IoU threshold for validation NMS")

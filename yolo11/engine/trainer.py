@@ -46,7 +46,7 @@ from yolo11.engine.guard import NonFiniteLossError
 from yolo11.engine.interrupt import StopAgreement, StopSignal
 from yolo11.engine.loop import Accumulation, TrainStep, train_one_epoch
 from yolo11.engine.optim import build_optimizer
-from yolo11.engine.plan import LaunchError, RunPlan, check_launch, plan_run
+from yolo11.engine.plan import LaunchError, RunPlan, check_launch, cpu_fallback_warning, plan_run
 from yolo11.engine.profiling import StepProfiler
 from yolo11.engine.progress import Progress, print_summary
 from yolo11.engine.run_outputs import RunOutputs
@@ -72,6 +72,8 @@ class Run:
     state: TrainState
     stop: StopSignal
     outputs: RunOutputs | None = None
+    train_seconds: float = 0.0  # this process's time in training loops, for the summary's img/s
+    val_seconds: float = 0.0
 
 
 def train(config: TrainConfig) -> int:
@@ -80,6 +82,9 @@ def train(config: TrainConfig) -> int:
     launch = PartialState(cpu=parse_flag_from_env("ACCELERATE_USE_CPU"))
     try:
         check_launch(launch)
+        warning = cpu_fallback_warning(launch.device.type)
+        if warning and launch.is_main_process:
+            print(warning, file=sys.stderr, flush=True)
         run_dir, train_source, val_source = locate_inputs(config, launch)
         needed = 0 if config.data.cache_images is not None else sum(  # only auto weighs the RAM
             cache_bytes(source.dataset, config.data.imgsz) for source in (train_source, val_source))
@@ -147,7 +152,7 @@ def build_run(config: TrainConfig, plan: RunPlan, run_dir: Path, train_source: D
         accelerator=accelerator, model=model, criterion=criterion, optimizer=optimizer, schedule=schedule, ema=ema,
         accumulation=Accumulation(plan.accumulation_steps, ramp), clip_grad=config.optim.clip_grad,
         channels_last=plan.channels_last, batch_hsv=batch_hsv,
-        progress=Progress(accelerator, config.run.log_interval, config.run.epochs, plan.steps_per_epoch),
+        progress=Progress(accelerator, config.run.log_interval, config.run.epochs, plan.batches_per_epoch),
         profiler=StepProfiler(run_dir / "profile", config.run.profile and accelerator.is_main_process,
                               accelerator.device),
         stop=StopAgreement(accelerator, stop))
@@ -214,6 +219,7 @@ def fit(run: Run) -> tuple[int, int]:
                 loader = accelerator.skip_first_batches(run.train_loader, state.batches_in_epoch)
             result = train_one_epoch(step, loader, state, epoch, config.max_steps)
             images_seen += result.images
+            run.train_seconds += result.seconds
             if result.interrupted or (result.reached_max_steps and state.batches_in_epoch < run.plan.batches_per_epoch):
                 return stop_mid_epoch(run, result), images_seen
             state.start_epoch(epoch + 1)
@@ -258,11 +264,14 @@ def end_epoch(run: Run, epoch: int, result) -> bool:
     config, state, step = run.config.run, run.state, run.step
     last_epoch = epoch + 1 == config.epochs or result.reached_max_steps
     model = step.ema.module if step.ema is not None else step.model
-    metrics = None
+    metrics, val_seconds = None, 0.0
     if config.val_interval and (last_epoch or (epoch + 1) % config.val_interval == 0):
+        start = time.perf_counter()
         metrics = run.validator.run(model, step.criterion)
+        val_seconds = time.perf_counter() - start
+        run.val_seconds += val_seconds
     outcome = run.outputs.end_epoch(epoch, result, step.schedule.lrs(), metrics, model, state.optimizer_steps,
-                                    final=last_epoch)
+                                    final=last_epoch, val_seconds=val_seconds)
     state.best_fitness, state.best_epoch = outcome.best_fitness, outcome.best_epoch
     if last_epoch or outcome.stop or (epoch + 1) % config.save_period == 0:
         checkpoint(run)
@@ -280,6 +289,10 @@ def finish(run: Run, seconds: float, images_seen: int) -> None:
     step = run.step
     if step.profiler is not None:
         step.profiler.close(run.state.optimizer_steps)
-    print_summary(step.accelerator, seconds, images_seen, run.outputs.best_summary())
+    print_summary(step.accelerator, seconds, run.train_seconds, run.val_seconds, images_seen,
+                  run.outputs.best_summary())
+    table = run.outputs.class_table(run.validator.evaluator.ground_truth)
+    if table and step.accelerator.is_main_process:
+        print(table)
     run.outputs.finish()
     step.accelerator.end_training()
