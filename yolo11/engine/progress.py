@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 from accelerate import Accelerator
-from tqdm.auto import tqdm
+from tqdm import tqdm
 
 from yolo11.engine.checkpoint import TrainState
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import torch
 from accelerate import Accelerator
 from torch import nn
-from tqdm.auto import tqdm
+from tqdm import tqdm
 
 from yolo11.data import model_input
 from yolo11.evaluation.coco import CocoEvaluator, gather_predictions
