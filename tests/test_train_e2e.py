@@ -207,6 +207,7 @@ def test_packaged_module_and_repository_script_train(tmp_path, config, entry):
                     config=config, script=script, launch_args=launch_args)
     assert result.returncode == 0, describe(result)
     assert (tmp_path / "exp" / "checkpoints" / "latest").is_file()
-    assert "epoch 1/100 batch 1/3 step 1 |" in result.stdout
+    # 3 batches accumulated into one step (nominal batch 64): a line per batch all the same (--log-interval 1)
+    assert "epoch 1/100 batch 1/3 step 0 |" in result.stdout and "epoch 1/100 batch 3/3 step 1 |" in result.stdout
     warned = "asks for GPUs (use_cpu: false) but none is visible: training on the CPU" in result.stderr
     assert warned == (config == "1gpu.yaml" and not torch.cuda.is_available()), result.stderr[-2000:]
