@@ -114,7 +114,7 @@ class Progress:
             self._bar = tqdm(total=self.batches_per_epoch, initial=report.batch - 1, file=sys.stdout,
                              desc=f"epoch {report.epoch + 1}/{self.epochs}", unit="batch", dynamic_ncols=True,
                              bar_format="{desc} {percentage:3.0f}%|{bar:20}| {n_fmt}/{total_fmt} "
-                                        "[{elapsed}<{remaining}] {postfix}")
+                                        "[{elapsed}<{remaining}{postfix}]")
         self._bar.update(1)
 
     def _rates(self, report: BatchReport) -> tuple[float, float]:
