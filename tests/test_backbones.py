@@ -6,7 +6,7 @@ import pytest
 import timm
 import torch
 
-import yolo11
+import yolo11.models  # registers the yolo11*_backbone models in timm
 from yolo11.models.timm_backbone import BackboneError, select_levels
 
 # One model per family, small variants where the family has them (2 CI cores).

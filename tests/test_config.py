@@ -110,3 +110,92 @@ def test_auto_means_the_default_choice_for_optional_booleans_only():
     config = parse_config(["--resume", "auto", "--cache-images", "auto", "--hsv-on-device", "auto"])
     assert config.run.resume == "auto"  # a string flag keeps its value
     assert config.data.cache_images is None and config.data.hsv_on_device is None
+
+
+def test_ultralytics_flag_aliases_set_our_flags():
+    ours = parse_config(["--batch-size", "8", "--output-dir", "out", "--nominal-batch", "32"])
+    assert parse_config(["--batch", "8", "--project", "out", "--nbs", "32"]) == ours
+    assert (ours.run.batch_size, ours.run.output_dir, ours.optim.nominal_batch) == (8, "out", 32)
+
+
+ULTRALYTICS_ARGS = """\
+task: detect
+mode: train
+model: yolo11s.pt
+data: coco8.yaml
+epochs: 3
+batch: 8
+imgsz: 64
+project: runs/ultra
+name:
+pretrained: true
+cos_lr: true
+val: false
+cache: ram
+save_period: -1
+channels_last:
+freeze: 10
+device: cpu
+box: 7.5
+lr0: 0.02
+"""
+
+
+def test_ultralytics_args_yaml_maps_known_keys_and_lists_the_ignored_ones(tmp_path, capsys):
+    """A run's args.yaml (flat Ultralytics keys): renamed and translated keys set our flags and are listed; keys
+    not implemented here are ignored, each listed when its value is not Ultralytics' default; flags still win."""
+    path = tmp_path / "args.yaml"
+    path.write_text(ULTRALYTICS_ARGS)
+    config = parse_config(["--config", str(path), "--epochs", "5"])
+    assert (config.model.model, config.model.weights, config.model.pretrained) == ("yolo11s", "yolo11s.pt", False)
+    assert (config.run.batch_size, config.run.output_dir, config.run.name, config.run.epochs) == (8, "runs/ultra",
+                                                                                               "exp", 5)
+    assert (config.optim.schedule, config.optim.lr0, config.run.val_interval) == ("cosine", 0.02, 0)
+    assert (config.data.imgsz, config.data.data, config.data.cache_images) == (64, "coco8.yaml", True)
+    assert (config.run.save_period, config.run.channels_last) == (1, True)  # -1 and null: our defaults
+    out = capsys.readouterr().out
+    assert "batch -> --batch-size" in out and "model: yolo11s.pt -> --model yolo11s --weights yolo11s.pt" in out
+    ignored = next(line for line in out.splitlines() if "ignored" in line)
+    assert "freeze=10" in ignored and "device=cpu (devices and processes come from the Accelerate config)" in ignored
+    assert "box" not in ignored and "more at Ultralytics' defaults" in ignored
+
+
+@pytest.mark.parametrize("text, message", [
+    ("batch: 8\nbatch_size: 16\n", "'batch' and 'batch_size' both set --batch-size"),
+    ("task: segment\n", "only detection"),
+    ("batchsize: 8\n", "unknown key 'batchsize'"),
+])
+def test_ultralytics_yaml_conflicts_and_unknown_keys_are_errors(tmp_path, capsys, text, message):
+    path = tmp_path / "cfg.yaml"
+    path.write_text(text)
+    with pytest.raises(SystemExit) as exc:
+        parse_config(["--config", str(path)])
+    assert exc.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_ultralytics_key_table_matches_the_installed_reference():
+    """Every key of the Ultralytics default.yaml is known with its default (skips without Ultralytics)."""
+    import importlib.util
+    from pathlib import Path
+
+    from yolo11.engine.ultralytics_args import ULTRALYTICS_DEFAULTS
+
+    spec = importlib.util.find_spec("ultralytics")
+    if spec is None or spec.origin is None:
+        pytest.skip("ultralytics is not importable (PYTHONPATH=/work/ultra)")
+    reference = yaml.safe_load((Path(spec.origin).parent / "cfg" / "default.yaml").read_text())
+    assert {k: v for k, v in ULTRALYTICS_DEFAULTS.items() if k != "save_dir"} == reference
+
+
+def test_help_does_not_load_torch():
+    """``python -m yolo11.train --help`` parses before the trainer's imports: no torch, accelerate, datasets or
+    timm (they take seconds to import)."""
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom yolo11.train import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+            "print(sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'accelerate', 'datasets', 'timm', "
+            "'cv2'}))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "--batch-size" in result.stdout and result.stdout.splitlines()[-1] == "[]"

@@ -105,6 +105,25 @@ def test_precision_recall_at_best_f1_confidence():
     assert metrics["precision"] == pytest.approx(0.5 + 5 * (confidence - 0.8), abs=1e-6)
 
 
+def test_per_class_precision_recall_and_the_table():
+    """Dropping every dog: the cat and bird rows keep P = R = 1, the dog row has R = 0; classes without ground
+    truth have no row. The table (yolo11-val's and the end of training's) lists images and instances per class."""
+    from yolo11.evaluation.table import format_table
+
+    predictions = [(i, det[det[:, 5] != 1]) for i, det in perfect_predictions(IMAGES)]
+    evaluator = CocoEvaluator(hub_dataset(IMAGES), CLASS_NAMES)
+    metrics = evaluator.compute(predictions)
+    assert metrics["per_class_precision"] == pytest.approx([1.0, 0.0, 1.0])
+    assert metrics["per_class_recall"] == pytest.approx([1.0, 0.0, 1.0])
+    rows = {line.split()[0]: line.split()[1:] for line in format_table(metrics, CLASS_NAMES,
+                                                                       evaluator.ground_truth).splitlines()}
+    assert rows["class"] == ["images", "instances", "P", "R", "mAP50", "mAP50-95"]
+    assert rows["all"][:2] == ["4", "5"]
+    assert rows["cat"] == ["2", "3", "1.0000", "1.0000", "1.0000", "1.0000"]
+    assert rows["dog"] == ["1", "1", "0.0000", "0.0000", "0.0000", "0.0000"]
+    assert rows["bird"][:2] == ["1", "1"]
+
+
 def test_confusion_matrix_counts_class_swaps_and_background():
     images = [(1, 200, 200, [[10, 10, 40, 40], [100, 100, 50, 50]], [0, 1])]
     predictions = [(1, torch.tensor([[10, 10, 50, 50, 0.9, 2],  # the cat called a bird

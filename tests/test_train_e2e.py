@@ -195,3 +195,19 @@ def test_output_dir_that_is_a_file_is_one_error_line_and_leaves_no_run_folder(tm
     assert 'train.py", line' not in result.stderr
     bad_data = launch([*TINY_FLAGS, "--data", str(tmp_path / "nowhere.yaml"), "--output-dir", str(tmp_path / "out")])
     assert bad_data.returncode != 0 and not (tmp_path / "out").exists()  # no empty run folder after a failed start
+
+
+@pytest.mark.parametrize("config, entry", [("cpu.yaml", "train_accelerate.py"), ("1gpu.yaml", "-m yolo11.train")],
+                         ids=["script-cpu-config", "module-1gpu-config"])
+def test_packaged_module_and_repository_script_train(tmp_path, config, entry):
+    """``accelerate launch -m yolo11.train`` (what a pip install offers) and ``train_accelerate.py`` both train; a
+    GPU config on a host without a GPU says that it trains on the CPU."""
+    script, launch_args = (ROOT / entry, ()) if entry.endswith(".py") else ("yolo11.train", ("-m",))
+    result = launch([*TINY_FLAGS, "--output-dir", str(tmp_path), "--max-steps", "1", "--batch", "8"],
+                    config=config, script=script, launch_args=launch_args)
+    assert result.returncode == 0, describe(result)
+    assert (tmp_path / "exp" / "checkpoints" / "latest").is_file()
+    # 3 batches accumulated into one step (nominal batch 64): a line per batch all the same (--log-interval 1)
+    assert "epoch 1/100 batch 1/3 step 0 |" in result.stdout and "epoch 1/100 batch 3/3 step 1 |" in result.stdout
+    warned = "asks for GPUs (use_cpu: false) but none is visible: training on the CPU" in result.stderr
+    assert warned == (config == "1gpu.yaml" and not torch.cuda.is_available()), result.stderr[-2000:]

@@ -39,7 +39,7 @@ def make_batch(images: torch.Tensor, seed: int) -> dict:
 
 
 def run(batches: list[dict], accumulation: int, model: torch.nn.Module, criterion=None, max_steps=None, ema=None,
-        state: TrainState | None = None, ramp_iters: int = -1, lr: float = 0.05):
+        state: TrainState | None = None, ramp_iters: int = -1, lr: float = 0.05, log_interval: int = 1):
     reset_accelerate_state()  # each run is a fresh process as far as Accelerate is concerned
     accelerator = Accelerator(cpu=True)  # accumulation is the loop's (Accumulation), as the trainer builds it
     optimizer = build_optimizer(model, OptimizerChoice("SGD", lr, 0.9), 5e-4)
@@ -50,7 +50,8 @@ def run(batches: list[dict], accumulation: int, model: torch.nn.Module, criterio
                      optimizer=optimizer, schedule=schedule, ema=ema,
                      accumulation=Accumulation(accumulation, ramp_iters), clip_grad=10.0, channels_last=False,
                      batch_hsv=BatchHSV(),
-                     progress=Progress(accelerator, interval=1, epochs=1, steps_per_epoch=len(batches)))
+                     progress=Progress(accelerator, interval=log_interval, epochs=1, batches_per_epoch=len(batches),
+                                       bars=False))
     result = train_one_epoch(step, batches, state, epoch=0, max_steps=max_steps)
     return model, state, result
 
@@ -243,21 +244,6 @@ def test_device_feed_copies_on_a_side_stream_without_races():
     assert sums == [1.5 * i for i in range(6)]
 
 
-def test_progress_line_restarts_its_window_in_each_epoch(capsys):
-    """A print interval longer than an epoch: the line in a later epoch reports that epoch's own figures, not a
-    difference against the previous line's counters, which belong to another epoch (this gave negative data-wait
-    shares and throughput diluted by validation time)."""
-    progress = Progress(Accelerator(cpu=True), interval=5, epochs=3, steps_per_epoch=4)
-    losses, lrs = torch.ones(3), [0.1, 0.1, 0.1]
-    # Batches of 16: step 5 is epoch 1's first step, step 10 epoch 2's second.
-    progress.step(TrainState(optimizer_steps=5), 1, losses, lrs, images=16, epoch_seconds=4.0, data_seconds=1.0)
-    progress.step(TrainState(optimizer_steps=10), 2, losses, lrs, images=32, epoch_seconds=2.0, data_seconds=0.5)
-    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("epoch")]
-    assert len(lines) == 2
-    assert "| 4.0 img/s | data 25% |" in lines[0]
-    assert "| 16.0 img/s | data 25% |" in lines[1]  # 32 images in 2 s, 0.5 s of them waiting
-
-
 def test_accumulation_ramps_up_during_warmup_as_ultralytics():
     ramp = Accumulation(nominal=4, warmup_iters=6)
     # round(interp(ni, [0, 6], [1, 4])), numpy's half-to-even rounding as Ultralytics' .round()
@@ -286,3 +272,14 @@ def test_fitness_is_map50_95_alone_as_ultralytics_8_4():
 
     assert fitness({"map50": 0.9, "map50_95": 0.1}) == 0.1  # 8.4's DetMetrics.fitness weights [0, 0, 0, 1]
     assert fitness({"map50": 0.1, "map50_95": 0.2}) > fitness({"map50": 0.9, "map50_95": 0.1})
+
+
+def test_a_small_epoch_prints_a_line_even_below_the_log_interval(capsys):
+    """3 batches accumulated into 2 optimizer steps, --log-interval 20: one line, at the epoch's last batch, with
+    the batch and step counts (the interval counts batches, not optimizer steps)."""
+    torch.manual_seed(0)
+    images = torch.randint(0, 256, (2, 3, 64, 64), dtype=torch.uint8)
+    run([make_batch(images, seed=i) for i in range(3)], 2, yolo11.create_model("yolo11n", num_classes=3),
+        log_interval=20)
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("epoch")]
+    assert len(lines) == 1 and lines[0].startswith("epoch 1/1 batch 3/3 step 2 | box ")

@@ -1,16 +1,23 @@
-"""YOLO11 object detection trained with Hugging Face Accelerate."""
+"""YOLO11 object detection trained with Hugging Face Accelerate.
 
-from yolo11.models import SCALES, YOLO11Detector, create_model
+``import yolo11`` is light (the training CLI parses its flags before torch loads); the models load on first use
+of ``yolo11.create_model`` / ``SCALES`` / ``YOLO11Detector``, or with ``import yolo11.models``, which also
+registers the ``yolo11*_backbone`` models in timm.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
 
 __all__ = ["SCALES", "Detections", "Detector", "YOLO11Detector", "create_model"]
 
-# The prediction API pulls in the weights, post-processing and OpenCV: loaded on first use, not by `import yolo11`.
-_LAZY = {"Detector": "yolo11.predictor", "Detections": "yolo11.predictor"}
+# The models (and timm), and the prediction API (weights, post-processing, OpenCV), load on first use.
+_MODULE_OF = {"SCALES": "yolo11.models", "YOLO11Detector": "yolo11.models", "create_model": "yolo11.models",
+              "Detector": "yolo11.predictor", "Detections": "yolo11.predictor"}
 
 
-def __getattr__(name: str):
-    if name in _LAZY:
-        import importlib
-
-        return getattr(importlib.import_module(_LAZY[name]), name)
+def __getattr__(name: str) -> Any:
+    if name in _MODULE_OF:
+        return getattr(importlib.import_module(_MODULE_OF[name]), name)
     raise AttributeError(f"module 'yolo11' has no attribute {name!r}")

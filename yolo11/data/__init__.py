@@ -1,15 +1,29 @@
-"""Data: sources -> ``datasets.Dataset`` in the Hub detection schema, transforms, the loader and batch previews."""
+"""Data: sources -> ``datasets.Dataset`` in the Hub detection schema, transforms, the loader and batch previews.
 
-from yolo11.data.collate import DetectionCollate, model_input
-from yolo11.data.dataset import DetectionDataset, EpochKeySampler
-from yolo11.data.device_hsv import BatchHSV
-from yolo11.data.loader import LoaderConfig, build_dataloader, build_train_stream
-from yolo11.data.preview import save_batch_preview
-from yolo11.data.schema import BadSampleSummary, DataSourceError, DetectionSource, class_names_of
-from yolo11.data.sources import load_source
-from yolo11.data.transforms import PRESETS, AugmentParams, augment_preset
+The names below load with their modules on first use (``from yolo11.data import X`` included): the training
+flags import ``yolo11.data.augment_params`` without loading cv2, torch and datasets.
+"""
 
-__all__ = ["PRESETS", "AugmentParams", "BadSampleSummary", "BatchHSV", "DataSourceError", "DetectionCollate",
-           "DetectionDataset", "DetectionSource", "EpochKeySampler", "LoaderConfig", "augment_preset",
-           "build_dataloader", "build_train_stream",
-           "class_names_of", "load_source", "model_input", "save_batch_preview"]
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_MODULE_OF = {
+    "DetectionCollate": "collate", "model_input": "collate",
+    "DetectionDataset": "dataset", "EpochKeySampler": "dataset",
+    "BatchHSV": "device_hsv",
+    "LoaderConfig": "loader", "build_dataloader": "loader", "build_train_stream": "loader",
+    "save_batch_preview": "preview",
+    "BadSampleSummary": "schema", "DataSourceError": "schema", "DetectionSource": "schema",
+    "class_names_of": "schema",
+    "load_source": "sources",
+    "PRESETS": "augment_params", "AugmentParams": "augment_params", "augment_preset": "augment_params",
+}
+__all__ = sorted(_MODULE_OF)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _MODULE_OF:
+        return getattr(importlib.import_module(f"yolo11.data.{_MODULE_OF[name]}"), name)
+    raise AttributeError(f"module 'yolo11.data' has no attribute {name!r}")

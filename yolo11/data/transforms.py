@@ -10,46 +10,16 @@ independent of worker count), never from a global RNG.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import cv2
 import numpy as np
 
+from yolo11.data.augment_params import PRESETS, AugmentParams, augment_preset  # noqa: F401 (this module's API)
 from yolo11.geometry import letterbox_params, resized_size
 
 PAD_VALUE = 114  # grey used by Ultralytics for letterbox, mosaic and affine borders
 Target = dict  # {"boxes": float32 (N, 4) xyxy px, "labels": int64 (N,)}
-
-
-@dataclass(frozen=True)
-class AugmentParams:
-    """Augmentation hyper-parameters, Ultralytics' names and defaults (``default.yaml``)."""
-
-    mosaic: float = 1.0
-    mixup: float = 0.0
-    degrees: float = 0.0
-    translate: float = 0.1
-    scale: float = 0.5
-    shear: float = 0.0
-    perspective: float = 0.0
-    flipud: float = 0.0
-    fliplr: float = 0.5
-    hsv_h: float = 0.015
-    hsv_s: float = 0.7
-    hsv_v: float = 0.4
-
-
-PRESETS = {
-    "yolo": AugmentParams(),
-    "none": AugmentParams(mosaic=0.0, translate=0.0, scale=0.0, fliplr=0.0, hsv_h=0.0, hsv_s=0.0, hsv_v=0.0),
-}
-
-
-def augment_preset(name: str, **overrides) -> AugmentParams:
-    """A named preset (``yolo``, ``none``) with optional field overrides; unknown names raise ``ValueError``."""
-    if name not in PRESETS:
-        raise ValueError(f"unknown augmentation preset {name!r}; choose from {sorted(PRESETS)}")
-    return replace(PRESETS[name], **overrides)
 
 
 def long_side_shape(h0: int, w0: int, imgsz: int) -> tuple[int, int]:

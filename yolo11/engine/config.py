@@ -2,9 +2,10 @@
 
 Every field of the sections below is a command-line flag (``--lr0``, ``--close-mosaic`` ...), generated from the
 dataclass so that the flag, its default, its type and its help string live in one place. ``--config file.yaml``
-supplies defaults (flat keys, the flag names with ``_`` or ``-``); unknown keys raise. Values derived at run time
-(world size, per-process batch, number of classes) are computed in ``train_accelerate.py`` and passed forward:
-nothing writes back into a config.
+supplies defaults (flat keys, the flag names with ``_`` or ``-``, or an Ultralytics cfg / ``args.yaml``:
+``engine/ultralytics_args.py``); unknown keys raise. Values derived at run time (world size, per-process
+batch, number of classes) are computed in the trainer (``engine/trainer.py``) and passed forward: nothing writes
+back into a config.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import math
+import os
 import re
 import types
 import typing
@@ -21,9 +23,8 @@ from typing import Any
 
 import yaml
 
-from yolo11.data.transforms import AugmentParams
-from yolo11.engine.checkpoint import write_text_atomic
-from yolo11.geometry import MAX_STRIDE
+from yolo11.data.augment_params import AugmentParams
+from yolo11.engine.ultralytics_args import FLAG_ALIASES, read_ultralytics_keys
 
 _AUGMENT = AugmentParams()  # the augmentation defaults (Ultralytics' values) live with the transforms
 _HUB_REPO = re.compile(r"[\w.-]+/[\w.-]+")
@@ -151,6 +152,8 @@ class DataConfig(_SelfValidating):
     close_mosaic: int = _opt(10, "train the last N epochs without mosaic and mixup")
 
     def _check(self) -> None:
+        from yolo11.geometry import MAX_STRIDE  # here, not above: geometry loads torch, and --help must not
+
         if self.imgsz < MAX_STRIDE or self.imgsz % MAX_STRIDE:
             raise ValueError(f"--imgsz must be a positive multiple of {MAX_STRIDE} (the largest stride), "
                              f"got {self.imgsz}")
@@ -233,7 +236,8 @@ class RunConfig(_SelfValidating):
     compile_cache_dir: str = _opt("~/.cache/yolo11/compile", "compiled kernels kept between runs, so that a run of "
                                   "the same shapes does not compile again (TORCHINDUCTOR_CACHE_DIR, if set, wins)")
     channels_last: bool = _opt(True, "channels_last memory format on CUDA")
-    log_interval: int = _opt(20, "print progress every N optimizer steps")
+    log_interval: int = _opt(20, "progress every N batches and at each epoch's end: a line when the output is "
+                                 "not a terminal (a bar otherwise); trackers get the values at the same points")
     profile: bool = _opt(False, "trace optimizer steps 10-14 with torch.profiler into <run>/profile")
     val_conf: float = _opt(0.001, "confidence threshold for validation NMS")
     val_iou: float = _opt(0.7, "IoU threshold for validation NMS")
@@ -310,11 +314,16 @@ def _converter(annotation: Any):
     return convert
 
 
+def _aliases(name: str) -> tuple[str, ...]:
+    return (FLAG_ALIASES[name],) if name in FLAG_ALIASES else ()
+
+
 def build_parser(description: str | None = None) -> argparse.ArgumentParser:
     # allow_abbrev=False: a typo such as --epoch must not silently set --epochs
     parser = argparse.ArgumentParser(description=description, formatter_class=argparse.ArgumentDefaultsHelpFormatter,
                                      allow_abbrev=False)
-    parser.add_argument("--config", type=Path, default=None, help="YAML file of defaults (flat keys = flag names)")
+    parser.add_argument("--config", type=Path, default=None,
+                        help="YAML file of defaults: flat keys named as the flags, or an Ultralytics cfg / args.yaml")
     for section_name, section in _SECTIONS.items():
         group = parser.add_argument_group(section_name)
         for f in dataclasses.fields(section):
@@ -324,16 +333,18 @@ def build_parser(description: str | None = None) -> argparse.ArgumentParser:
             if scalar is bool:
                 # --ema / --no-ema, and also --ema false for scripts.
                 kwargs.update(nargs="?", const=True, type=_converter(f.type))
-                group.add_argument(flag, **kwargs)
+                group.add_argument(flag, *_aliases(f.name), **kwargs)
                 group.add_argument("--no-" + f.name.replace("_", "-"), dest=f.name, action="store_false",
                                    help=argparse.SUPPRESS)
             else:
                 kwargs.update(type=_converter(f.type), choices=f.metadata["choices"])
-                group.add_argument(flag, **kwargs)
+                group.add_argument(flag, *_aliases(f.name), **kwargs)
     return parser
 
 
-def _load_yaml_defaults(path: Path) -> dict[str, Any]:
+def _load_yaml_defaults(path: Path) -> tuple[dict[str, Any], list[str]]:
+    """Flag defaults from a YAML file (ours, flat or by section, or an Ultralytics cfg / ``args.yaml``) and the
+    notes on Ultralytics keys read as ours or ignored."""
     if not path.is_file():
         raise FileNotFoundError(f"--config: no such file: {path}")
     with open(path) as fh:
@@ -343,14 +354,12 @@ def _load_yaml_defaults(path: Path) -> dict[str, Any]:
     # A saved config.yaml is nested by section; a hand-written one is flat. Accept both.
     if set(values) <= set(_SECTIONS) and all(isinstance(v, dict) for v in values.values()):
         values = {k: v for section in values.values() for k, v in section.items()}
-    known = {f.name: f for s in _SECTIONS.values() for f in dataclasses.fields(s)}
-    normalised = {}
-    for key, value in values.items():
-        name = str(key).replace("-", "_")
-        if name not in known:
-            raise ValueError(f"--config {path}: unknown key {key!r}")
-        normalised[name] = value
-    return normalised
+    ours = {f.name: _field_type(f.type)[1] for s in _SECTIONS.values() for f in dataclasses.fields(s)}
+    try:
+        defaults, notes = read_ultralytics_keys({str(k).replace("-", "_"): v for k, v in values.items()}, ours)
+    except ValueError as err:
+        raise ValueError(f"--config {path}: {err}") from None
+    return defaults, [f"--config {path}: {note}" for note in notes]
 
 
 def parse_config(argv: list[str] | None = None) -> TrainConfig:
@@ -359,9 +368,12 @@ def parse_config(argv: list[str] | None = None) -> TrainConfig:
     pre, _ = parser.parse_known_args(argv)
     if pre.config is not None:
         try:
-            parser.set_defaults(**_load_yaml_defaults(pre.config))
+            defaults, notes = _load_yaml_defaults(pre.config)
         except (OSError, ValueError) as err:
             parser.error(str(err))
+        parser.set_defaults(**defaults)
+        for note in notes if os.environ.get("RANK", "0") == "0" else ():  # once per job, not per process
+            print(note, flush=True)
     args = vars(parser.parse_args(argv))
     try:
         return TrainConfig(**{name: section(**{f.name: args[f.name] for f in dataclasses.fields(section)})
@@ -371,5 +383,7 @@ def parse_config(argv: list[str] | None = None) -> TrainConfig:
 
 
 def save_config(config: TrainConfig, path: Path) -> None:
+    from yolo11.engine.checkpoint import write_text_atomic  # loads torch: only once training runs
+
     path.parent.mkdir(parents=True, exist_ok=True)
     write_text_atomic(path, yaml.safe_dump(config.to_dict(), sort_keys=False))

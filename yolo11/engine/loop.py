@@ -20,7 +20,7 @@ from yolo11.engine.guard import NonFiniteGuard
 from yolo11.engine.interrupt import StopAgreement
 from yolo11.engine.optim import WarmupSchedule
 from yolo11.engine.profiling import StepProfiler
-from yolo11.engine.progress import Progress
+from yolo11.engine.progress import BatchReport, Progress
 
 
 @dataclass(frozen=True)
@@ -90,7 +90,7 @@ def train_one_epoch(step: TrainStep, loader, state: TrainState, epoch: int,
     """Train over ``loader`` (already skipped to ``state.batches_in_epoch`` on resume); updates ``state``.
 
     No host sync per step: the non-finite check stays on the device (``NonFiniteGuard``) and the progress line
-    reads the losses once per interval.
+    reads the losses once per ``--log-interval`` batches.
     """
     accelerator, model = step.accelerator, step.model
     model.train()
@@ -132,16 +132,20 @@ def train_one_epoch(step: TrainStep, loader, state: TrainState, epoch: int,
             if step.ema is not None:
                 step.ema.update(unwrapped, skip=guard.skip_flag)
             guard.after_update(state)
-            step.progress.step(state, epoch, loss_sum / applied, step.schedule.lrs(), images_seen,
-                               time.perf_counter() - start, timed.seconds)
-            if step.profiler is not None:
-                step.profiler.step(state.optimizer_steps)
-            if max_steps is not None and state.optimizer_steps >= max_steps:
-                reached_max_steps = True
-                break
-            if step.stop is not None and step.stop.should_stop():
-                interrupted = True
-                break
+        step.progress.batch(state, BatchReport(
+            epoch, state.batches_in_epoch + pending, loss_sum, applied + pending, step.schedule.lrs(), images_seen,
+            time.perf_counter() - start, timed.seconds, last))
+        if not sync:
+            continue
+        if step.profiler is not None:
+            step.profiler.step(state.optimizer_steps)
+        if max_steps is not None and state.optimizer_steps >= max_steps:
+            reached_max_steps = True
+            break
+        if step.stop is not None and step.stop.should_stop():
+            interrupted = True
+            break
+    step.progress.end_epoch()
     guard.flush(state)
     return EpochResult(loss_sum / max(applied + pending, 1), images_seen, time.perf_counter() - start,
                        reached_max_steps, interrupted)

@@ -52,6 +52,15 @@ def check_launch(state: PartialState) -> None:
             "or use accelerate_configs/cpu.yaml.")
 
 
+def cpu_fallback_warning(device_type: str) -> str | None:
+    """A warning when the Accelerate config asks for GPUs (``accelerate launch`` then sets ``ACCELERATE_USE_CPU``
+    false) but none is visible, so that Accelerate trains on the CPU; None otherwise."""
+    if device_type != "cpu" or os.environ.get("ACCELERATE_USE_CPU", "").lower() not in ("false", "0", "no"):
+        return None
+    return ("warning: the Accelerate config asks for GPUs (use_cpu: false) but none is visible: training on the "
+            "CPU, much more slowly (accelerate_configs/cpu.yaml says so explicitly)")
+
+
 def plan_run(config: TrainConfig, num_processes: int, num_train_images: int, num_classes: int,
              device_type: str = "cpu", cache_bytes: int = 0, available_ram: int | None = None) -> RunPlan:
     """Every value derived from the config and the launch, computed once (``device_type``: "cuda", "cpu"...;

@@ -22,6 +22,7 @@ from yolo11.engine.loop import EpochResult
 from yolo11.engine.progress import LOSS_NAMES, format_duration, peak_memory_gb
 from yolo11.evaluation import EvaluationResult, plots
 from yolo11.evaluation.results import ResultsCSV
+from yolo11.evaluation.table import format_table
 from yolo11.weights import load_weights, save_pretrained, save_weights
 
 
@@ -52,20 +53,23 @@ class RunOutputs:
         self.weights_dir = run_dir / "weights"
         self.epoch_start = time.perf_counter()
         self.best_metrics: dict | None = None
+        self.last_metrics: dict | None = None
         self.csv = ResultsCSV(run_dir / "results.csv", keep_epochs=resumed.epoch, lr_groups=lr_groups) \
             if accelerator.is_main_process else None
         self.report_to = report_to
 
     def end_epoch(self, epoch: int, result: EpochResult, lrs: list[float], validation: EvaluationResult | None,
-                  model: nn.Module, optimizer_steps: int, final: bool = False) -> EpochOutcome:
-        """Record the epoch (logged at ``optimizer_steps``); save last/best weights. The validation plots are drawn
+                  model: nn.Module, optimizer_steps: int, final: bool = False,
+                  val_seconds: float = 0.0) -> EpochOutcome:
+        """Record the epoch (logged at ``optimizer_steps``); save last/best weights; ``val_seconds``: the part of
+        the epoch's time spent validating, for the epoch line. The validation plots are drawn
         for the ``final`` epoch (or the one where patience stops the run) only, as Ultralytics does: drawing them
         costs seconds, more than a whole epoch of a small dataset."""
         accelerator = self.accelerator
         row = {"epoch": epoch + 1, "time": round(time.perf_counter() - self.epoch_start, 3)}
         row.update({f"train/{n}": v for n, v in zip(LOSS_NAMES, result.mean_losses.tolist(), strict=True)})
         if validation is not None:
-            m = validation.metrics
+            m = self.last_metrics = validation.metrics
             row.update({"metrics/precision(B)": m["precision"], "metrics/recall(B)": m["recall"],
                         "metrics/mAP50(B)": m["map50"], "metrics/mAP50-95(B)": m["map50_95"]})
             row.update({f"val/{n}": v for n, v in zip(LOSS_NAMES, validation.losses.tolist(), strict=True)})
@@ -83,7 +87,7 @@ class RunOutputs:
         stop = self.patience > 0 and self.best_epoch >= 0 and epoch - self.best_epoch >= self.patience
         if accelerator.is_main_process:
             self.csv.append(row)
-            print(self.epoch_line(row), flush=True)
+            print(self.epoch_line(row, val_seconds), flush=True)
             if validation is not None:
                 if self.make_plots and (final or stop):
                     plots.save_validation_plots(self.run_dir, validation.metrics, validation.samples,
@@ -93,12 +97,16 @@ class RunOutputs:
         self.epoch_start = time.perf_counter()
         return EpochOutcome(self.best_fitness, self.best_epoch, stop)
 
-    def epoch_line(self, row: dict) -> str:
-        """``epoch 3/100 done in 0:01:02 | train box .. cls .. dfl .. | val box .. | mAP50-95 .. mAP50 .. P .. R ..``"""
+    def epoch_line(self, row: dict, val_seconds: float = 0.0) -> str:
+        """``epoch 3/100 done in 0:01:02 (validation 0:00:05) | train box .. cls .. dfl .. | val box .. |
+        mAP50-95 .. mAP50 .. P .. R ..``"""
         def losses(split: str) -> str:
             return " ".join(f"{name.split('_')[0]} {row[f'{split}/{name}']:.4f}" for name in LOSS_NAMES)
 
-        parts = [f"epoch {row['epoch']}/{self.epochs} done in {format_duration(row['time'])}",
+        took = f"epoch {row['epoch']}/{self.epochs} done in {format_duration(row['time'])}"
+        if "metrics/mAP50-95(B)" in row:
+            took += f" (validation {format_duration(val_seconds)})"
+        parts = [took,
                  f"train {losses('train')}"]
         if "metrics/mAP50-95(B)" in row:
             parts += [f"val {losses('val')}",
@@ -113,6 +121,15 @@ class RunOutputs:
         if self.best_metrics is not None:  # unknown when the best epoch was before a resume
             summary.update(map50_95=self.best_metrics["map50_95"], map50=self.best_metrics["map50"])
         return summary
+
+    def class_table(self, ground_truth: dict) -> str | None:
+        """The per-class table of the best epoch (of the last validation when the best one was before a resume),
+        as Ultralytics prints at the end of training; None without a validation."""
+        metrics = self.best_metrics or self.last_metrics
+        if metrics is None:
+            return None
+        which = f"best epoch {self.best_epoch + 1}" if self.best_metrics is not None else "last validation"
+        return f"per class, {which}:\n" + format_table(metrics, self.class_names, ground_truth)
 
     def finish(self) -> None:
         if not self.accelerator.is_main_process:

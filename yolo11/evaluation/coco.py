@@ -110,7 +110,8 @@ class CocoEvaluator:
       - the 12 COCO stats under ``STAT_NAMES`` (``map50_95``, ``map50``, ...);
       - ``per_class_ap50_95``, ``per_class_ap50``: lists of length nc (None where a class has no ground truth);
       - ``precision``, ``recall``, ``f1_confidence``: Ultralytics' ``metrics/precision(B)``/``recall(B)``
-        (see ``yolo11.evaluation.matching``);
+        (see ``yolo11.evaluation.matching``), and ``per_class_precision``/``per_class_recall`` at the same
+        confidence (lists of length nc, None where a class has no ground truth);
       - ``pr_curve``: ``{"recall": (1000,), "precision": (K, 1000), "classes": (K,)}`` at IoU 0.5 for the K classes
         present; ``confusion_matrix``: ``(nc + 1, nc + 1)`` counts, rows predicted, columns true, last = background.
     """
@@ -179,9 +180,11 @@ class CocoEvaluator:
         correct = matching.match_predictions(pred, gt)
         curves = matching.class_curves(correct, pred.scores, pred.classes, gt.classes)
         precision, recall, confidence = matching.best_f1_precision_recall(curves)
+        class_precision, class_recall = matching.per_class_precision_recall(curves, len(self.class_names))
         confusion = matching.confusion_matrix(pred, gt, len(self.class_names))
         return {
             "precision": precision, "recall": recall, "f1_confidence": confidence,
+            "per_class_precision": class_precision, "per_class_recall": class_recall,
             "pr_curve": {"recall": matching.CONFIDENCE_GRID.tolist(), "precision": curves.pr_precision.tolist(),
                          "classes": curves.classes.tolist()},
             "confusion_matrix": confusion.tolist(),

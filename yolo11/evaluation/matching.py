@@ -174,8 +174,23 @@ def best_f1_precision_recall(curves: ClassCurves) -> tuple[float, float, float]:
     """(mean precision, mean recall, confidence) at the peak of the smoothed mean F1 over classes."""
     if curves.classes.size == 0:
         return 0.0, 0.0, 0.0
-    i = int(smooth(curves.f1.mean(0), 0.1).argmax())
+    i = _best_f1_index(curves)
     return float(curves.precision[:, i].mean()), float(curves.recall[:, i].mean()), float(CONFIDENCE_GRID[i])
+
+
+def per_class_precision_recall(curves: ClassCurves, num_classes: int) -> tuple[list, list]:
+    """Each class's precision and recall at the confidence of ``best_f1_precision_recall`` (Ultralytics'
+    per-class rows); ``None`` for a class without ground truth."""
+    precision, recall = [None] * num_classes, [None] * num_classes
+    if curves.classes.size:
+        i = _best_f1_index(curves)
+        for row, k in enumerate(curves.classes.tolist()):
+            precision[k], recall[k] = float(curves.precision[row, i]), float(curves.recall[row, i])
+    return precision, recall
+
+
+def _best_f1_index(curves: ClassCurves) -> int:
+    return int(smooth(curves.f1.mean(0), 0.1).argmax())
 
 
 def confusion_matrix(pred: Boxes, gt: Boxes, num_classes: int, conf: float = 0.25,

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 
 import torch
 from accelerate import Accelerator
 from torch import nn
+from tqdm import tqdm
 
 from yolo11.data import model_input
 from yolo11.evaluation.coco import CocoEvaluator, gather_predictions
@@ -52,7 +54,10 @@ def predict_and_score(
     batches = 0
     per_image: list[tuple[int, torch.Tensor]] = []
     samples: list[dict] = []
-    for batch in loader:
+    # a bar on a terminal only (the main process's): logs get the result lines of the caller
+    bar = tqdm(loader, desc="validation", unit="batch", file=sys.stdout, leave=False, dynamic_ncols=True,
+               disable=not (accelerator.is_main_process and sys.stdout.isatty()))
+    for batch in bar:
         with accelerator.autocast():
             feats = model(model_input(batch["images"], channels_last))
         feats = [f.float() for f in feats]

@@ -25,6 +25,7 @@ from yolo11.data import DetectionSource, LoaderConfig, build_dataloader, load_so
 from yolo11.data.sources import BBOX_FORMATS, VAL_FALLBACKS
 from yolo11.evaluation import CocoEvaluator, plots, predict_and_score
 from yolo11.evaluation.coco import BACKENDS, coco_results
+from yolo11.evaluation.table import format_table
 from yolo11.postprocess import Postprocessor
 from yolo11.tools import cli
 from yolo11.weights import load_weights
@@ -85,25 +86,6 @@ def evaluate_weights(accelerator: Accelerator, model: nn.Module, source: Detecti
 def _classes(names: list[str] | None, count: int, limit: int = 4) -> str:
     listed = f" ({', '.join(names[:limit])}{', ...' if len(names) > limit else ''})" if names else ""
     return f"{count} classes{listed}"
-
-
-def format_table(metrics: dict, class_names: list[str], ground_truth: dict) -> str:
-    """Ultralytics-like summary: all classes, then each class with ground truth."""
-    images: dict[int, set] = {}
-    instances: dict[int, int] = {}
-    for ann in ground_truth["annotations"]:
-        images.setdefault(ann["category_id"] - 1, set()).add(ann["image_id"])
-        instances[ann["category_id"] - 1] = instances.get(ann["category_id"] - 1, 0) + 1
-    header = f"{'class':>20} {'images':>8} {'instances':>10} {'P':>8} {'R':>8} {'mAP50':>8} {'mAP50-95':>9}"
-    lines = [header, f"{'all':>20} {len(ground_truth['images']):>8} {sum(instances.values()):>10} "
-                     f"{metrics['precision']:>8.4f} {metrics['recall']:>8.4f} {metrics['map50']:>8.4f} "
-                     f"{metrics['map50_95']:>9.4f}"]
-    for k, name in enumerate(class_names):
-        if k in instances:  # a class with ground truth but no detection has no COCO AP: it scores 0
-            ap50, ap50_95 = (metrics[key][k] or 0.0 for key in ("per_class_ap50", "per_class_ap50_95"))
-            lines.append(f"{name:>20} {len(images[k]):>8} {instances[k]:>10} {'':>8} {'':>8} "
-                         f"{ap50:>8.4f} {ap50_95:>9.4f}")
-    return "\n".join(lines)
 
 
 @cli

@@ -1,0 +1,72 @@
+"""Training progress: lines in logs, a bar on a terminal, the end-of-run summary."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from accelerate import Accelerator
+from accelerate.state import AcceleratorState, GradientState
+
+from yolo11.engine.checkpoint import TrainState
+from yolo11.engine.progress import BatchReport, Progress, print_summary
+
+
+@pytest.fixture(autouse=True)
+def fresh_accelerate_state():
+    yield
+    AcceleratorState._reset_state(reset_partial_state=True)
+    GradientState._reset_state()
+
+
+def report(epoch: int, batch: int, images: int, seconds: float, data_seconds: float, last: bool = False):
+    return BatchReport(epoch, batch, torch.tensor([2.0, 4.0, 6.0]), 2, [0.1, 0.1, 0.1], images, seconds, data_seconds,
+                       last)
+
+
+def epoch_lines(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.startswith("epoch")]
+
+
+def test_progress_line_restarts_its_window_in_each_epoch(capsys):
+    """A print interval longer than an epoch: the line in a later epoch reports that epoch's own figures, not a
+    difference against the previous line's counters, which belong to another epoch (this gave negative data-wait
+    shares and throughput diluted by validation time)."""
+    progress = Progress(Accelerator(cpu=True), interval=5, epochs=3, batches_per_epoch=8, bars=False)
+    progress.batch(TrainState(optimizer_steps=5), report(1, 5, images=16, seconds=4.0, data_seconds=1.0))
+    progress.batch(TrainState(optimizer_steps=10), report(2, 5, images=32, seconds=2.0, data_seconds=0.5))
+    lines = epoch_lines(capsys.readouterr().out)
+    assert len(lines) == 2
+    assert lines[0].startswith("epoch 2/3 batch 5/8 step 5 | box 1.0000 cls 2.0000 dfl 3.0000 |")
+    assert "| 4.0 img/s | data 25% |" in lines[0]
+    assert "| 16.0 img/s | data 25% |" in lines[1]  # 32 images in 2 s, 0.5 s of them waiting
+
+
+def test_lines_every_interval_batches_and_at_each_epochs_end(capsys):
+    progress = Progress(Accelerator(cpu=True), interval=2, epochs=2, batches_per_epoch=3, bars=False)
+    for epoch in range(2):
+        for batch in range(1, 4):
+            progress.batch(TrainState(), report(epoch, batch, 4 * batch, batch, 0.0, last=batch == 3))
+        progress.end_epoch()
+    heads = [line.split(" step")[0] for line in epoch_lines(capsys.readouterr().out)]
+    assert heads == ["epoch 1/2 batch 2/3", "epoch 1/2 batch 3/3", "epoch 2/2 batch 2/3", "epoch 2/2 batch 3/3"]
+
+
+def test_a_terminal_gets_a_bar_instead_of_lines(capsys):
+    """With bars (the main process on a TTY): one bar per epoch with the losses, img/s and data share; no lines."""
+    progress = Progress(Accelerator(cpu=True), interval=1, epochs=2, batches_per_epoch=3, bars=True)
+    for batch in range(1, 4):
+        progress.batch(TrainState(), report(0, batch, 4 * batch, batch, 0.0, last=batch == 3))
+    progress.end_epoch()
+    out = capsys.readouterr().out
+    assert not any(" batch " in line and "step" in line for line in out.splitlines())
+    final = out.split("\r")[-1]
+    assert final.startswith("epoch 1/2 100%|") and "3/3" in final
+    assert "box 1.0000 cls 2.0000 dfl 3.0000" in final and "img/s" in final and "data 0%" in final
+
+
+def test_summary_gives_training_throughput_apart_from_validation(capsys):
+    print_summary(Accelerator(cpu=True), seconds=70.0, train_seconds=40.0, val_seconds=25.0, images=400,
+                  best={"epoch": 3, "fitness": 0.5})
+    out = capsys.readouterr().out
+    assert "finished in 0:01:10 | training 0:00:40 at 10.0 img/s | validation 0:00:25" in out
+    assert "best: epoch 3, fitness 0.5000" in out

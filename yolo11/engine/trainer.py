@@ -1,0 +1,310 @@
+"""The trainer behind ``yolo11.train``: plan -> build -> fit -> finish of a parsed ``TrainConfig``.
+
+``yolo11/train.py`` parses the command line before importing this module, so that ``--help`` and flag errors
+answer without loading torch, accelerate, datasets and timm.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from accelerate import PartialState
+from accelerate.utils import DistributedType, parse_flag_from_env, set_seed
+
+from yolo11.data import BatchHSV, DataSourceError, DetectionSource, build_dataloader, load_source, save_batch_preview
+from yolo11.data.dataset import available_memory, cache_bytes
+from yolo11.data.sources import VAL_FALLBACKS, report_same_data
+from yolo11.engine import tracking
+from yolo11.engine.build import (
+    build_accelerator,
+    build_model,
+    build_schedule,
+    build_trackers,
+    build_train_loader_config,
+    build_train_stream_loader,
+    maybe_sync_batchnorm,
+    prepare_training,
+    resolve_run_dir,
+)
+from yolo11.engine.checkpoint import (
+    CheckpointError,
+    TrainState,
+    check_resume_config,
+    load_checkpoint,
+    resolve_resume,
+    run_dir_of_checkpoint,
+    save_checkpoint,
+)
+from yolo11.engine.compile import CompiledLoss, compile_model, use_compile_cache
+from yolo11.engine.config import TrainConfig, save_config
+from yolo11.engine.ema import ModelEMA
+from yolo11.engine.evaluate import Validator
+from yolo11.engine.guard import NonFiniteLossError
+from yolo11.engine.interrupt import StopAgreement, StopSignal
+from yolo11.engine.loop import Accumulation, TrainStep, train_one_epoch
+from yolo11.engine.optim import build_optimizer
+from yolo11.engine.plan import LaunchError, RunPlan, check_launch, cpu_fallback_warning, plan_run
+from yolo11.engine.profiling import StepProfiler
+from yolo11.engine.progress import Progress, print_summary
+from yolo11.engine.run_outputs import RunOutputs
+from yolo11.loss import DetectionLoss
+from yolo11.weights import UnsafeCheckpointError, resolve_weights
+
+# What a user can get wrong (launch, data, flags, weights, --resume, RAM for --cache-images): one line, exit 2.
+USER_ERRORS = (LaunchError, DataSourceError, FileNotFoundError, ValueError, UnsafeCheckpointError, MemoryError,
+               CheckpointError)
+
+
+@dataclass
+class Run:
+    """Everything built for one training run."""
+
+    config: TrainConfig
+    plan: RunPlan
+    run_dir: Path
+    train_source: DetectionSource
+    step: TrainStep
+    train_loader: object
+    validator: Validator
+    state: TrainState
+    stop: StopSignal
+    outputs: RunOutputs | None = None
+    train_seconds: float = 0.0  # this process's time in training loops, for the summary's img/s
+    val_seconds: float = 0.0
+
+
+def train(config: TrainConfig) -> int:
+    """Train as ``config`` says; returns the process's exit code (2: a user error, printed on one line)."""
+    # As AcceleratorState would: the process group is created here, once, for the Accelerator built later.
+    launch = PartialState(cpu=parse_flag_from_env("ACCELERATE_USE_CPU"))
+    try:
+        check_launch(launch)
+        warning = cpu_fallback_warning(launch.device.type)
+        if warning and launch.is_main_process:
+            print(warning, file=sys.stderr, flush=True)
+        run_dir, train_source, val_source = locate_inputs(config, launch)
+        needed = 0 if config.data.cache_images is not None else sum(  # only auto weighs the RAM
+            cache_bytes(source.dataset, config.data.imgsz) for source in (train_source, val_source))
+        plan = plan_run(config, launch.num_processes, len(train_source.dataset), len(train_source.class_names),
+                        launch.device.type, cache_bytes=needed, available_ram=available_memory())
+        run = build_run(config, plan, run_dir, train_source, val_source)
+        start_run(run, val_source)
+    except USER_ERRORS as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted before training started: nothing to save", file=sys.stderr)
+        return 130
+    start = time.perf_counter()
+    run.stop.install()
+    try:
+        exit_code, images_seen = fit(run)
+    finally:
+        run.stop.uninstall()
+    pushed = finish(run, time.perf_counter() - start, images_seen, push=exit_code == 0)
+    return exit_code or (0 if pushed else 1)
+
+
+def locate_inputs(config: TrainConfig, launch: PartialState) -> tuple[Path, DetectionSource, DetectionSource]:
+    """The train and val sources and the run folder (this run's, or the one ``--resume`` names); a new run
+    folder is made only once the inputs are known to be good."""
+    resumed = None
+    if config.run.resume and config.run.resume != "auto":
+        resumed = run_dir_of_checkpoint(resolve_resume(config.run.resume, Path(config.run.resume)))
+    data = config.data
+    options = {"cache_dir": data.cache_dir, "images": data.images, "bbox_format": data.bbox_format}
+    train_source = load_source(data.data, split=data.train_split, split_flag="--train-split", **options)
+    val_source = load_source(data.data, split=data.val_split, fallback_splits=VAL_FALLBACKS, split_flag="--val-split",
+                             **options)
+    report_same_data(train_source, val_source)
+    if config.model.weights:  # downloaded now, so that missing weights fail before the run folder is made
+        resolve_weights(config.model.weights)
+    return resumed or resolve_run_dir(config, launch), train_source, val_source
+
+
+def build_run(config: TrainConfig, plan: RunPlan, run_dir: Path, train_source: DetectionSource,
+              val_source: DetectionSource) -> Run:
+    """Model, accelerator, EMA, loss, optimizer, schedule, loaders and validator, prepared for training."""
+    set_seed(config.run.seed)
+    model = build_model(config.model, train_source.class_names, config.data.data)
+    accelerator = build_accelerator(plan, run_dir, tracking.resolve_report_to(config.run.report_to))
+    model = maybe_sync_batchnorm(model, config.run.sync_bn, accelerator)
+    if plan.channels_last:
+        model = model.to(memory_format=torch.channels_last)
+    ema = ModelEMA(model, config.optim.ema_decay, config.optim.ema_tau) if config.optim.ema else None
+    criterion = DetectionLoss(model.num_classes, strides=model.strides, reg_max=model.reg_max)
+    optimizer = build_optimizer(model, plan.optimizer, plan.weight_decay,
+                                fused=accelerator.device.type in ("cuda", "cpu"))
+    schedule = build_schedule(config, plan, optimizer)
+    train_loader = build_train_stream_loader(config, plan, train_source, accelerator.state)
+    validator = Validator.build(config, plan, val_source, accelerator, model)
+    batch_hsv = BatchHSV().to(accelerator.device)
+    if plan.compile.model or plan.compile.loss:
+        use_compile_cache(config.run.compile_cache_dir)
+    if plan.compile.model:
+        model = compile_model(model, plan.compile.mode, fast_layers=accelerator.device.type == "cuda")
+        batch_hsv = torch.compile(batch_hsv)  # one fused kernel instead of ~40 passes over the batch
+    if plan.compile.loss:
+        criterion = CompiledLoss(criterion)
+    model, optimizer = prepare_training(accelerator, model, optimizer, train_loader)
+    if ema is not None:
+        ema.module.to(accelerator.device)
+    # DeepSpeed divides the loss by its own fixed accumulation count: no warmup ramp there.
+    ramp = plan.warmup_iters if accelerator.distributed_type != DistributedType.DEEPSPEED else -1
+    stop = StopSignal()
+    step = TrainStep(
+        accelerator=accelerator, model=model, criterion=criterion, optimizer=optimizer, schedule=schedule, ema=ema,
+        accumulation=Accumulation(plan.accumulation_steps, ramp), clip_grad=config.optim.clip_grad,
+        channels_last=plan.channels_last, batch_hsv=batch_hsv,
+        progress=Progress(accelerator, config.run.log_interval, config.run.epochs, plan.batches_per_epoch),
+        profiler=StepProfiler(run_dir / "profile", config.run.profile and accelerator.is_main_process,
+                              accelerator.device),
+        stop=StopAgreement(accelerator, stop))
+    return Run(config, plan, run_dir, train_source, step, train_loader, validator, TrainState(), stop)
+
+
+def start_run(run: Run, val_source: DetectionSource) -> None:
+    """Resume (or preview the first batch), save the config, open the outputs, say what runs."""
+    accelerator, config, plan = run.step.accelerator, run.config, run.plan
+    resume_from = None
+    if config.run.resume:
+        resume_from = resolve_resume(config.run.resume, run.run_dir, missing_ok=config.run.resume == "auto")
+    if resume_from is not None:
+        for change in check_resume_config(resume_from, config.to_dict(), config.run.allow_changes):
+            accelerator.print(f"resume: {change}")
+        load_checkpoint(accelerator, resume_from, run.state, run.step.ema)
+        accelerator.print(f"resumed from {resume_from} at epoch {run.state.epoch + 1}, "
+                          f"batch {run.state.batches_in_epoch}")
+    else:
+        if config.run.resume:  # --resume auto before the first checkpoint (a requeued job that never saved)
+            accelerator.print(f"--resume auto: no checkpoint in {run.run_dir} yet, starting from the beginning")
+        if config.run.plots and accelerator.is_main_process:
+            save_first_batch(run)
+    if accelerator.is_main_process:
+        save_config(config, run.run_dir / "config.yaml")
+    report_to = tracking.resolve_report_to(config.run.report_to)
+    run.state.tracker_run_id = build_trackers(accelerator, config, run.run_dir, report_to, run.state.tracker_run_id)
+    run.outputs = RunOutputs(accelerator, run.run_dir, run.train_source.class_names, run.state,
+                             epochs=config.run.epochs, patience=config.run.patience, plots=config.run.plots,
+                             report_to=report_to, lr_groups=len(run.step.optimizer.param_groups))
+    model = accelerator.unwrap_model(run.step.model, keep_torch_compile=False)
+    accelerator.print(f"{model.config['name']}: {sum(p.numel() for p in model.parameters()):,} parameters | "
+                      f"{plan.num_processes} process(es) x batch {plan.per_process_batch} x accumulation "
+                      f"{plan.accumulation_steps} | {plan.optimizer.name} lr {plan.optimizer.lr:g} | "
+                      f"{len(run.train_source.dataset)} train / {len(val_source.dataset)} val images | "
+                      f"{run.run_dir}")
+    accelerator.print(plan.cache_reason)
+    accelerator.print(plan.compile.reason)
+
+
+def save_first_batch(run: Run) -> None:
+    """Augmentation is a function of (seed, epoch, index): this is exactly the first training batch."""
+    config = dataclasses.replace(build_train_loader_config(run.config, run.plan), workers=0, cache_images=False)
+    first = next(iter(build_dataloader(run.train_source, "train", config)))
+    if "hsv_gains" in first:
+        first["images"] = BatchHSV()(first["images"], first["hsv_gains"])
+    save_batch_preview(first, run.train_source.class_names, run.run_dir / "train_batch0.jpg")
+
+
+def fit(run: Run) -> tuple[int, int]:
+    """The epochs, from where the state says; returns the exit code and the images trained on."""
+    config, state, step = run.config.run, run.state, run.step
+    accelerator, images_seen = step.accelerator, 0
+    run.train_loader.set_epoch(state.epoch, state.batches_in_epoch)
+    stream = iter(run.train_loader)  # every remaining epoch: the workers run ahead across epoch boundaries
+    try:
+        for epoch in range(state.epoch, config.epochs):
+            if state.epoch != epoch or not state.batches_in_epoch:
+                state.start_epoch(epoch)
+            loader = itertools.islice(stream, run.plan.batches_per_epoch - state.batches_in_epoch)
+            result = train_one_epoch(step, loader, state, epoch, config.max_steps)
+            images_seen += result.images
+            run.train_seconds += result.seconds
+            if result.interrupted or (result.reached_max_steps and state.batches_in_epoch < run.plan.batches_per_epoch):
+                return stop_mid_epoch(run, result), images_seen
+            state.start_epoch(epoch + 1)
+            if end_epoch(run, epoch, result) or result.reached_max_steps:
+                break
+            if step.stop.agreed_now():  # a signal during validation or the checkpoint
+                checkpoint(run)
+                accelerator.print(f"stopped by a signal after epoch {epoch + 1}; resume with --resume auto")
+                return run.stop.exit_code, images_seen
+    except NonFiniteLossError as err:
+        return stop_non_finite(run, err), images_seen
+    return 0, images_seen
+
+
+def stop_mid_epoch(run: Run, result) -> int:
+    """Checkpoint after a stop signal or ``--max-steps`` inside an epoch; returns the exit code."""
+    config, step = run.config.run, run.step
+    checkpoint(run)
+    if result.interrupted:
+        step.accelerator.print(f"stopped by a signal at step {run.state.optimizer_steps}; checkpoint saved, resume "
+                               "with --resume auto")
+        return run.stop.exit_code
+    step.accelerator.print(f"stopped after --max-steps {config.max_steps}; resume with --resume auto")
+    return 0
+
+
+def stop_non_finite(run: Run, err: NonFiniteLossError) -> int:
+    """Save the last good state when the weights are still finite (a skipped update); never save others."""
+    step, root = run.step, run.run_dir / "checkpoints"
+    try:
+        checkpoint(run)
+        where = f"the last good state is saved in {root}"
+    except CheckpointError:
+        where = f"the weights are no longer finite and were not saved; the last good checkpoint is in {root}"
+    if step.accelerator.is_main_process:
+        print(f"error: {err}\n{where}", file=sys.stderr)
+    return 1
+
+
+def end_epoch(run: Run, epoch: int, result) -> bool:
+    """Validate when due, record the epoch, checkpoint when due; returns whether training stops here."""
+    config, state, step = run.config.run, run.state, run.step
+    last_epoch = epoch + 1 == config.epochs or result.reached_max_steps
+    model = step.ema.module if step.ema is not None else step.model
+    metrics, val_seconds = None, 0.0
+    if config.val_interval and (last_epoch or (epoch + 1) % config.val_interval == 0):
+        start = time.perf_counter()
+        metrics = run.validator.run(model, step.criterion)
+        val_seconds = time.perf_counter() - start
+        run.val_seconds += val_seconds
+    outcome = run.outputs.end_epoch(epoch, result, step.schedule.lrs(), metrics, model, state.optimizer_steps,
+                                    final=last_epoch, val_seconds=val_seconds)
+    state.best_fitness, state.best_epoch = outcome.best_fitness, outcome.best_epoch
+    if last_epoch or outcome.stop or (epoch + 1) % config.save_period == 0:
+        checkpoint(run)
+    return outcome.stop
+
+
+def checkpoint(run: Run) -> None:
+    """A resumable checkpoint of the run as it stands (every rank), with the resolved config."""
+    step = run.step
+    save_checkpoint(step.accelerator, run.run_dir, run.state, run.config.run.keep_checkpoints, step.model, step.ema,
+                    run.config.to_dict())
+
+
+def finish(run: Run, seconds: float, images_seen: int, push: bool) -> bool:
+    """Summary, plots, trackers closed; ``--push-to-hub`` when ``push`` (a run that ended normally), from the main
+    process. Returns False when the push failed."""
+    step, config = run.step, run.config
+    if step.profiler is not None:
+        step.profiler.close(run.state.optimizer_steps)
+    print_summary(step.accelerator, seconds, run.train_seconds, run.val_seconds, images_seen,
+                  run.outputs.best_summary())
+    table = run.outputs.class_table(run.validator.evaluator.ground_truth)
+    if table and step.accelerator.is_main_process:
+        print(table)
+    run.outputs.finish()
+    pushed = True
+    if push and config.run.push_to_hub:
+        pushed = run.outputs.push_to_hub(config.run.push_to_hub, config.data.data, config.to_dict())
+    step.accelerator.end_training()
+    return pushed

@@ -1,0 +1,133 @@
+"""Ultralytics' training arguments read as our flags: ``--config`` accepts an Ultralytics cfg or a run's
+``args.yaml`` (flat keys), and ``--batch``, ``--project``, ``--nbs`` are aliases of our flags.
+
+A key of ours is taken as it is. An Ultralytics key is renamed (``batch`` -> ``batch_size``), translated with its
+value (``model: yolo11s.pt`` -> ``--model yolo11s --weights yolo11s.pt``, ``cos_lr: true`` -> ``--schedule cosine``)
+or, for what this trainer does not implement, ignored with a note that lists the keys whose values differ from
+Ultralytics' defaults. A key that is neither ours nor Ultralytics' is an error. No torch here: ``--help`` is light.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from pathlib import PurePath
+from typing import Any
+
+# Flag aliases with Ultralytics' names (ours -> theirs): the same value, the same meaning.
+FLAG_ALIASES = {"batch_size": "--batch", "output_dir": "--project", "nominal_batch": "--nbs"}
+
+# Ultralytics name -> ours, the value unchanged (Ultralytics' training validation uses `conf`, `iou`, `split`).
+RENAMED = {"batch": "batch_size", "project": "output_dir", "nbs": "nominal_batch", "split": "val_split",
+           "conf": "val_conf", "iou": "val_iou"}
+
+# Why a few Ultralytics keys have no counterpart here (the others: not implemented).
+REASONS = {"device": "devices and processes come from the Accelerate config",
+           "amp": "mixed precision comes from the Accelerate config",
+           "save_dir": "the run folder is --output-dir/--name"}
+
+# ultralytics/cfg/default.yaml of 8.4.190 (every key an args.yaml holds, plus `save_dir`): its defaults tell which
+# ignored keys change nothing.
+ULTRALYTICS_DEFAULTS: dict[str, Any] = {
+    "task": "detect", "mode": "train", "model": None, "data": None, "epochs": 100, "time": None, "patience": 100,
+    "batch": 16, "imgsz": 640, "save": True, "save_period": -1, "cache": False, "device": None, "workers": 8,
+    "project": None, "name": None, "exist_ok": False, "pretrained": True, "cls_remap": True, "optimizer": "auto",
+    "verbose": True, "seed": 0, "deterministic": True, "single_cls": False, "rect": False, "cos_lr": False,
+    "close_mosaic": 10, "resume": False, "amp": True, "fraction": 1.0, "profile": False, "freeze": None,
+    "multi_scale": 0.0, "compile": False, "channels_last": None, "overlap_mask": True, "mask_ratio": 4,
+    "dropout": 0.0, "val": True, "split": "val", "save_json": False, "conf": None, "iou": 0.7, "max_det": 300,
+    "quantize": None, "dnn": False, "plots": True, "nms": None, "source": None, "vid_stride": 1,
+    "stream_buffer": False, "visualize": False, "augment": False, "agnostic_nms": False, "classes": None,
+    "retina_masks": False, "embed": None, "show": False, "save_frames": False, "save_txt": False,
+    "save_conf": False, "save_crop": False, "show_labels": True, "show_conf": True, "show_boxes": True,
+    "line_width": None, "format": "torchscript", "optimize": False, "dynamic": False, "simplify": True,
+    "opset": None, "workspace": None, "lr0": 0.01, "lrf": 0.01, "momentum": 0.937, "weight_decay": 0.0005,
+    "warmup_epochs": 3.0, "warmup_momentum": 0.8, "warmup_bias_lr": 0.1, "distill_model": None, "dis": 6.0,
+    "box": 7.5, "cls": 0.5, "cls_pw": 0.0, "dfl": 1.5, "pose": 12.0, "kobj": 1.0, "rle": 1.0, "angle": 1.0,
+    "dlog": 1.0, "dgrad": 0.5, "dlam": 1.0, "nbs": 64, "hsv_h": 0.015, "hsv_s": 0.7, "hsv_v": 0.4, "degrees": 0.0,
+    "translate": 0.1, "scale": 0.5, "shear": 0.0, "perspective": 0.0, "flipud": 0.0, "fliplr": 0.5, "bgr": 0.0,
+    "mosaic": 1.0, "mixup": 0.0, "cutmix": 0.0, "copy_paste": 0.0, "copy_paste_mode": "flip",
+    "auto_augment": "randaugment", "erasing": 0.4, "cfg": None, "tracker": "tracktrack.yaml", "save_dir": None,
+}
+
+_SCALE = re.compile(r"yolo11[nsmlx]")
+
+
+def _model(value: Any, values: dict) -> dict[str, Any]:
+    """``yolo11s.pt`` (or any weights file) -> scale and ``weights``; ``yolo11s.yaml`` -> the scale."""
+    path = PurePath(str(value))
+    if path.suffix in (".pt", ".safetensors"):
+        scale = {"model": path.stem} if _SCALE.fullmatch(path.stem) else {}
+        return {**scale, "weights": str(value)}
+    if path.suffix in (".yaml", ".yml") and _SCALE.fullmatch(path.stem):
+        return {"model": path.stem}
+    return {"model": value}  # ours (a scale name), or a wrong value that the config's check reports
+
+
+def _pretrained(value: Any, values: dict) -> dict[str, Any]:
+    """Ultralytics: start from weights (true: those of ``model``; a path: these). Ours: ImageNet weights for a timm
+    ``backbone``, so a bool is ours only beside a ``backbone``."""
+    if isinstance(value, str):
+        return {"weights": value}
+    return {"pretrained": value} if values.get("backbone") else {}
+
+
+# Keys whose value changes with the translation; an empty result sets nothing (Ultralytics' default meaning).
+TRANSLATED: dict[str, Callable[[Any, dict], dict[str, Any]]] = {
+    "model": _model,
+    "pretrained": _pretrained,
+    "resume": lambda v, _: {"resume": "auto"} if v is True else {} if v is False else {"resume": v},
+    "cos_lr": lambda v, _: {"schedule": "cosine"} if v else {},
+    "val": lambda v, _: {} if v else {"val_interval": 0},
+    "cache": lambda v, _: {"cache_images": True} if v else {},  # 'ram', 'disk', true: ours caches in RAM
+    "save_period": lambda v, _: {"save_period": v} if isinstance(v, int) and v > 0 else {},
+}
+
+
+def read_ultralytics_keys(values: dict[str, Any], ours: dict[str, bool]) -> tuple[dict[str, Any], list[str]]:
+    """Our flag values from a flat mapping of ours and Ultralytics' keys, and the notes to print.
+
+    ``ours``: our field names -> whether the field accepts ``None``. Raises ``ValueError`` for a key that is
+    neither ours nor Ultralytics', a task other than detection, and two keys that set the same flag.
+    """
+    out: dict[str, Any] = {}
+    origin: dict[str, str] = {}
+    mapped, ignored, at_default = [], [], 0
+    for key, value in values.items():
+        if key in TRANSLATED:
+            result = TRANSLATED[key](value, values)
+            if result and result != {key: value}:
+                mapped.append(f"{key}: {value} -> " + " ".join(f"{_flag(k)} {v}" for k, v in result.items()))
+        elif key in ours:
+            # Ultralytics leaves unset keys null; a flag of ours that takes no None keeps its default then.
+            result = {} if value is None and not ours[key] else {key: value}
+        elif key in RENAMED:
+            result = {} if value is None else {RENAMED[key]: value}
+            if result:
+                mapped.append(f"{key} -> {_flag(RENAMED[key])}")
+        elif key == "task" and value not in (None, "detect"):
+            raise ValueError(f"task: {value}: only detection ('detect') is implemented")
+        elif key in ULTRALYTICS_DEFAULTS:
+            result = {}
+            if value == ULTRALYTICS_DEFAULTS[key] or key in ("task", "mode"):
+                at_default += 1
+            else:
+                ignored.append(f"{key}={value}" + (f" ({REASONS[key]})" if key in REASONS else ""))
+        else:
+            raise ValueError(f"unknown key {key!r} (neither a flag of this trainer nor an Ultralytics argument)")
+        for name, item in result.items():
+            if name in out:
+                raise ValueError(f"{origin[name]!r} and {key!r} both set {_flag(name)}")
+            out[name], origin[name] = item, key
+    notes = []
+    if mapped:
+        notes.append("Ultralytics keys read as ours: " + ", ".join(mapped))
+    if ignored or at_default:
+        listed = ", ".join(ignored) if ignored else "none"
+        notes.append(f"Ultralytics keys not implemented here, ignored: {listed}"
+                     + (f" (and {at_default} more at Ultralytics' defaults)" if at_default else ""))
+    return out, notes
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
