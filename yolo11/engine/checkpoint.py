@@ -27,6 +27,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from yolo11.engine.ema import ModelEMA
+from yolo11.weights.safetensors_io import non_finite_flag
 
 STATE_FILE, EMA_FILE, CONFIG_FILE = "train_state.json", "ema.safetensors", "config.json"
 # Flags that a resume may change freely: how the run is watched, logged, saved and executed, not what it computes.
@@ -141,14 +142,6 @@ def check_resume_config(checkpoint: Path, current: dict, allow_changes: bool) ->
         raise CheckpointError("--resume with flags that change the run:\n  " + "\n  ".join(refused) +
                               "\nresume with the checkpoint's flags, or add --allow-changes true to continue anyway")
     return changes
-
-
-def non_finite_flag(tensors: list[torch.Tensor]) -> torch.Tensor:
-    """A 0-dim float tensor on the tensors' device, 1.0 when any value is nan or inf; no host sync (one norm per
-    tensor, fused)."""
-    if not tensors:
-        return torch.zeros(())
-    return (~torch.isfinite(torch.stack(torch._foreach_norm(tensors)))).any().float()
 
 
 def check_finite(accelerator: Accelerator, model: nn.Module, ema: ModelEMA | None) -> None:

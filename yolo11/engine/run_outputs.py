@@ -8,6 +8,7 @@ owns the state.
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import time
 from dataclasses import dataclass
@@ -67,6 +68,7 @@ class RunOutputs:
         costs seconds, more than a whole epoch of a small dataset."""
         accelerator = self.accelerator
         row = {"epoch": epoch + 1, "time": round(time.perf_counter() - self.epoch_start, 3)}
+        improved = False
         row.update({f"train/{n}": v for n, v in zip(LOSS_NAMES, result.mean_losses.tolist(), strict=True)})
         if validation is not None:
             m = self.last_metrics = validation.metrics
@@ -74,14 +76,14 @@ class RunOutputs:
                         "metrics/mAP50(B)": m["map50"], "metrics/mAP50-95(B)": m["map50_95"]})
             row.update({f"val/{n}": v for n, v in zip(LOSS_NAMES, validation.losses.tolist(), strict=True)})
             score = fitness(m)
-            if score > self.best_fitness:
+            improved = score > self.best_fitness
+            if improved:
                 self.best_fitness, self.best_epoch = score, epoch
                 self.best_metrics = m
-                self._save(model, "best")
         row.update({f"lr/pg{i}": lr for i, lr in enumerate(lrs)})
         row.update({"throughput/img_s": result.images / max(result.seconds, 1e-9),
                     "memory/peak_gb": peak_memory_gb(accelerator.device)})
-        self._save(model, "last")
+        self._save(model, "last", also_best=improved)
         accelerator.log({k: v for k, v in row.items() if k != "epoch"} | {"epoch": epoch + 1},
                         step=optimizer_steps)
         stop = self.patience > 0 and self.best_epoch >= 0 and epoch - self.best_epoch >= self.patience
@@ -168,10 +170,16 @@ class RunOutputs:
         print(f"pushed {weights} to {url}")
         return True
 
-    def _save(self, model: nn.Module, name: str) -> None:
-        """Write to a temporary file and rename, so a crash never leaves a truncated weights file."""
+    def _save(self, model: nn.Module, name: str, also_best: bool = False) -> None:
+        """Write to a temporary file and rename, so a crash never leaves a truncated weights file; ``also_best``:
+        the same bytes become best.safetensors too (serialised once: a small run saves every epoch)."""
         if self.accelerator.is_main_process:
             final = self.weights_dir / f"{name}.safetensors"
             tmp = final.with_name(f".{final.name}.tmp")
             save_weights(self.accelerator.unwrap_model(model, keep_torch_compile=False), tmp)
+            if also_best:
+                best = self.weights_dir / "best.safetensors"
+                best_tmp = best.with_name(f".{best.name}.tmp")
+                shutil.copyfile(tmp, best_tmp)
+                os.replace(best_tmp, best)
             os.replace(tmp, final)
