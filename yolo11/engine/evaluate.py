@@ -38,8 +38,9 @@ class Validator:
         loader = build_dataloader(source, "val", loader_config)
         postprocessor = Postprocessor(conf=run.val_conf, iou=run.val_iou, max_det=run.max_det,
                                       strides=model.strides, reg_max=model.reg_max)
-        # on the CPU until tests/test_fast_coco.py::test_cuda_equals_cpu has passed on a GPU
-        evaluator = CocoEvaluator(source.dataset, source.class_names, backend="fast", device="cpu")
+        # on the training GPU where there is one (tests/test_fast_coco.py::test_cuda_equals_cpu: same numbers)
+        device = accelerator.device if accelerator.device.type == "cuda" else "cpu"
+        evaluator = CocoEvaluator(source.dataset, source.class_names, backend="fast", device=device)
         return cls(accelerator, accelerator.prepare(loader), postprocessor, evaluator, plan.channels_last,
                    run.val_images)
 
