@@ -251,3 +251,22 @@ def test_hub_rows_without_size_get_the_exif_rotated_size(tmp_path: Path) -> None
     datasets.Dataset.from_list(rows, features=features).save_to_disk(os.fspath(tmp_path / "hub"))
     row = load_source(os.fspath(tmp_path / "hub"), cache_dir=tmp_path, bbox_format="xywh").dataset[0]
     assert (row["width"], row["height"]) == (48, 80)
+
+
+def test_yolo_fingerprint_scan_equals_the_per_file_stats(tmp_path):
+    """The directory scan gives exactly the per-file list (same files, order, sizes, times): same cache keys."""
+    from yolo11.data.sources.yolo import _stat, yolo_fingerprint_files, yolo_fingerprint_stats
+
+    for sub in ("images/train/a", "images/train/b-c", "labels/train/a", "flat"):
+        (tmp_path / sub).mkdir(parents=True)
+    for name in ("images/train/x.jpg", "images/train/a/y.PNG", "images/train/b-c/z.jpg", "images/train/a.jpg",
+                 "labels/train/x.txt", "labels/train/a/y.txt", "labels/train/extra.txt", "images/train/notes.md",
+                 "flat/p.jpg", "flat/p.txt", "flat/q.jpg"):
+        (tmp_path / name).write_bytes(b"0" * len(name))
+    (tmp_path / "images/train/link.jpg").symlink_to(tmp_path / "flat/q.jpg")
+    for train in ("images/train", "flat"):
+        yaml_path = tmp_path / f"{train.replace('/', '_')}.yaml"
+        yaml_path.write_text(f"path: {tmp_path}\ntrain: {train}\nval: {train}\nnames:\n  0: a\n")
+        expected = [_stat(path) for path in yolo_fingerprint_files(yaml_path, "train")]
+        assert yolo_fingerprint_stats(yaml_path, "train") == expected
+        assert len(expected) > 3

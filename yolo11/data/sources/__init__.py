@@ -35,7 +35,7 @@ from yolo11.data.sources.yolo import (
     read_data_yaml,
     split_locations,
     yaml_splits,
-    yolo_fingerprint_files,
+    yolo_fingerprint_stats,
     yolo_rows,
 )
 
@@ -51,10 +51,14 @@ def default_cache_dir() -> Path:
 
 
 def _fingerprint(payload: dict, files: list[Path]) -> str:
+    return _fingerprint_stats(payload, [(os.fspath(p), (st := p.stat()).st_size, st.st_mtime_ns) for p in files])
+
+
+def _fingerprint_stats(payload: dict, stats: list[tuple[str, int, int]]) -> str:
+    """A digest of the payload and every ``(path, size, mtime_ns)``: any file added, removed or changed misses."""
     digest = hashlib.sha256(json.dumps({**payload, "version": CACHE_VERSION}, sort_keys=True).encode())
-    for path in files:
-        stat = path.stat()
-        digest.update(f"{os.fspath(path)}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
+    for path, size, mtime in stats:
+        digest.update(f"{path}\0{size}\0{mtime}\n".encode())
     return digest.hexdigest()[:20]
 
 
@@ -262,7 +266,7 @@ def _load_yaml(path: Path, request: _Request) -> DetectionSource:
     if request.bbox_format != "auto":
         raise DataSourceError(f"{path}: --bbox-format applies to Hub datasets, dataset folders and COCO jsons; YOLO "
                               "txt labels are always 'class cx cy w h', normalised")
-    fingerprint = _fingerprint({"kind": "yolo", "split": split}, yolo_fingerprint_files(path, split))
+    fingerprint = _fingerprint_stats({"kind": "yolo", "split": split}, yolo_fingerprint_stats(path, split))
     result = _cached(request.cache_root, f"yolo-{path.stem}-{split}", fingerprint,
                      lambda: yolo_rows(path, split, request.workers))
     origin = "yolo:" + ";".join(sorted(os.fspath(p.resolve()) for p in split_locations(path, data, split)))

@@ -210,3 +210,65 @@ def yolo_fingerprint_files(yaml_path: Path, split: str) -> list[Path]:
     data = read_data_yaml(yaml_path)
     images = list_split_images(yaml_path, data, split)
     return [yaml_path, *images, *(p for p in map(label_path, images) if p.exists())]
+
+
+def yolo_fingerprint_stats(yaml_path: Path, split: str) -> list[tuple[str, int, int]]:
+    """``(path, size, mtime_ns)`` of ``yolo_fingerprint_files``, in the same order, from one directory scan per
+    folder instead of a ``Path`` and a ``stat`` per file: a cached start on COCO's 118k images spent most of its
+    time here. Splits given as txt lists take the per-file way."""
+    data = read_data_yaml(yaml_path)
+    locations = split_locations(yaml_path, data, split) if data.get(split) else []
+    if not locations or not all(location.is_dir() for location in locations):
+        return [_stat(path) for path in yolo_fingerprint_files(yaml_path, split)]
+    entries: dict[str, os.stat_result] = {}
+    images: list[str] = []
+    image_folders = [folder for location in locations for folder in _folders(os.fspath(location))]
+    for folder in image_folders:
+        images += [path for path in _scan(folder, entries) if os.path.splitext(path)[1].lower() in IMAGE_SUFFIXES]
+    # Path order, part by part, as sorted(rglob) gives; within one folder that is the names' string order
+    images.sort(key=None if len(image_folders) == 1 else lambda path: path.split(os.sep))
+    if not images:
+        list_split_images(yaml_path, data, split)  # its error names what is missing
+    for folder in {os.path.dirname(_label_string(os.path.join(f, "x.jpg"))) for f in image_folders}:
+        if folder not in image_folders:
+            _scan(folder, entries)
+    labels = [label for label in map(_label_string, images) if label in entries]
+    stats = {os.fspath(yaml_path): yaml_path.stat()} | entries
+    return [(path, stats[path].st_size, stats[path].st_mtime_ns) for path in [os.fspath(yaml_path), *images, *labels]]
+
+
+def _stat(path: Path) -> tuple[str, int, int]:
+    stat = path.stat()
+    return os.fspath(path), stat.st_size, stat.st_mtime_ns
+
+
+def _folders(root: str) -> list[str]:
+    """``root`` and every folder below it, not through symlinked folders (as ``Path.rglob``)."""
+    folders, stack = [], [root]
+    while stack:
+        folder = stack.pop()
+        folders.append(folder)
+        with os.scandir(folder) as it:
+            stack += [entry.path for entry in it if entry.is_dir(follow_symlinks=False)]
+    return folders
+
+
+def _scan(folder: str, into: dict[str, os.stat_result]) -> list[str]:
+    """The files of ``folder`` (symlinks followed, as ``Path.stat``), their stats added to ``into``."""
+    found = []
+    try:
+        with os.scandir(folder) as it:
+            for entry in it:
+                if not entry.is_dir():
+                    into[entry.path] = entry.stat()
+                    found.append(entry.path)
+    except FileNotFoundError:  # a labels folder that does not exist: no labels
+        pass
+    return found
+
+
+def _label_string(image: str) -> str:
+    """``label_path`` on strings: the last ``images`` folder becomes ``labels``, the suffix ``.txt``."""
+    head, found, tail = (os.sep + image).rpartition(f"{os.sep}images{os.sep}")
+    path = f"{head}{os.sep}labels{os.sep}{tail}"[1:] if found else image
+    return os.path.splitext(path)[0] + ".txt"
