@@ -169,7 +169,8 @@ def test_trainer_flags_reach_the_sources(tmp_path: Path, capsys: pytest.CaptureF
     from accelerate import PartialState
 
     from yolo11.engine.config import parse_config
-    from yolo11.train import locate_inputs, main
+    from yolo11.engine.trainer import locate_inputs
+    from yolo11.train import main
 
     for split in SPLITS:
         write_split(tmp_path / "labels", split, None)
