@@ -85,6 +85,8 @@ def test_compile_auto_compiles_long_cuda_runs_only_and_says_why():
     long_run = decide_compile(None, None, "auto", "cuda", COMPILE_MIN_IMAGES)
     assert (long_run.model, long_run.loss, long_run.mode) == (True, True, "reduce-overhead")
     assert "auto: this run trains 100,000 images, at least" in long_run.reason
+    ddp = decide_compile(None, None, "auto", "cuda", COMPILE_MIN_IMAGES, num_processes=8)
+    assert (ddp.model, ddp.loss, ddp.mode) == (True, True, "default")  # no CUDA graphs under DDP
     short_run = decide_compile(None, None, "auto", "cuda", COMPILE_MIN_IMAGES - 1)
     assert (short_run.model, short_run.loss) == (False, False) and "fewer than" in short_run.reason
     cpu = decide_compile(None, None, "auto", "cpu", 10**9)

@@ -87,7 +87,7 @@ def plan_run(config: TrainConfig, num_processes: int, num_train_images: int, num
     warmup = warmup or -1
     cache = decide_cache(config.data.cache_images, cache_bytes, available_ram)
     compile_choice = decide_compile(config.run.compile, config.run.compile_loss, config.run.compile_mode,
-                                    device_type, run.epochs * num_train_images)
+                                    device_type, run.epochs * num_train_images, num_processes)
     return RunPlan(
         num_processes=num_processes,
         per_process_batch=per_process,
@@ -121,9 +121,11 @@ COMPILE_MIN_IMAGES = 100_000
 
 
 def decide_compile(model: bool | None, loss: bool | None, mode: str, device_type: str,
-                   images_to_train: int) -> CompileChoice:
+                   images_to_train: int, num_processes: int = 1) -> CompileChoice:
     """``--compile``/``--compile-loss``/``--compile-mode`` as asked; auto (None / "auto"): compile model and loss
-    with CUDA graphs on CUDA when the run is long enough to repay the compilation, never on other devices."""
+    on CUDA when the run is long enough to repay the compilation, never on other devices. The auto mode is
+    reduce-overhead (CUDA graphs) for one process; with several, DDP's gradient hooks split the compiled graph at
+    every bucket and CUDA graphs of it have not been measured here, so inductor's default mode."""
     cuda = device_type == "cuda"
     if model is None:
         model = cuda and images_to_train >= COMPILE_MIN_IMAGES
@@ -135,7 +137,8 @@ def decide_compile(model: bool | None, loss: bool | None, mode: str, device_type
     else:
         why = f"--compile {str(model).lower()}"
     loss = model if loss is None else loss
-    mode = ("reduce-overhead" if cuda else "default") if mode == "auto" else mode
+    if mode == "auto":
+        mode = "reduce-overhead" if cuda and num_processes == 1 else "default"
     if model or loss:
         what = " and ".join(p for p, on in (("model", model), ("loss", loss)) if on)
         text = f"compiled: {what}, mode {mode} ({why}; --compile false for eager)"
