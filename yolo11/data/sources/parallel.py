@@ -21,6 +21,21 @@ Result = TypeVar("Result")
 MAX_CHUNK = 256  # items per task: large enough to hide the pickling, small enough to keep the bar moving
 
 
+class _Lines:
+    """A stream for tqdm in a log file: each refresh as a line of its own, not carriage returns."""
+
+    def __init__(self, stream):
+        self.stream = stream
+
+    def write(self, text: str) -> None:
+        text = text.replace("\r", "").strip("\n")
+        if text.strip():
+            self.stream.write(text + "\n")
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+
 def default_workers() -> int:
     """CPU cores this process may run on."""
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
@@ -31,9 +46,10 @@ def ordered_map(func: Callable[[Item], Result], items: Sequence[Item], *, worker
     """``[func(item) for item in items]``, computed in ``workers`` processes (in this one when ``workers <= 1``),
     showing ``desc: n/total images``. ``func`` must be a module-level function (it is pickled by name)."""
     workers = min(default_workers() if workers is None else workers, len(items))
-    bar = tqdm(total=len(items), desc=desc, unit="img", file=sys.stderr, dynamic_ncols=True,
-               bar_format="{desc}: {n_fmt}/{total_fmt} images [{elapsed}<{remaining}, {rate_fmt}]",
-               mininterval=0.5 if sys.stderr.isatty() else 5.0)  # a log file gets a line every 5 s, not 10 a second
+    terminal = sys.stderr.isatty()
+    bar = tqdm(total=len(items), desc=desc, unit="img", file=sys.stderr if terminal else _Lines(sys.stderr),
+               dynamic_ncols=True, bar_format="{desc}: {n_fmt}/{total_fmt} images [{elapsed}<{remaining}, {rate_fmt}]",
+               mininterval=0.5 if terminal else 5.0)  # a log file gets a line every 5 s, not 10 a second
     try:
         if workers <= 1:
             results = []
