@@ -11,6 +11,7 @@ import time
 
 import pytest
 import torch
+import yaml
 from accelerate import Accelerator
 from accelerate.state import AcceleratorState, GradientState
 from engine_helpers import ACCELERATE, CONFIGS, ROOT, TINY_FLAGS, checkpoint_model, describe, launch
@@ -215,6 +216,10 @@ def test_resume_with_flags_that_change_the_run_is_refused_unless_allowed(tmp_pat
     common = [*TINY_FLAGS, "--batch-size", "4", "--epochs", "1", "--output-dir", str(tmp_path), "--name", "run"]
     first = launch([*common, "--max-steps", "1"])
     assert first.returncode == 0, describe(first)
+    # --model was left out: the run records the architecture it built, so that a resume compares like with like
+    assert yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())["model"]["model"] == "yolo11n"
+    other = launch([*common, "--resume", "auto", "--model", "yolo11s"])
+    assert other.returncode != 0 and "--model: 'yolo11n' in the checkpoint, 'yolo11s' now" in other.stderr
     refused = launch([*common, "--resume", "auto", "--lr0", "0.02"])
     assert refused.returncode != 0 and "--lr0: 0.01 in the checkpoint, 0.02 now" in refused.stderr, describe(refused)
     assert "--allow-changes" in refused.stderr

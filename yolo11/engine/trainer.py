@@ -133,6 +133,7 @@ def build_run(config: TrainConfig, plan: RunPlan, run_dir: Path, train_source: D
     """Model, accelerator, EMA, loss, optimizer, schedule, loaders and validator, prepared for training."""
     set_seed(config.run.seed)
     model = build_model(config.model, train_source.class_names, config.data.data)
+    model_name, backbone = model.config["name"], model.config.get("backbone")
     accelerator = build_accelerator(plan, run_dir, tracking.resolve_report_to(config.run.report_to))
     model = maybe_sync_batchnorm(model, config.run.sync_bn, accelerator)
     if plan.channels_last:
@@ -166,6 +167,9 @@ def build_run(config: TrainConfig, plan: RunPlan, run_dir: Path, train_source: D
         profiler=StepProfiler(run_dir / "profile", config.run.profile and accelerator.is_main_process,
                               accelerator.device),
         stop=StopAgreement(accelerator, stop))
+    # The architecture as built (--model may be left to the weights): what checkpoints store and resumes compare.
+    resolved = dataclasses.replace(config.model, model=model_name, backbone=backbone)
+    config = dataclasses.replace(config, model=resolved)
     return Run(config, plan, run_dir, train_source, step, train_loader, validator, TrainState(), stop)
 
 
