@@ -153,3 +153,12 @@ def test_cuda_equals_cpu():
     cuda = FastCocoEval(ground_truth, device="cuda").evaluate(predictions)
     np.testing.assert_allclose(cuda[0], cpu[0], rtol=0, atol=1e-12)
     np.testing.assert_allclose(cuda[1], cpu[1], rtol=0, atol=1e-12)
+
+
+def test_the_fast_backend_goes_to_the_gpu_for_large_validation_sets_only():
+    from yolo11.evaluation.coco import GPU_EVALUATION_MIN_IMAGES, evaluation_device
+
+    cuda, cpu = torch.device("cuda", 0), torch.device("cpu")
+    assert evaluation_device(cuda, GPU_EVALUATION_MIN_IMAGES) == cuda
+    assert evaluation_device(cuda, GPU_EVALUATION_MIN_IMAGES - 1) == cpu  # coco128: launches would dominate
+    assert evaluation_device(cpu, 10**6) == cpu

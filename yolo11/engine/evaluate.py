@@ -11,6 +11,7 @@ from yolo11.engine.compile import CompiledLoss
 from yolo11.engine.config import TrainConfig
 from yolo11.engine.plan import RunPlan
 from yolo11.evaluation import CocoEvaluator, EvaluationResult, predict_and_score
+from yolo11.evaluation.coco import evaluation_device
 from yolo11.postprocess import Postprocessor
 
 
@@ -38,8 +39,7 @@ class Validator:
         loader = build_dataloader(source, "val", loader_config)
         postprocessor = Postprocessor(conf=run.val_conf, iou=run.val_iou, max_det=run.max_det,
                                       strides=model.strides, reg_max=model.reg_max)
-        # on the training GPU where there is one (tests/test_fast_coco.py::test_cuda_equals_cpu: same numbers)
-        device = accelerator.device if accelerator.device.type == "cuda" else "cpu"
+        device = evaluation_device(accelerator.device, len(source.dataset))
         evaluator = CocoEvaluator(source.dataset, source.class_names, backend="fast", device=device)
         return cls(accelerator, accelerator.prepare(loader), postprocessor, evaluator, plan.channels_last,
                    run.val_images)

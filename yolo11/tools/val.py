@@ -24,7 +24,7 @@ from torch import nn
 from yolo11.data import DetectionSource, LoaderConfig, build_dataloader, load_source
 from yolo11.data.sources import BBOX_FORMATS, VAL_FALLBACKS
 from yolo11.evaluation import CocoEvaluator, plots, predict_and_score
-from yolo11.evaluation.coco import BACKENDS, coco_results
+from yolo11.evaluation.coco import BACKENDS, coco_results, evaluation_device
 from yolo11.evaluation.table import format_table
 from yolo11.postprocess import Postprocessor
 from yolo11.tools import cli
@@ -75,7 +75,7 @@ def evaluate_weights(accelerator: Accelerator, model: nn.Module, source: Detecti
                           augment=False, shuffle=False, rect=rect)
     loader = build_dataloader(source, "val", config)
     postprocessor = Postprocessor(conf=conf, iou=iou, max_det=max_det, strides=model.strides, reg_max=model.reg_max)
-    device = accelerator.device if accelerator.device.type == "cuda" else "cpu"  # the fast backend: same numbers
+    device = evaluation_device(accelerator.device, len(source.dataset))
     evaluator = CocoEvaluator(source.dataset, source.class_names, backend=backend, device=device)
     model = model.to(accelerator.device).eval()
     result = predict_and_score(accelerator, model, accelerator.prepare(loader), postprocessor, evaluator,
