@@ -10,15 +10,13 @@ import importlib.util
 import json
 import netrc
 import os
-import threading
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import numpy as np
 from accelerate import Accelerator
 
 from yolo11.evaluation.plots import DRAW_CONF, draw_sample
+from yolo11.netprobe import url_answers
 
 KNOWN_TRACKERS = ("wandb", "tensorboard")
 WANDB_PROBE_TIMEOUT_S = 5.0  # wandb itself retries an unreachable server for ~90 s, then aborts the run
@@ -70,21 +68,7 @@ def wandb_server_reachable(timeout: float = WANDB_PROBE_TIMEOUT_S) -> bool:
     Any HTTP status counts as an answer; an open TCP port alone does not (a proxy may accept every connection).
     The name lookup has no timeout of its own, so the request runs in a daemon thread left behind after ``timeout``.
     """
-    answered: list[bool] = []
-
-    def probe() -> None:
-        try:
-            urllib.request.urlopen(urllib.request.Request(wandb_base_url(), method="HEAD"), timeout=timeout).close()
-            answered.append(True)
-        except urllib.error.HTTPError:
-            answered.append(True)
-        except Exception:  # refused, timed out, no such host, malformed URL, not HTTP...
-            answered.append(False)
-
-    thread = threading.Thread(target=probe, daemon=True)
-    thread.start()
-    thread.join(timeout)
-    return bool(answered) and answered[0]
+    return url_answers(wandb_base_url(), timeout)
 
 
 def tracker_init_kwargs(report_to: list[str], run_dir: Path, run_name: str,

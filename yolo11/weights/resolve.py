@@ -16,14 +16,13 @@ from __future__ import annotations
 
 import os
 import re
-import threading
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
 from huggingface_hub import constants, hf_hub_download, snapshot_download
 from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
+
+from yolo11.netprobe import url_answers
 
 OFFICIAL_REPO = "Ultralytics/YOLO11"
 OFFICIAL_NAMES = tuple(f"yolo11{scale}.pt" for scale in "nsmlx")
@@ -56,21 +55,7 @@ def hub_reachable(timeout: float | None = None) -> bool:
     The name lookup has no timeout of its own, so the request runs in a daemon thread left behind after ``timeout``.
     """
     timeout = HUB_PROBE_TIMEOUT_S if timeout is None else timeout
-    answered: list[bool] = []
-
-    def probe() -> None:
-        try:
-            urllib.request.urlopen(urllib.request.Request(hub_endpoint(), method="HEAD"), timeout=timeout).close()
-            answered.append(True)
-        except urllib.error.HTTPError:
-            answered.append(True)
-        except Exception:  # refused, timed out, no such host, malformed URL, not HTTP...
-            answered.append(False)
-
-    thread = threading.Thread(target=probe, daemon=True)
-    thread.start()
-    thread.join(timeout)
-    return bool(answered) and answered[0]
+    return url_answers(hub_endpoint(), timeout)
 
 
 def resolve_weights(ref: str | Path) -> Path:
