@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Start, in the background on the GPU machine, a copy of this checkout running gpu_session.sh over the commands
-# given: the queue outlives one device call (10 minutes at most) as long as the next call comes within the
-# machine's idle window; later calls print its progress (`tail`) and copy its logs to $OUT. Usage:
+# given, so that a queue longer than one remote command's time limit keeps running between commands; `wait`
+# prints its progress and copies its logs to $OUT. Usage:
 #   bash benchmarks/gpu_queue.sh start "<cmd 1>" "<cmd 2>" ...   |   bash benchmarks/gpu_queue.sh wait SECONDS
 set -u
 QUEUE=/tmp/gpu_queue
