@@ -19,6 +19,7 @@ import datasets
 import numpy as np
 import torch
 
+from yolo11.data.sampling import epoch_permutation
 from yolo11.data.transforms import (
     AugmentParams,
     LetterBox,
@@ -52,7 +53,7 @@ class EpochKeySampler(torch.utils.data.Sampler):
         return self.num_samples
 
     def __iter__(self) -> Iterator[tuple[int, int]]:
-        order = np.random.default_rng([self.seed, self.epoch]).permutation(self.order) if self.shuffle else self.order
+        order = epoch_permutation(self.seed, self.epoch, self.order) if self.shuffle else self.order
         return iter([(self.epoch, int(i)) for i in order])
 
 

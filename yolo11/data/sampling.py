@@ -20,6 +20,12 @@ import numpy as np
 import torch
 
 
+def epoch_permutation(seed: int, epoch: int, order: np.ndarray) -> np.ndarray:
+    """``order`` shuffled for ``epoch``: the one definition of an epoch's sample order (``EpochKeySampler``, the
+    training stream and the first-batch preview must agree on it)."""
+    return np.random.default_rng([seed, epoch]).permutation(order)
+
+
 class EpochStream(torch.utils.data.Sampler):
     """Batches of ``(epoch, index)`` keys for this process, epoch after epoch, from ``start_at``'s position.
 
@@ -46,9 +52,8 @@ class EpochStream(torch.utils.data.Sampler):
         self.start_epoch, self.start_batch = epoch, batches_done
 
     def epoch_order(self, epoch: int) -> np.ndarray:
-        if not self.shuffle:
-            return np.arange(self.num_samples)
-        return np.random.default_rng([self.seed, epoch]).permutation(self.num_samples)
+        order = np.arange(self.num_samples)
+        return epoch_permutation(self.seed, epoch, order) if self.shuffle else order
 
     def epoch_batches(self, epoch: int) -> list[list[tuple[int, int]]]:
         """This process's batches of ``epoch``."""
