@@ -58,6 +58,7 @@ class RunOutputs:
         self.csv = ResultsCSV(run_dir / "results.csv", keep_epochs=resumed.epoch, lr_groups=lr_groups) \
             if accelerator.is_main_process else None
         self.report_to = report_to
+        self.plot_seconds = 0.0  # for the summary's split of the run's time
 
     def end_epoch(self, epoch: int, result: EpochResult, lrs: list[float], validation: EvaluationResult | None,
                   model: nn.Module, optimizer_steps: int, final: bool = False,
@@ -92,8 +93,10 @@ class RunOutputs:
             print(self.epoch_line(row, val_seconds), flush=True)
             if validation is not None:
                 if self.make_plots and (final or stop):
+                    start = time.perf_counter()
                     plots.save_validation_plots(self.run_dir, validation.metrics, validation.samples,
                                                 self.class_names)
+                    self.plot_seconds += time.perf_counter() - start
                 tracking.log_validation_images(accelerator, validation.samples, self.class_names,
                                                step=optimizer_steps)
         self.epoch_start = time.perf_counter()

@@ -77,6 +77,7 @@ class Run:
     outputs: RunOutputs | None = None
     train_seconds: float = 0.0  # this process's time in training loops, for the summary's img/s
     val_seconds: float = 0.0
+    saving_seconds: float = 0.0  # resumable checkpoints, weights files and results
 
 
 def train(config: TrainConfig) -> int:
@@ -102,12 +103,13 @@ def train(config: TrainConfig) -> int:
         print("interrupted before training started: nothing to save", file=sys.stderr)
         return 130
     start = time.perf_counter()
+    startup = process_age()
     run.stop.install()
     try:
         exit_code, images_seen = fit(run)
     finally:
         run.stop.uninstall()
-    pushed = finish(run, time.perf_counter() - start, images_seen, push=exit_code == 0)
+    pushed = finish(run, time.perf_counter() - start, images_seen, push=exit_code == 0, startup_seconds=startup)
     return exit_code or (0 if pushed else 1)
 
 
@@ -280,8 +282,10 @@ def end_epoch(run: Run, epoch: int, result) -> bool:
         metrics = run.validator.run(model, step.criterion)
         val_seconds = time.perf_counter() - start
         run.val_seconds += val_seconds
+    start = time.perf_counter()
     outcome = run.outputs.end_epoch(epoch, result, step.schedule.lrs(), metrics, model, state.optimizer_steps,
                                     final=last_epoch, val_seconds=val_seconds)
+    run.saving_seconds += time.perf_counter() - start
     state.best_fitness, state.best_epoch = outcome.best_fitness, outcome.best_epoch
     if last_epoch or outcome.stop or (epoch + 1) % config.save_period == 0:
         checkpoint(run)
@@ -290,19 +294,30 @@ def end_epoch(run: Run, epoch: int, result) -> bool:
 
 def checkpoint(run: Run) -> None:
     """A resumable checkpoint of the run as it stands (every rank), with the resolved config."""
-    step = run.step
+    step, start = run.step, time.perf_counter()
     save_checkpoint(step.accelerator, run.run_dir, run.state, run.config.run.keep_checkpoints, step.model, step.ema,
                     run.config.to_dict())
+    run.saving_seconds += time.perf_counter() - start
 
 
-def finish(run: Run, seconds: float, images_seen: int, push: bool) -> bool:
+def process_age() -> float | None:
+    """Seconds since this process started (imports, data, model and accelerator set-up), None where unknown."""
+    try:
+        import psutil  # an Accelerate dependency
+    except ImportError:
+        return None
+    return max(time.time() - psutil.Process().create_time(), 0.0)
+
+
+def finish(run: Run, seconds: float, images_seen: int, push: bool, startup_seconds: float | None = None) -> bool:
     """Summary, plots, trackers closed; ``--push-to-hub`` when ``push`` (a run that ended normally), from the main
     process. Returns False when the push failed."""
     step, config = run.step, run.config
     if step.profiler is not None:
         step.profiler.close(run.state.optimizer_steps)
     print_summary(step.accelerator, seconds, run.train_seconds, run.val_seconds, images_seen,
-                  run.outputs.best_summary())
+                  run.outputs.best_summary(), startup_seconds, run.saving_seconds - run.outputs.plot_seconds,
+                  run.outputs.plot_seconds)
     table = run.outputs.class_table(run.validator.evaluator.ground_truth)
     if table and step.accelerator.is_main_process:
         print(table)
