@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import os
 import subprocess
 import sys
@@ -21,6 +22,7 @@ from yolo11.data import (
     augment_preset,
     build_dataloader,
     build_train_stream,
+    build_val_stream,
     load_source,
     save_batch_preview,
 )
@@ -120,6 +122,19 @@ def test_worker_count_does_not_change_batches(source) -> None:
     assert single[0]["image_ids"] != other_epoch[0]["image_ids"]
 
 
+def test_worker_batches_send_only_the_images_through_shared_memory(source) -> None:
+    """Each tensor sent through shared memory costs a socket round trip to the busy worker: the small ones
+    (boxes, labels, sizes, HSV gains) come inside the pickle, equal to the in-process batch."""
+    config = LoaderConfig(imgsz=96, batch_size=6, workers=0, epochs=2, seed=1, hsv_on_device=True)
+    single = batches(build_dataloader(source, "train", config))
+    multi = batches(build_dataloader(source, "train", dataclasses.replace(config, workers=2)))
+    assert_same_batches(single, multi)
+    batch = multi[0]
+    assert type(batch) is dict and batch["images"].is_shared()
+    assert not any(batch[k].is_shared() for k in ("boxes", "labels", "orig_sizes", "ratio_pad", "hsv_gains"))
+    torch.testing.assert_close(batch["hsv_gains"], single[0]["hsv_gains"], rtol=0, atol=0)
+
+
 def test_close_mosaic_follows_the_epoch(source) -> None:
     loader = build_dataloader(source, "train", LoaderConfig(imgsz=96, batch_size=4, workers=0, epochs=5, close_mosaic=2,
                                                             hyp=NO_GEOMETRY))
@@ -194,6 +209,28 @@ def test_epoch_stream_workers_build_the_next_epoch_before_it_is_asked_for(source
         time.sleep(0.05)
     assert list(tmp_path.glob("1-*")), "no sample of epoch 1 was built while the trainer was between epochs"
     del stream
+
+
+@pytest.mark.parametrize("processes", [1, 3])
+def test_val_stream_repeats_the_val_loaders_batches_shared_out_whole(source, processes) -> None:
+    """Each pass of the stream is the val loader's batches (rect shapes included), process r taking batches
+    r, r + P, ...: together one pass covers every image once."""
+    config = LoaderConfig(imgsz=64, batch_size=4, workers=0, rect=True)
+    val = build_dataloader(source, "val", config)
+    expected = list(val)
+    passes = []
+    for rank in range(processes):
+        stream = build_val_stream(source, dataclasses.replace(config, workers=1), num_processes=processes,
+                                  process_index=rank)
+        per_pass = stream.batch_sampler.batches_per_pass
+        assert per_pass == len(expected[rank::processes])
+        batches = list(itertools.islice(iter(stream), 2 * per_pass))
+        assert_same_batches(batches[:per_pass], batches[per_pass:])  # the second pass repeats the first
+        passes.append(batches[:per_pass])
+    for rank in range(processes):
+        assert_same_batches(expected[rank::processes], passes[rank])
+    ids = [i for batches in passes for batch in batches for i in batch["image_ids"]]
+    assert sorted(ids) == sorted(source.dataset["image_id"])
 
 
 def test_batch_preview(source, tmp_path: Path) -> None:

@@ -41,6 +41,26 @@ class BatchRing:
         return buffer, flag, False
 
 
+# Only the images travel from a worker through shared memory; the rest goes inside the batch's pickle. Each
+# tensor sent as a tensor is moved to shared memory and its file descriptor fetched over a socket from the
+# worker, which answers only once its busy Python thread yields (~5 ms per tensor): the six small tensors of a
+# batch cost more than its images.
+def _pack(batch: dict) -> dict:
+    return {k: v.numpy() if isinstance(v, torch.Tensor) and k != "images" else v for k, v in batch.items()}
+
+
+def _unpack(fields: dict) -> dict:
+    return {k: torch.from_numpy(v) if isinstance(v, np.ndarray) else v for k, v in fields.items()}
+
+
+class InlineBatch(dict):
+    """A worker's batch dict that arrives in the main process as a plain dict, with only its images sent through
+    shared memory (``_pack``)."""
+
+    def __reduce__(self):
+        return _unpack, (_pack(self),)
+
+
 class ReusableBatch:
     """A batch whose images live in a worker's ``BatchRing`` slot.
 
@@ -57,6 +77,13 @@ class ReusableBatch:
         self.flag[0] = 0
         return pinned
 
+    def __reduce__(self):  # as InlineBatch
+        return _rebuild_reusable, (_pack(self.batch), self.flag, self.reused)
+
+
+def _rebuild_reusable(fields: dict, flag: torch.Tensor, reused: bool) -> ReusableBatch:
+    return ReusableBatch(_unpack(fields), flag, reused)
+
 
 class DetectionCollate:
     """Stack samples into the batch dict; runs in the workers, so it is one copy per image and no Python loops
@@ -67,8 +94,8 @@ class DetectionCollate:
     the copy is a plain row copy here and no transpose is needed on the device. ``max_boxes`` pads every batch
     to the same box count (static shapes); images with more boxes keep the first ``max_boxes``. ``ring_slots``
     > 0 (loaders that pin memory) builds the images in a ``BatchRing`` of that many slots per worker and returns
-    a ``ReusableBatch``. Samples that carry ``hsv_gains`` (HSV left to the device) give a float64 ``(B, 3)``
-    ``hsv_gains`` entry.
+    a ``ReusableBatch``; other batches made in a worker are an ``InlineBatch``. Samples that carry
+    ``hsv_gains`` (HSV left to the device) give a float64 ``(B, 3)`` ``hsv_gains`` entry.
     """
 
     def __init__(self, max_boxes: int | None = None, ring_slots: int = 0):
@@ -82,7 +109,8 @@ class DetectionCollate:
         shape = (len(samples), height, width, 3)
         nbytes = math.prod(shape)
         slot = None
-        if self.ring_slots and torch.utils.data.get_worker_info() is not None:
+        in_worker = torch.utils.data.get_worker_info() is not None
+        if self.ring_slots and in_worker:
             self._ring = self._ring or BatchRing(self.ring_slots)
             slot = self._ring.take(nbytes)
         rows = slot[0][:nbytes].view(shape) if slot else torch.empty(shape, dtype=torch.uint8)
@@ -105,7 +133,9 @@ class DetectionCollate:
                  "ratio_pad": torch.tensor([s["ratio_pad"] for s in samples], dtype=torch.float32)}
         if "hsv_gains" in samples[0]:
             batch["hsv_gains"] = torch.from_numpy(np.stack([s["hsv_gains"] for s in samples]).astype(np.float64))
-        return ReusableBatch(batch, slot[1], slot[2]) if slot else batch
+        if slot:
+            return ReusableBatch(batch, slot[1], slot[2])
+        return InlineBatch(batch) if in_worker else batch
 
 
 def model_input(images: torch.Tensor, channels_last: bool) -> torch.Tensor:

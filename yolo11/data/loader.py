@@ -10,7 +10,7 @@ from torch.utils.data import BatchSampler, DataLoader
 
 from yolo11.data.collate import DetectionCollate
 from yolo11.data.dataset import DetectionDataset, EpochKeySampler
-from yolo11.data.sampling import EpochStream
+from yolo11.data.sampling import EpochStream, RepeatingBatches
 from yolo11.data.schema import DetectionSource
 from yolo11.data.transforms import AugmentParams
 from yolo11.data.workers import seed_worker, usable_workers
@@ -83,9 +83,25 @@ def rect_batches(sizes_hw: np.ndarray, imgsz: int, batch_size: int, pad: float =
 def build_dataloader(source: DetectionSource, split: str = "train",
                      config: LoaderConfig | None = None) -> DetectionDataLoader:
     """The ``split`` ("train" or "val") DataLoader of ``source``, yielding the batch dict of the contract."""
+    config = config or LoaderConfig()
+    dataset, sampler = _dataset_and_sampler(source, split, config)
+    return _loader(dataset, BatchSampler(sampler, config.batch_size, drop_last=False), config,
+                   same_size=split == "train")
+
+
+def build_val_stream(source: DetectionSource, config: LoaderConfig, *, num_processes: int = 1,
+                     process_index: int = 0) -> DetectionDataLoader:
+    """The validation loader of a training run (``RepeatingBatches``): this process's share of the val batches,
+    again and again. Iterate it once and take ``batch_sampler.batches_per_pass`` batches per validation."""
+    dataset, sampler = _dataset_and_sampler(source, "val", config)
+    batches = list(BatchSampler(sampler, config.batch_size, drop_last=False))
+    return _loader(dataset, RepeatingBatches(batches, num_processes, process_index), config, same_size=False)
+
+
+def _dataset_and_sampler(source: DetectionSource, split: str,
+                         config: LoaderConfig) -> tuple[DetectionDataset, EpochKeySampler]:
     if split not in ("train", "val"):
         raise ValueError(f"split must be 'train' or 'val', got {split!r}")
-    config = config or LoaderConfig()
     train = split == "train"
     augment = train if config.augment is None else config.augment
     shuffle = train if config.shuffle is None else config.shuffle
@@ -98,8 +114,7 @@ def build_dataloader(source: DetectionSource, split: str = "train",
     dataset = DetectionDataset(source.dataset, config.imgsz, augment, config.hyp, epochs=config.epochs,
                                close_mosaic=config.close_mosaic, seed=config.seed, shapes=shapes,
                                cache_images=config.cache_images, hsv_on_device=config.hsv_on_device)
-    sampler = EpochKeySampler(len(dataset), shuffle=shuffle, seed=config.seed, order=order)
-    return _loader(dataset, BatchSampler(sampler, config.batch_size, drop_last=False), config, same_size=train)
+    return dataset, EpochKeySampler(len(dataset), shuffle=shuffle, seed=config.seed, order=order)
 
 
 def build_train_stream(source: DetectionSource, config: LoaderConfig, *, num_processes: int = 1,

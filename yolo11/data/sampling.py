@@ -1,4 +1,5 @@
-"""``EpochStream``: one process's training batches for every remaining epoch, as one uninterrupted sequence.
+"""``EpochStream``: one process's training batches for every remaining epoch, as one uninterrupted sequence;
+``RepeatingBatches``: the same for the validation batches of a training run.
 
 A DataLoader iterated once over this batch sampler never ends an epoch: its workers are already building the
 first batches of epoch e+1 while the trainer finishes epoch e, validates and checkpoints (Ultralytics'
@@ -75,3 +76,25 @@ class EpochStream(torch.utils.data.Sampler):
         for epoch in range(self.start_epoch, self.epochs):
             skip = self.start_batch if epoch == self.start_epoch else 0
             yield from self.epoch_batches(epoch)[skip:]
+
+
+class RepeatingBatches(torch.utils.data.Sampler):
+    """This process's share of ``batches`` (whole batches, round-robin: process r takes batches r, r + P, ...),
+    over and over without end.
+
+    The validation loader of a training run, iterated once: its workers build the next validation's batches
+    while the model trains, instead of starting at each validation (about 0.5 s of a small run's epoch on a GPU).
+    Take ``batches_per_pass`` batches per validation. Processes may hold one batch more than others: validation
+    runs no collective per batch.
+    """
+
+    def __init__(self, batches: list[list], num_processes: int = 1, process_index: int = 0):
+        self.batches = batches[process_index::num_processes]
+
+    @property
+    def batches_per_pass(self) -> int:
+        return len(self.batches)
+
+    def __iter__(self) -> Iterator[list]:
+        while self.batches:
+            yield from self.batches

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import itertools
+
 from accelerate import Accelerator
 from accelerate.utils import broadcast
 from torch import nn
 
-from yolo11.data import DetectionSource, LoaderConfig, build_dataloader
+from yolo11.data import DetectionSource, LoaderConfig, build_val_stream
 from yolo11.engine.compile import CompiledLoss
 from yolo11.engine.config import TrainConfig
+from yolo11.engine.device_feed import DeviceFeed
 from yolo11.engine.plan import RunPlan
 from yolo11.evaluation import CocoEvaluator, EvaluationResult, predict_and_score
 from yolo11.evaluation.coco import evaluation_device
@@ -16,12 +19,16 @@ from yolo11.postprocess import Postprocessor
 
 
 class Validator:
-    """The validation loader, post-processor and evaluator of a training run, built once."""
+    """The validation loader, post-processor and evaluator of a training run, built once.
+
+    The loader is a ``build_val_stream``, iterated once for the whole run: each validation takes one pass of
+    batches from it, which its workers prepared while the model trained."""
 
     def __init__(self, accelerator: Accelerator, loader, postprocessor: Postprocessor, evaluator: CocoEvaluator,
                  channels_last: bool, num_samples: int):
         self.accelerator = accelerator
         self.loader = loader
+        self._batches = None  # the loader's iterator, started by the first validation
         self.postprocessor = postprocessor
         self.evaluator = evaluator
         self.channels_last = channels_last
@@ -36,13 +43,13 @@ class Validator:
         loader_config = LoaderConfig(imgsz=data.imgsz, batch_size=plan.val_batch_size, workers=data.workers,
                                      augment=False, shuffle=False, seed=run.seed, max_boxes=data.max_boxes,
                                      rect=run.val_rect, cache_images=plan.cache_images and run.val_interval > 0)
-        loader = build_dataloader(source, "val", loader_config)
+        loader = build_val_stream(source, loader_config, num_processes=accelerator.num_processes,
+                                  process_index=accelerator.process_index)
         postprocessor = Postprocessor(conf=run.val_conf, iou=run.val_iou, max_det=run.max_det,
                                       strides=model.strides, reg_max=model.reg_max)
         device = evaluation_device(accelerator.device, len(source.dataset))
         evaluator = CocoEvaluator(source.dataset, source.class_names, backend="fast", device=device)
-        return cls(accelerator, accelerator.prepare(loader), postprocessor, evaluator, plan.channels_last,
-                   run.val_images)
+        return cls(accelerator, loader, postprocessor, evaluator, plan.channels_last, run.val_images)
 
     def run(self, model: nn.Module, criterion: nn.Module) -> EvaluationResult:
         """Validate ``model`` (the EMA's or the trained one, wrapped or not) with ``criterion`` for the losses.
@@ -57,6 +64,10 @@ class Validator:
         if self.accelerator.num_processes > 1:
             broadcast(list(model.buffers()), from_process=0)
         criterion = criterion.loss if isinstance(criterion, CompiledLoss) else criterion
-        return predict_and_score(self.accelerator, model, self.loader, self.postprocessor, self.evaluator,
+        if self._batches is None:
+            self._batches = iter(self.loader)
+        batches = self.loader.batch_sampler.batches_per_pass
+        one_pass = DeviceFeed(itertools.islice(self._batches, batches), self.accelerator.device)
+        return predict_and_score(self.accelerator, model, one_pass, self.postprocessor, self.evaluator,
                                  criterion=criterion, channels_last=self.channels_last,
-                                 num_samples=self.num_samples)
+                                 num_samples=self.num_samples, batches=batches)

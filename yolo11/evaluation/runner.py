@@ -34,9 +34,11 @@ def predict_and_score(
     criterion: nn.Module | None = None,
     channels_last: bool = False,
     num_samples: int = 0,
+    batches: int | None = None,
 ) -> EvaluationResult:
-    """Run ``model`` in eval mode over this process's shard of the prepared ``loader`` and score all processes'
-    predictions, mapped to original pixels, with ``evaluator``.
+    """Run ``model`` in eval mode over ``loader`` (this process's batches on its device: a prepared loader, or
+    a pass of the training run's validation stream) and score all processes' predictions, mapped to original
+    pixels, with ``evaluator``.
 
     Args:
         postprocessor: built with the model's ``strides`` and ``reg_max``.
@@ -44,6 +46,7 @@ def predict_and_score(
         channels_last: the model input's memory format.
         num_samples: images of this process kept for plots and trackers (network input, predictions in input
             pixels).
+        batches: this process's batch count, for the progress bar of a ``loader`` without a length.
 
     ``gather_predictions`` drops the samples that ``even_batches`` duplicated on the last batch, so the metrics
     equal a single-process evaluation whatever the number of processes.
@@ -51,19 +54,19 @@ def predict_and_score(
     was_training = model.training
     model.eval()
     loss_sum = torch.zeros(3, device=accelerator.device)
-    batches = 0
+    batches_run = 0
     per_image: list[tuple[int, torch.Tensor]] = []
     samples: list[dict] = []
     # a bar on a terminal only (the main process's): logs get the result lines of the caller
     bar = tqdm(loader, desc="validation", unit="batch", file=sys.stdout, leave=False, dynamic_ncols=True,
-               disable=not (accelerator.is_main_process and sys.stdout.isatty()))
+               total=batches, disable=not (accelerator.is_main_process and sys.stdout.isatty()))
     for batch in bar:
         with accelerator.autocast():
             feats = model(model_input(batch["images"], channels_last))
         feats = [f.float() for f in feats]
         if criterion is not None:
             loss_sum += criterion(feats, batch["boxes"], batch["labels"])[1]
-            batches += 1
+            batches_run += 1
         detections = postprocessor(feats)  # input pixels
         original = to_original_pixels(detections, batch["ratio_pad"], batch["orig_sizes"])
         per_image.extend((int(i), det.cpu()) for i, det in zip(batch["image_ids"], original, strict=True))
@@ -72,8 +75,9 @@ def predict_and_score(
     predictions = gather_predictions(accelerator, per_image)
     metrics = evaluator.compute(predictions, accelerator)
     losses = None
-    if criterion is not None:
-        losses = accelerator.reduce(loss_sum / max(batches, 1), reduction="mean")
+    if criterion is not None:  # the mean over all processes' batches, whatever each one's count
+        totals = accelerator.reduce(torch.cat([loss_sum, loss_sum.new_tensor([batches_run])]), reduction="sum")
+        losses = totals[:3] / totals[3].clamp(min=1)
     model.train(was_training)
     return EvaluationResult(metrics, predictions, losses, samples)
 
