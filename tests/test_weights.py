@@ -233,3 +233,25 @@ def test_other_globals_are_refused(tmp_path, function, argument, name):
     _torch_save(_RunsOnLoad(function, argument), tmp_path / "evil.pt")
     with pytest.raises(UnsafeCheckpointError, match=name.replace(".", r"\.")):
         load_ultralytics(tmp_path / "evil.pt")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_host_copies_of_cuda_tensors_equal_per_tensor_copies():
+    """One copy per dtype gives what ``.cpu()`` of each tensor gives, in the caller's order, each in its own
+    storage (safetensors refuses shared ones) except names that alias one tensor."""
+    from yolo11.models import create_model
+    from yolo11.weights.safetensors_io import host_copies
+
+    model = create_model("yolo11n", num_classes=3).cuda().half()
+    state = dict(model.state_dict())
+    state["alias"] = state["backbone.layers.0.conv.weight"]
+    state["transposed"] = state["backbone.layers.0.conv.weight"].flatten(1).t()  # not contiguous
+    copies = host_copies(state)
+    assert list(copies) == list(state)
+    for name, tensor in state.items():
+        assert copies[name].device.type == "cpu" and copies[name].is_contiguous()
+        torch.testing.assert_close(copies[name], tensor.cpu(), rtol=0, atol=0)
+    assert copies["alias"] is copies["backbone.layers.0.conv.weight"]
+    pointers = {copies[n].untyped_storage().data_ptr() for n in state if n != "alias"}
+    assert len(pointers) == len(state) - 1

@@ -26,6 +26,7 @@ from yolo11.engine.optim import WarmupSchedule, lr_lambda
 from yolo11.engine.plan import RunPlan
 from yolo11.models import YOLO11Detector, create_model
 from yolo11.weights import load_weights
+from yolo11.weights.safetensors_io import host_copies
 from yolo11.weights.transfer import describe_transfer, transfer_weights
 
 
@@ -66,7 +67,7 @@ def build_accelerator(plan: RunPlan, run_dir: Path, log_with: list[str]) -> Acce
     """The run's Accelerator. Accumulation is the training loop's (Ultralytics' ramping count, ``no_sync`` between
     steps), except under DeepSpeed, which accumulates by its own fixed count."""
     deepspeed = PartialState().distributed_type == DistributedType.DEEPSPEED
-    return Accelerator(
+    accelerator = Accelerator(
         gradient_accumulation_steps=plan.accumulation_steps if deepspeed else 1,
         log_with=log_with or None,
         project_config=ProjectConfiguration(project_dir=str(run_dir), logging_dir=str(run_dir)),
@@ -78,6 +79,14 @@ def build_accelerator(plan: RunPlan, run_dir: Path, log_with: list[str]) -> Acce
             InitProcessGroupKwargs(timeout=timedelta(minutes=30)),
         ],
     )
+    accelerator.register_save_state_pre_hook(_weights_to_host)
+    return accelerator
+
+
+def _weights_to_host(models: list, weights: list[dict], output_dir: str) -> None:
+    """``save_state``'s model state dicts brought to the CPU in one copy each (``host_copies``), before its
+    safetensors writer would copy them tensor by tensor."""
+    weights[:] = [host_copies(state) for state in weights]
 
 
 def prepare_training(accelerator: Accelerator, model: nn.Module, optimizer: torch.optim.Optimizer, loader):

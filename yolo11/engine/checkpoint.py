@@ -27,7 +27,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from yolo11.engine.ema import ModelEMA
-from yolo11.weights.safetensors_io import non_finite_flag
+from yolo11.weights.safetensors_io import host_copies, non_finite_flag
 
 STATE_FILE, EMA_FILE, CONFIG_FILE = "train_state.json", "ema.safetensors", "config.json"
 # Flags that a resume may change freely: how the run is watched, logged, saved and executed, not what it computes.
@@ -162,7 +162,7 @@ def check_finite(accelerator: Accelerator, model: nn.Module, ema: ModelEMA | Non
 def _write_own_state(folder: Path, state: TrainState, ema: ModelEMA | None) -> None:
     (folder / STATE_FILE).write_text(json.dumps(state.state_dict()) + "\n")
     if ema is not None:
-        tensors = {k: v.detach().contiguous().cpu() for k, v in ema.module.state_dict().items()}
+        tensors = host_copies(ema.module.state_dict())
         metadata = {"updates": str(ema.updates), "decay": repr(ema.decay), "tau": repr(ema.tau)}
         save_file(tensors, str(folder / EMA_FILE), metadata=metadata)
 

@@ -29,7 +29,31 @@ CARD_NAME = "README.md"
 def _tensors(model: YOLO11Detector) -> dict:
     if any(isinstance(m, Conv) and not isinstance(m.bn, nn.BatchNorm2d) for m in model.modules()):
         raise ValueError("cannot save a fused model (its BatchNorms are folded away); save before fuse()")
-    return {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
+    return host_copies(model.state_dict())
+
+
+def host_copies(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """``tensors`` contiguous on the CPU, as ``.contiguous().cpu()`` each would give, with those on an accelerator
+    brought over in one copy per (device, dtype) rather than one blocking copy each: yolo11n's ~500 state
+    tensors took ~30 ms that way on a GPU, per file and per epoch. Names that alias one tensor keep sharing it."""
+    out: dict[str, torch.Tensor] = {}
+    groups: dict[tuple, list[tuple[str, torch.Tensor]]] = {}
+    for name, tensor in tensors.items():
+        tensor = tensor.detach()
+        if tensor.device.type == "cpu":
+            out[name] = tensor.contiguous()
+        else:
+            groups.setdefault((tensor.device, tensor.dtype), []).append((name, tensor))
+    for members in groups.values():
+        unique: dict[tuple, torch.Tensor] = {}  # one copy per aliased tensor
+        for _, tensor in members:
+            unique.setdefault((tensor.data_ptr(), tensor.shape, tensor.stride()), tensor)
+        host = torch.cat([t.reshape(-1) for t in unique.values()]).cpu()
+        pieces = host.split([t.numel() for t in unique.values()])
+        copies = {key: piece.view(t.shape).clone() for (key, t), piece in zip(unique.items(), pieces, strict=True)}
+        for name, tensor in members:
+            out[name] = copies[(tensor.data_ptr(), tensor.shape, tensor.stride())]
+    return {name: out[name] for name in tensors}  # the caller's order
 
 
 def _build(config: dict, state: dict) -> YOLO11Detector:
