@@ -6,19 +6,28 @@ predict CLI and TensorBoard.
 
 from __future__ import annotations
 
+import functools
 import math
 from pathlib import Path
 
 import cv2
-import matplotlib
 import numpy as np
 import torch
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402  (after the backend is chosen)
+from yolo11.evaluation.matching import smooth
+from yolo11.evaluation.results import read_results
 
-from yolo11.evaluation.matching import smooth  # noqa: E402
-from yolo11.evaluation.results import read_results  # noqa: E402
+
+@functools.cache
+def _pyplot():
+    """matplotlib.pyplot on the Agg backend, imported on first use: importing it costs every run's start a third
+    of a second, and only the last epoch draws."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
 
 # Ultralytics' results.png grid: train losses and P/R on the top row, val losses and mAPs below.
 RESULTS_GRID = (
@@ -30,6 +39,7 @@ DRAW_CONF = 0.25  # predictions below this score are not drawn on validation ima
 
 def _palette(index: int) -> tuple[int, int, int]:
     """A stable RGB colour per class (matplotlib's tab20)."""
+    plt = _pyplot()
     r, g, b, _ = plt.get_cmap("tab20")(index % 20)
     return int(r * 255), int(g * 255), int(b * 255)
 
@@ -37,6 +47,7 @@ def _palette(index: int) -> tuple[int, int, int]:
 
 def plot_results(csv_path: Path, out_path: Path) -> Path:
     """results.png: each column of ``RESULTS_GRID`` against the epoch, raw and smoothed."""
+    plt = _pyplot()
     rows = read_results(csv_path)
     fig, axes = plt.subplots(2, 5, figsize=(15, 6), tight_layout=True)
     for ax, column in zip(axes.ravel(), [c for row in RESULTS_GRID for c in row], strict=True):
@@ -55,6 +66,7 @@ def plot_results(csv_path: Path, out_path: Path) -> Path:
 
 def plot_pr_curve(metrics: dict, class_names: list[str], out_path: Path) -> Path:
     """PR_curve.png at IoU 0.5: one line per class (with legend when there are fewer than 21) and their mean."""
+    plt = _pyplot()
     curve = metrics["pr_curve"]
     recall, precision = np.asarray(curve["recall"]), np.asarray(curve["precision"]).reshape(-1, len(curve["recall"]))
     ap50 = metrics["per_class_ap50"]
@@ -76,6 +88,7 @@ def plot_pr_curve(metrics: dict, class_names: list[str], out_path: Path) -> Path
 def plot_confusion_matrix(metrics: dict, class_names: list[str], out_path: Path, normalize: bool = True) -> Path:
     """confusion_matrix.png: rows predicted, columns true, last row/column = background (Ultralytics' layout);
     ``normalize`` divides each column by its true-class count."""
+    plt = _pyplot()
     matrix = np.asarray(metrics["confusion_matrix"], dtype=float)
     if normalize:
         matrix = matrix / (matrix.sum(0, keepdims=True) + 1e-9)
@@ -134,6 +147,7 @@ def draw_sample(sample: dict, class_names: list[str], conf: float = DRAW_CONF) -
 def plot_validation_images(samples: list[dict], class_names: list[str], out_path: Path,
                            conf: float = DRAW_CONF) -> Path:
     """val_images.png: one row per sample pair, ground truth (left) beside predictions with score >= ``conf``."""
+    plt = _pyplot()
     columns = 2 * min(2, len(samples)) or 2
     rows = max(1, math.ceil(2 * len(samples) / columns))
     fig, axes = plt.subplots(rows, columns, figsize=(4 * columns, 4 * rows), tight_layout=True, squeeze=False)
