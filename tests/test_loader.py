@@ -191,6 +191,21 @@ def test_epoch_stream_shards_each_global_batch_over_the_processes(processes) -> 
         assert seen == set(range(26))
 
 
+@pytest.mark.parametrize("processes", [1, 3])
+def test_epoch_stream_full_batches_top_up_the_last_batch_from_the_epochs_start(processes) -> None:
+    """For a compiled model: every batch full, the epoch's images all seen, the top-up taken from the start of
+    its order; the same global batches on any process count."""
+    plain = EpochStream(26, 4 * processes, epochs=1, seed=3)
+    shards = [EpochStream(26, 4, epochs=1, seed=3, num_processes=processes, process_index=r, full_batches=True)
+              for r in range(processes)]
+    rank_batches = [s.epoch_batches(0) for s in shards]
+    assert {len(batch) for batches_ in rank_batches for batch in batches_} == {4}
+    order = [index for batch in plain.epoch_batches(0) for _, index in batch]
+    joined = [index for k in range(shards[0].batches_per_epoch) for r in range(processes)
+              for _, index in rank_batches[r][k]]
+    assert joined == order + order[:len(joined) - 26]
+
+
 def test_epoch_stream_workers_build_the_next_epoch_before_it_is_asked_for(source, tmp_path, monkeypatch) -> None:
     """The point of the stream: once the last batch of epoch 0 is taken, the workers are already on epoch 1."""
     original = DetectionDataset.__getitem__

@@ -26,7 +26,7 @@ class LoaderConfig:
     epochs without mosaic; ``max_boxes`` pads every batch to that many box rows (static shapes).
     ``cache_images`` decodes every image once into RAM shared by the workers (``ImageCache``).
     ``hsv_on_device`` leaves the HSV pixels to the training device: batches then carry ``hsv_gains`` for
-    ``BatchHSV``.
+    ``BatchHSV``. ``full_batches`` (training stream): the last batch of an epoch topped up to full size.
     """
 
     imgsz: int = 640
@@ -42,6 +42,7 @@ class LoaderConfig:
     max_boxes: int | None = None
     cache_images: bool = False
     hsv_on_device: bool = False
+    full_batches: bool = False
 
 
 class DetectionDataLoader(DataLoader):
@@ -127,7 +128,7 @@ def build_train_stream(source: DetectionSource, config: LoaderConfig, *, num_pro
                                cache_images=config.cache_images, hsv_on_device=config.hsv_on_device)
     stream = EpochStream(len(dataset), config.batch_size, config.epochs, seed=config.seed,
                          shuffle=config.shuffle is not False, num_processes=num_processes,
-                         process_index=process_index)
+                         process_index=process_index, full_batches=config.full_batches)
     return _loader(dataset, stream, config, same_size=True)
 
 

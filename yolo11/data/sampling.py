@@ -33,15 +33,19 @@ class EpochStream(torch.utils.data.Sampler):
     ``batch_size`` is per process. The last global batch of an epoch may be short: it is shared evenly, each
     process topping its share up from the start of the epoch's order so that every process takes the same
     number of steps (DDP needs it); on one process it stays short, as ``drop_last=False`` would leave it.
+    ``full_batches`` tops the last global batch up to full size instead (from the start of the epoch's order,
+    a few images seen twice): a compiled model then sees one batch shape, not a second one to compile at the
+    end of the first epoch.
     """
 
     def __init__(self, num_samples: int, batch_size: int, epochs: int, *, seed: int = 0, shuffle: bool = True,
-                 num_processes: int = 1, process_index: int = 0):
+                 num_processes: int = 1, process_index: int = 0, full_batches: bool = False):
         if num_samples < 1 or batch_size < 1:
             raise ValueError(f"EpochStream needs samples and a batch size, got {num_samples} and {batch_size}")
         self.num_samples, self.batch_size, self.epochs = num_samples, batch_size, epochs
         self.seed, self.shuffle = seed, shuffle
         self.num_processes, self.process_index = num_processes, process_index
+        self.full_batches = full_batches
         self.start_epoch, self.start_batch = 0, 0
 
     @property
@@ -62,8 +66,9 @@ class EpochStream(torch.utils.data.Sampler):
         batches = []
         for start in range(0, self.num_samples, size * processes):
             chunk = order[start:start + size * processes]
-            share = size if len(chunk) == size * processes else math.ceil(len(chunk) / processes)
-            if processes > 1 and len(chunk) < share * processes:
+            full = len(chunk) == size * processes or self.full_batches
+            share = size if full else math.ceil(len(chunk) / processes)
+            if (processes > 1 or self.full_batches) and len(chunk) < share * processes:
                 chunk = np.concatenate([chunk, np.resize(order, share * processes - len(chunk))])
             mine = chunk[self.process_index * share:(self.process_index + 1) * share]
             batches.append([(epoch, int(i)) for i in mine])
