@@ -56,10 +56,11 @@ def ours_command(args: argparse.Namespace, seed: int) -> tuple[list[str], Path]:
     return command, args.out / f"ours_seed{seed}" / "weights" / "last.safetensors"
 
 
-def ultralytics_command(args: argparse.Namespace, seed: int) -> tuple[list[str], Path]:
+def ultralytics_command(args: argparse.Namespace, seed: int, plots: bool = False) -> tuple[list[str], Path]:
+    """``plots``: Ultralytics' default (True) draws labels, batches and curves; the accuracy runs skip them."""
     train = dict(data=str(args.data.resolve()), epochs=args.epochs, batch=args.batch, imgsz=args.imgsz,
                  optimizer="SGD", lr0=args.lr0, seed=seed, workers=args.workers, project=str(args.out.resolve()),
-                 name=f"ultralytics_seed{seed}", exist_ok=True, plots=False,
+                 name=f"ultralytics_seed{seed}", exist_ok=True, plots=plots,
                  device=args.ultralytics_device)
     script = f"from ultralytics import YOLO; YOLO({args.model + '.yaml'!r}).train(**{train!r})"
     return [sys.executable, "-c", script], args.out / f"ultralytics_seed{seed}" / "weights" / "last.pt"

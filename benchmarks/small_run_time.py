@@ -4,7 +4,7 @@ The accuracy recipe of ``accuracy_parity.py`` (yolo11n from scratch on coco128, 
 SGD lr0 0.01, validation every epoch), timed from the command's start to its exit: imports, data caching,
 compilation, every epoch and its validation, as a user waits for it. Variants, in this order:
 
-- ``ultralytics``: its trainer with its defaults;
+- ``ultralytics``: its trainer with its defaults (plots included, as ours draws its own by default);
 - ``ours``: our trainer with its defaults (``--compile auto`` decides);
 - ``ours-compiled-cold`` / ``ours-compiled-warm``: ``--compile true`` with an empty compile cache, then again
   with the cache the cold run filled (what a second run of the same shapes costs).
@@ -53,7 +53,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def command_for(args: argparse.Namespace, variant: str) -> list[str]:
     if variant == "ultralytics":
-        return ultralytics_command(args, args.seed)[0]
+        return ultralytics_command(args, args.seed, plots=True)[0]  # its default, as ours draws by default
     flags = args.ours_flags
     if variant.startswith("ours-compiled"):
         flags += f" --compile true --compile-cache-dir {args.out / 'compile_cache'}"
