@@ -418,3 +418,27 @@ def test_workers_keep_freed_memory_instead_of_faulting_it_in_again():
     _, default_faults = page_faults("default")
     assert default_faults > 16 * 100  # each 1.2 MB image faulted in again (about 300 pages)
     assert kept_faults < 50
+
+
+LEFT_RUNNING = """
+import sys
+from yolo11.data import LoaderConfig, build_dataloader, build_val_stream, load_source
+source = load_source("synthetic:num_images=24,num_val=10,imgsz=96", "train", cache_dir=sys.argv[1])
+config = LoaderConfig(imgsz=64, batch_size=4, workers=2, epochs=3)
+train = iter(build_dataloader(source, "train", config))
+next(train)
+val = iter(build_val_stream(source, LoaderConfig(imgsz=64, batch_size=4, workers=2, rect=True)))
+next(val)
+if sys.argv[2] == "raise":
+    raise RuntimeError("a crash with the loaders' workers busy")
+"""
+
+
+@pytest.mark.parametrize("how", ["return", "raise"])
+def test_a_program_exits_with_loader_iterators_still_running(tmp_path, how):
+    """The workers ignore SIGTERM, which multiprocessing's exit sends them before joining them: iterators left
+    alive at the end of a program (module level, or held by an uncaught exception's traceback) must still let it
+    exit."""
+    result = subprocess.run([sys.executable, "-c", LEFT_RUNNING, str(tmp_path), how], capture_output=True,
+                            text=True, timeout=120, cwd=Path(__file__).resolve().parents[1])
+    assert result.returncode == (1 if how == "raise" else 0), result.stderr[-2000:]

@@ -13,7 +13,7 @@ from yolo11.data.dataset import DetectionDataset, EpochKeySampler
 from yolo11.data.sampling import EpochStream, RepeatingBatches
 from yolo11.data.schema import DetectionSource
 from yolo11.data.transforms import AugmentParams
-from yolo11.data.workers import seed_worker, usable_workers
+from yolo11.data.workers import seed_worker, stop_workers_at_exit, usable_workers
 from yolo11.geometry import MAX_STRIDE
 
 
@@ -48,6 +48,11 @@ class LoaderConfig:
 class DetectionDataLoader(DataLoader):
     """A DataLoader whose ``set_epoch`` reaches its ``EpochKeySampler``, like Accelerate's prepared loaders: call it
     before each epoch, since the sampler yields ``(epoch, index)`` keys."""
+
+    def _get_iterator(self):
+        iterator = super()._get_iterator()
+        stop_workers_at_exit(iterator)
+        return iterator
 
     def set_epoch(self, epoch: int, batches_done: int = 0) -> None:
         """The epoch of the next iteration (``batches_done``: where an ``EpochStream`` resumes within it)."""
@@ -96,7 +101,8 @@ def build_val_stream(source: DetectionSource, config: LoaderConfig, *, num_proce
     again and again. Iterate it once and take ``batch_sampler.batches_per_pass`` batches per validation."""
     dataset, sampler = _dataset_and_sampler(source, "val", config)
     batches = list(BatchSampler(sampler, config.batch_size, drop_last=False))
-    return _loader(dataset, RepeatingBatches(batches, num_processes, process_index), config, same_size=False)
+    return _loader(dataset, RepeatingBatches(batches, num_processes, process_index), config, same_size=False,
+                   stream=True)
 
 
 def _dataset_and_sampler(source: DetectionSource, split: str,
@@ -129,10 +135,13 @@ def build_train_stream(source: DetectionSource, config: LoaderConfig, *, num_pro
     stream = EpochStream(len(dataset), config.batch_size, config.epochs, seed=config.seed,
                          shuffle=config.shuffle is not False, num_processes=num_processes,
                          process_index=process_index, full_batches=config.full_batches)
-    return _loader(dataset, stream, config, same_size=True)
+    return _loader(dataset, stream, config, same_size=True, stream=True)
 
 
-def _loader(dataset: DetectionDataset, batch_sampler, config: LoaderConfig, same_size: bool) -> DetectionDataLoader:
+def _loader(dataset: DetectionDataset, batch_sampler, config: LoaderConfig, same_size: bool,
+            stream: bool = False) -> DetectionDataLoader:
+    """``stream``: iterated once, so its workers need not persist; they stop with the iterator (a persistent
+    loader would hold its iterator, and the batches built ahead, until the interpreter's exit)."""
     workers = usable_workers(config.workers)
     pin_memory = torch.cuda.is_available()
     # Training batches are all the same size: each worker reuses a few shared buffers (BatchRing), handed back
@@ -141,4 +150,4 @@ def _loader(dataset: DetectionDataset, batch_sampler, config: LoaderConfig, same
     return DetectionDataLoader(
         dataset, batch_sampler=batch_sampler, num_workers=workers,
         collate_fn=DetectionCollate(config.max_boxes, ring_slots=ring_slots), pin_memory=pin_memory,
-        persistent_workers=workers > 0, worker_init_fn=seed_worker)
+        persistent_workers=workers > 0 and not stream, worker_init_fn=seed_worker)

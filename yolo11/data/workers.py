@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import ctypes.util
 import os
 import random
 import signal
 import sys
+import weakref
 
 import cv2
 import numpy as np
 import torch
 
 WORKER_NICENESS = 10
+_live_iterators: weakref.WeakSet = weakref.WeakSet()
 # glibc mallopt parameters (malloc.h)
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
 
@@ -60,3 +63,22 @@ def usable_workers(requested: int) -> int:
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     local_processes = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
     return min(requested, max(cores // max(local_processes, 1), 1))
+
+
+def stop_workers_at_exit(iterator) -> None:
+    """Stop ``iterator``'s workers when the program exits with it still alive.
+
+    The workers ignore SIGTERM (``seed_worker``), and multiprocessing's exit handler terminates daemonic children
+    with SIGTERM and then joins them: a loader iterator that outlives the program (one held at module level, or
+    by the traceback of an uncaught exception) would make the exit wait forever. The handler registered here
+    runs before multiprocessing's (exit handlers run last registered, first) and ends them the normal way."""
+    if not hasattr(iterator, "_shutdown_workers"):  # no workers: nothing to stop
+        return
+    if not _live_iterators:
+        atexit.register(_stop_live_iterators)
+    _live_iterators.add(iterator)
+
+
+def _stop_live_iterators() -> None:
+    for iterator in list(_live_iterators):
+        iterator._shutdown_workers()

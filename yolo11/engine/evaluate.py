@@ -51,6 +51,10 @@ class Validator:
         evaluator = CocoEvaluator(source.dataset, source.class_names, backend="fast", device=device)
         return cls(accelerator, loader, postprocessor, evaluator, plan.channels_last, run.val_images)
 
+    def close(self) -> None:
+        """Stop the loader's workers (and drop the batches they built ahead)."""
+        self._batches = None
+
     def run(self, model: nn.Module, criterion: nn.Module) -> EvaluationResult:
         """Validate ``model`` (the EMA's or the trained one, wrapped or not) with ``criterion`` for the losses.
 

@@ -318,6 +318,7 @@ def finish(run: Run, seconds: float, images_seen: int, push: bool, startup_secon
     print_summary(step.accelerator, seconds, run.train_seconds, run.val_seconds, images_seen,
                   run.outputs.best_summary(), startup_seconds, run.saving_seconds - run.outputs.plot_seconds,
                   run.outputs.plot_seconds)
+    run.validator.close()
     table = run.outputs.class_table(run.validator.evaluator.ground_truth)
     if table and step.accelerator.is_main_process:
         print(table)
