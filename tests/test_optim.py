@@ -1,5 +1,6 @@
 """Optimizer groups, Ultralytics' 'auto' rule, warmup and schedule, the run plan, EMA."""
 
+import io
 import json
 import math
 from pathlib import Path
@@ -208,3 +209,41 @@ def test_cache_images_auto_caches_when_the_images_fit_in_half_the_ram(monkeypatc
     assert plan_run(config, 1, 100, 80, cache_bytes=gib, available_ram=100 * gib).cache_images
     assert not plan_run(parse_config(["--cache-images", "false"]), 1, 100, 80, cache_bytes=1,
                         available_ram=100 * gib).cache_images
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=[pytest.mark.gpu, pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="needs a CUDA device")])])
+def test_checkpointed_optimizer_state_comes_to_the_cpu_and_loads_back(device):
+    """The state-dict hook of training optimizers: momentum buffers on the CPU (one copy per dtype), the live
+    state untouched, and a fresh optimizer loaded from it continues identically."""
+    from yolo11.engine.build import _optimizer_state_to_host
+
+    def make():
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.Linear(8, 2)).to(device)
+        return model, torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+
+    def step(model, optimizer):
+        model(torch.ones(5, 4, device=device)).square().sum().backward()
+        optimizer.step()
+        optimizer.zero_grad()
+
+    model, optimizer = make()
+    optimizer.register_state_dict_post_hook(_optimizer_state_to_host)
+    step(model, optimizer)
+    saved = optimizer.state_dict()
+    live = [s["momentum_buffer"] for s in optimizer.state.values()]
+    assert all(s["momentum_buffer"].device.type == "cpu" for s in saved["state"].values())
+    assert all(b.device.type == device for b in live)  # the optimizer's own buffers stay where they were
+    for buffer, kept in zip(live, saved["state"].values(), strict=True):
+        torch.testing.assert_close(kept["momentum_buffer"], buffer.cpu(), rtol=0, atol=0)
+    resumed_model, resumed = make()
+    resumed_model.load_state_dict(model.state_dict())
+    file = io.BytesIO()  # through a file, as a checkpoint goes: the CPU path shares its tensors with the live state
+    torch.save(saved, file)
+    file.seek(0)
+    resumed.load_state_dict(torch.load(file, weights_only=True))
+    for m, o in ((model, optimizer), (resumed_model, resumed)):
+        step(m, o)
+    for a, b in zip(model.parameters(), resumed_model.parameters(), strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)

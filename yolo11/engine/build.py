@@ -97,7 +97,21 @@ def prepare_training(accelerator: Accelerator, model: nn.Module, optimizer: torc
     if accelerator.distributed_type == DistributedType.DEEPSPEED:
         model, optimizer, _ = accelerator.prepare(model, optimizer, loader)
         return model, optimizer
+    if accelerator.distributed_type != DistributedType.FSDP:  # FSDP gathers its optimizer state itself
+        optimizer.register_state_dict_post_hook(_optimizer_state_to_host)
     return accelerator.prepare(model, optimizer)
+
+
+def _optimizer_state_to_host(optimizer: torch.optim.Optimizer, state_dict: dict) -> dict:
+    """The state tensors of ``optimizer.state_dict()`` (what checkpoints save) on the CPU in one copy per dtype
+    (``host_copies``), where ``torch.save`` would copy each momentum buffer on its own. New dicts: the packed
+    state shares its inner dicts with the live optimizer. Loading moves them back to the parameters' device."""
+    tensors = {(index, key): value for index, values in state_dict["state"].items()
+               for key, value in values.items() if isinstance(value, torch.Tensor)}
+    copies = host_copies(tensors)
+    state_dict["state"] = {index: {key: copies.get((index, key), value) for key, value in values.items()}
+                           for index, values in state_dict["state"].items()}
+    return state_dict
 
 
 def maybe_sync_batchnorm(model: nn.Module, requested: bool, accelerator: Accelerator) -> nn.Module:

@@ -69,7 +69,10 @@ def predict_and_score(
             batches_run += 1
         detections = postprocessor(feats)  # input pixels
         original = to_original_pixels(detections, batch["ratio_pad"], batch["orig_sizes"])
-        per_image.extend((int(i), det.cpu()) for i, det in zip(batch["image_ids"], original, strict=True))
+        # one copy to the host per batch, not one blocking copy per image; each image's rows then in a storage of
+        # their own (a pickled view, as gather_object sends them, would carry the whole batch)
+        on_host = torch.cat(original).cpu().split([len(det) for det in original]) if original else []
+        per_image.extend((int(i), det.clone()) for i, det in zip(batch["image_ids"], on_host, strict=True))
         if len(samples) < num_samples:
             samples.extend(_samples(batch, detections, num_samples - len(samples)))
     predictions = gather_predictions(accelerator, per_image)

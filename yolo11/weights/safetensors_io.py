@@ -32,11 +32,11 @@ def _tensors(model: YOLO11Detector) -> dict:
     return host_copies(model.state_dict())
 
 
-def host_copies(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+def host_copies(tensors: dict) -> dict:
     """``tensors`` contiguous on the CPU, as ``.contiguous().cpu()`` each would give, with those on an accelerator
     brought over in one copy per (device, dtype) rather than one blocking copy each: yolo11n's ~500 state
     tensors took ~30 ms that way on a GPU, per file and per epoch. Names that alias one tensor keep sharing it."""
-    out: dict[str, torch.Tensor] = {}
+    out: dict = {}
     groups: dict[tuple, list[tuple[str, torch.Tensor]]] = {}
     for name, tensor in tensors.items():
         tensor = tensor.detach()
