@@ -77,6 +77,7 @@ class Run:
     outputs: RunOutputs | None = None
     train_seconds: float = 0.0  # this process's time in training loops, for the summary's img/s
     val_seconds: float = 0.0
+    score_seconds: float = 0.0  # the scoring part of val_seconds
     saving_seconds: float = 0.0  # resumable checkpoints, weights files and results
 
 
@@ -276,14 +277,15 @@ def end_epoch(run: Run, epoch: int, result) -> bool:
     config, state, step = run.config.run, run.state, run.step
     last_epoch = epoch + 1 == config.epochs or result.reached_max_steps
     model = step.ema.module if step.ema is not None else step.model
-    metrics, val_seconds = None, 0.0
+    validation, val_seconds = None, 0.0
     if config.val_interval and (last_epoch or (epoch + 1) % config.val_interval == 0):
         start = time.perf_counter()
-        metrics = run.validator.run(model, step.criterion)
+        validation = run.validator.run(model, step.criterion)
         val_seconds = time.perf_counter() - start
         run.val_seconds += val_seconds
+        run.score_seconds += validation.score_seconds
     start = time.perf_counter()
-    outcome = run.outputs.end_epoch(epoch, result, step.schedule.lrs(), metrics, model, state.optimizer_steps,
+    outcome = run.outputs.end_epoch(epoch, result, step.schedule.lrs(), validation, model, state.optimizer_steps,
                                     final=last_epoch, val_seconds=val_seconds)
     run.saving_seconds += time.perf_counter() - start
     state.best_fitness, state.best_epoch = outcome.best_fitness, outcome.best_epoch
@@ -317,7 +319,7 @@ def finish(run: Run, seconds: float, images_seen: int, push: bool, startup_secon
         step.profiler.close(run.state.optimizer_steps)
     print_summary(step.accelerator, seconds, run.train_seconds, run.val_seconds, images_seen,
                   run.outputs.best_summary(), startup_seconds, run.saving_seconds - run.outputs.plot_seconds,
-                  run.outputs.plot_seconds)
+                  run.outputs.plot_seconds, run.score_seconds)
     run.validator.close()
     table = run.outputs.class_table(run.validator.evaluator.ground_truth)
     if table and step.accelerator.is_main_process:

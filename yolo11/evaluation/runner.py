@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import time
 from dataclasses import dataclass
 
 import torch
@@ -21,6 +22,7 @@ class EvaluationResult:
     predictions: list[tuple[int, torch.Tensor]]  # every process's (image_id, (n, 6) original pixels), each image once
     losses: torch.Tensor | None  # (3,) box, cls, dfl averaged over all processes' batches; None without a criterion
     samples: list[dict]  # up to `num_samples` images of this process with predictions and targets (CPU)
+    score_seconds: float = 0.0  # of the evaluator's ``compute``: the part of a validation that is not the model's
 
 
 @torch.no_grad()
@@ -76,13 +78,15 @@ def predict_and_score(
         if len(samples) < num_samples:
             samples.extend(_samples(batch, detections, num_samples - len(samples)))
     predictions = gather_predictions(accelerator, per_image)
+    started = time.perf_counter()
     metrics = evaluator.compute(predictions, accelerator)
+    score_seconds = time.perf_counter() - started
     losses = None
     if criterion is not None:  # the mean over all processes' batches, whatever each one's count
         totals = accelerator.reduce(torch.cat([loss_sum, loss_sum.new_tensor([batches_run])]), reduction="sum")
         losses = totals[:3] / totals[3].clamp(min=1)
     model.train(was_training)
-    return EvaluationResult(metrics, predictions, losses, samples)
+    return EvaluationResult(metrics, predictions, losses, samples, score_seconds)
 
 
 def _samples(batch: dict, detections: list[torch.Tensor], limit: int) -> list[dict]:
