@@ -229,16 +229,17 @@ def test_epoch_stream_workers_build_the_next_epoch_before_it_is_asked_for(source
 @pytest.mark.parametrize("processes", [1, 3])
 def test_val_stream_repeats_the_val_loaders_batches_shared_out_whole(source, processes) -> None:
     """Each pass of the stream is the val loader's batches (rect shapes included), process r taking batches
-    r, r + P, ...: together one pass covers every image once."""
+    r, r + P, ...: together one pass covers every image once; no more workers than a pass has batches."""
     config = LoaderConfig(imgsz=64, batch_size=4, workers=0, rect=True)
     val = build_dataloader(source, "val", config)
     expected = list(val)
     passes = []
     for rank in range(processes):
-        stream = build_val_stream(source, dataclasses.replace(config, workers=1), num_processes=processes,
+        stream = build_val_stream(source, dataclasses.replace(config, workers=4), num_processes=processes,
                                   process_index=rank)
         per_pass = stream.batch_sampler.batches_per_pass
         assert per_pass == len(expected[rank::processes])
+        assert 1 <= stream.num_workers <= per_pass  # a worker per batch of a pass at most
         batches = list(itertools.islice(iter(stream), 2 * per_pass))
         assert_same_batches(batches[:per_pass], batches[per_pass:])  # the second pass repeats the first
         passes.append(batches[:per_pass])

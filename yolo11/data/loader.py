@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -100,9 +101,11 @@ def build_val_stream(source: DetectionSource, config: LoaderConfig, *, num_proce
     """The validation loader of a training run (``RepeatingBatches``): this process's share of the val batches,
     again and again. Iterate it once and take ``batch_sampler.batches_per_pass`` batches per validation."""
     dataset, sampler = _dataset_and_sampler(source, "val", config)
-    batches = list(BatchSampler(sampler, config.batch_size, drop_last=False))
-    return _loader(dataset, RepeatingBatches(batches, num_processes, process_index), config, same_size=False,
-                   stream=True)
+    batches = RepeatingBatches(list(BatchSampler(sampler, config.batch_size, drop_last=False)), num_processes,
+                               process_index)
+    # a worker builds whole batches: more workers than a pass has batches would only hold more passes in memory
+    config = dataclasses.replace(config, workers=min(config.workers, max(batches.batches_per_pass, 1)))
+    return _loader(dataset, batches, config, same_size=False, stream=True)
 
 
 def _dataset_and_sampler(source: DetectionSource, split: str,
