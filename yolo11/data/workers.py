@@ -5,6 +5,7 @@ from __future__ import annotations
 import atexit
 import ctypes
 import ctypes.util
+import multiprocessing.util  # noqa: F401  (registers its exit handler first: ours must come after it)
 import os
 import random
 import signal
@@ -70,15 +71,14 @@ def stop_workers_at_exit(iterator) -> None:
 
     The workers ignore SIGTERM (``seed_worker``), and multiprocessing's exit handler terminates daemonic children
     with SIGTERM and then joins them: a loader iterator that outlives the program (one held at module level, or
-    by the traceback of an uncaught exception) would make the exit wait forever. The handler registered here
-    runs before multiprocessing's (exit handlers run last registered, first) and ends them the normal way."""
+    by the traceback of an uncaught exception) would make the exit wait forever. ``_stop_live_iterators`` runs
+    before multiprocessing's handler (exit handlers run last registered, first) and ends them the normal way."""
     if not hasattr(iterator, "_shutdown_workers"):  # no workers: nothing to stop
         return
-    if not _live_iterators:
-        atexit.register(_stop_live_iterators)
     _live_iterators.add(iterator)
 
 
+@atexit.register  # at import: after multiprocessing's own handler, so it runs before it
 def _stop_live_iterators() -> None:
     for iterator in list(_live_iterators):
         iterator._shutdown_workers()
