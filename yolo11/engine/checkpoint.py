@@ -15,6 +15,7 @@ non-finite weight is never written.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import shutil
@@ -147,9 +148,10 @@ def check_resume_config(checkpoint: Path, current: dict, allow_changes: bool) ->
 def check_finite(accelerator: Accelerator, model: nn.Module, ema: ModelEMA | None) -> None:
     """Raise ``CheckpointError`` on every rank when a model or EMA tensor of the main process is not finite."""
     model = accelerator.unwrap_model(model, keep_torch_compile=False)
-    tensors = [t for t in model.state_dict().values() if t.is_floating_point()]
-    if ema is not None:
-        tensors += [t for t in ema.module.state_dict().values() if t.is_floating_point()]
+    modules = [model] + ([ema.module] if ema is not None else [])
+    # parameters and buffers, not state_dict(): the same tensors without a walk that builds every key
+    tensors = [t.detach() for m in modules for t in itertools.chain(m.parameters(), m.buffers())
+               if t.is_floating_point()]
     bad = torch.zeros((), device=accelerator.device)
     if accelerator.is_main_process:
         bad = non_finite_flag(tensors).to(bad.device)

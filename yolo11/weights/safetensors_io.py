@@ -26,10 +26,9 @@ CONFIG_NAME = "config.json"
 CARD_NAME = "README.md"
 
 
-def _tensors(model: YOLO11Detector) -> dict:
+def _check_not_fused(model: YOLO11Detector) -> None:
     if any(isinstance(m, Conv) and not isinstance(m.bn, nn.BatchNorm2d) for m in model.modules()):
         raise ValueError("cannot save a fused model (its BatchNorms are folded away); save before fuse()")
-    return host_copies(model.state_dict())
 
 
 def host_copies(tensors: dict) -> dict:
@@ -72,11 +71,14 @@ def non_finite_flag(tensors: list[torch.Tensor]) -> torch.Tensor:
 
 
 def _finite_tensors(model: YOLO11Detector, file: Path) -> dict:
+    """The model's state on the CPU; ``ValueError`` when a tensor is not finite. One ``state_dict`` call: it
+    walks every module (about 18 ms for yolo11n on a slow CPU core), and a small run saves every epoch."""
+    _check_not_fused(model)
     state = {k: v.detach() for k, v in model.state_dict().items()}
     if bool(non_finite_flag([t for t in state.values() if t.is_floating_point()])):
         bad = [name for name, t in state.items() if t.is_floating_point() and not bool(torch.isfinite(t).all())]
         raise ValueError(f"not writing {file}: {len(bad)} tensors hold non-finite values (e.g. {bad[0]})")
-    return _tensors(model)
+    return host_copies(state)
 
 
 def _metadata(model: YOLO11Detector) -> dict[str, str]:
