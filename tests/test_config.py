@@ -173,6 +173,22 @@ def test_ultralytics_yaml_conflicts_and_unknown_keys_are_errors(tmp_path, capsys
     assert exc.value.code == 2 and message in capsys.readouterr().err
 
 
+def test_ultralytics_key_value_arguments_read_as_its_keys(tmp_path, capsys):
+    """``yolo train``'s style: key=value tokens typed as YAML values, translated like an args.yaml; they win over
+    --config, a --flag wins over them, and a value of a flag that holds '=' is left alone."""
+    path = tmp_path / "cfg.yaml"
+    path.write_text("epochs: 7\nimgsz: 96\n")
+    config = parse_config(["--config", str(path), "data=coco8.yaml", "model=yolo11s.pt", "epochs=3", "lr0=1e-3",
+                           "batch=8", "plots=false", "cos_lr=true", "--imgsz", "128", "--name", "a=b"])
+    assert (config.data.data, config.model.model, config.model.weights) == ("coco8.yaml", "yolo11s", "yolo11s.pt")
+    assert (config.run.epochs, config.optim.lr0, config.run.batch_size, config.run.plots) == (3, 1e-3, 8, False)
+    assert (config.optim.schedule, config.data.imgsz, config.run.name) == ("cosine", 128, "a=b")
+    assert "model: yolo11s.pt -> --model yolo11s --weights yolo11s.pt" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as exc:
+        parse_config(["data=coco8.yaml", "epoch=3"])
+    assert exc.value.code == 2 and "key=value arguments: unknown key 'epoch'" in capsys.readouterr().err
+
+
 def test_ultralytics_key_table_matches_the_installed_reference():
     """Every key of the Ultralytics default.yaml is known with its default (skips without Ultralytics)."""
     import importlib.util

@@ -15,6 +15,7 @@ import dataclasses
 import math
 import os
 import re
+import sys
 import types
 import typing
 from dataclasses import dataclass, field
@@ -362,18 +363,41 @@ def _load_yaml_defaults(path: Path) -> tuple[dict[str, Any], list[str]]:
     return defaults, [f"--config {path}: {note}" for note in notes]
 
 
+_KEY_VALUE = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*=")
+
+
 def parse_config(argv: list[str] | None = None) -> TrainConfig:
-    """Parse the command line (and an optional ``--config`` YAML of defaults) into a validated ``TrainConfig``."""
+    """Parse the command line (and an optional ``--config`` YAML of defaults) into a validated ``TrainConfig``.
+
+    Ultralytics' ``key=value`` arguments (``epochs=3 model=yolo11n.pt``) are read as ``--config`` keys are, and
+    take precedence over ``--config``; a ``--flag`` given as well wins over both."""
     parser = build_parser()
-    pre, _ = parser.parse_known_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    pre, extras = parser.parse_known_args(argv)
+    key_values = [token for token in extras if _KEY_VALUE.match(token)]
+    argv = [token for token in argv if token not in key_values]
+    notes: list[str] = []
     if pre.config is not None:
         try:
-            defaults, notes = _load_yaml_defaults(pre.config)
+            defaults, config_notes = _load_yaml_defaults(pre.config)
         except (OSError, ValueError) as err:
             parser.error(str(err))
         parser.set_defaults(**defaults)
-        for note in notes if os.environ.get("RANK", "0") == "0" else ():  # once per job, not per process
-            print(note, flush=True)
+        notes += config_notes
+    if key_values:
+        ours = {f.name: _field_type(f.type)[1] for s in _SECTIONS.values() for f in dataclasses.fields(s)}
+        values = {}
+        for token in key_values:
+            key, _, text = token.partition("=")
+            values[key.replace("-", "_")] = yaml.safe_load(text) if text else None  # 3, 0.01, true, null
+        try:
+            defaults, kv_notes = read_ultralytics_keys(values, ours)
+        except ValueError as err:
+            parser.error(f"key=value arguments: {err}")
+        parser.set_defaults(**defaults)
+        notes += kv_notes
+    for note in notes if os.environ.get("RANK", "0") == "0" else ():  # once per job, not per process
+        print(note, flush=True)
     args = vars(parser.parse_args(argv))
     try:
         return TrainConfig(**{name: section(**{f.name: args[f.name] for f in dataclasses.fields(section)})
