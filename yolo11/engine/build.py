@@ -84,7 +84,7 @@ def build_accelerator(plan: RunPlan, run_dir: Path, log_with: list[str]) -> Acce
 
 
 def _weights_to_host(models: list, weights: list[dict], output_dir: str) -> None:
-    """``save_state``'s model state dicts brought to the CPU in one copy each (``host_copies``), before its
+    """``save_state``'s model state dicts brought to the CPU in one copy per dtype (``host_copies``), before its
     safetensors writer would copy them tensor by tensor."""
     weights[:] = [host_copies(state) for state in weights]
 
