@@ -72,7 +72,7 @@ def non_finite_flag(tensors: list[torch.Tensor]) -> torch.Tensor:
 
 def _finite_tensors(model: YOLO11Detector, file: Path) -> dict:
     """The model's state on the CPU; ``ValueError`` when a tensor is not finite. One ``state_dict`` call: it
-    walks every module (about 18 ms for yolo11n on a slow CPU core), and a small run saves every epoch."""
+    walks every module (a few ms for yolo11n on a slow CPU core), and a small run saves every epoch."""
     _check_not_fused(model)
     state = {k: v.detach() for k, v in model.state_dict().items()}
     if bool(non_finite_flag([t for t in state.values() if t.is_floating_point()])):
