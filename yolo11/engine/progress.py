@@ -151,9 +151,8 @@ def print_summary(accelerator: Accelerator, seconds: float, train_seconds: float
     print(f"finished in {format_duration(seconds)} | training {format_duration(train_seconds)} at "
           f"{images / max(train_seconds, 1e-9):.1f} img/s | validation {format_duration(val_seconds)}")
     other = seconds - train_seconds - val_seconds - saving_seconds - plot_seconds
-    split = f"training {train_seconds:.1f} s, validation {val_seconds:.1f} s (scoring {score_seconds:.1f} s), " \
-            f"saving {saving_seconds:.1f} s, " \
-            f"plots {plot_seconds:.1f} s, other {other:.1f} s"
+    split = (f"training {train_seconds:.1f} s, validation {val_seconds:.1f} s (scoring {score_seconds:.1f} s), "
+             f"saving {saving_seconds:.1f} s, plots {plot_seconds:.1f} s, other {other:.1f} s")
     if startup_seconds is not None:
         split = f"start-up {startup_seconds:.1f} s, " + split
     print(f"time: {split}")

@@ -318,6 +318,7 @@ def finish(run: Run, seconds: float, images_seen: int, push: bool, startup_secon
     step, config = run.step, run.config
     if step.profiler is not None:
         step.profiler.close(run.state.optimizer_steps)
+    # the epoch-end outputs, timed as saving, drew the final plots too: reported on their own
     print_summary(step.accelerator, seconds, run.train_seconds, run.val_seconds, images_seen,
                   run.outputs.best_summary(), startup_seconds, run.saving_seconds - run.outputs.plot_seconds,
                   run.outputs.plot_seconds, run.score_seconds)
