@@ -50,6 +50,26 @@ def test_nms_matches_ultralytics(reference, setting, source):
         assert len(detections[0]) == 300  # the max_det cap is reached
 
 
+def test_nms_equals_live_ultralytics_with_tied_scores_and_the_max_nms_cap():
+    """Bit-equal to Ultralytics' NMS where the order among equal scores decides (skips without Ultralytics)."""
+    import importlib.util
+
+    if importlib.util.find_spec("ultralytics") is None:
+        pytest.skip("ultralytics is not importable (PYTHONPATH=/work/ultra)")
+    from ultralytics.utils.nms import non_max_suppression as ultralytics_nms
+
+    generator = torch.Generator().manual_seed(0)
+    xy, wh = torch.rand(2, 2, 8400, generator=generator) * 640, torch.rand(2, 2, 8400, generator=generator) * 99 + 1
+    # float32 powers of uniforms: hundreds of thousands of candidates above 0.001, many of them tied
+    scores = torch.rand(2, 80, 8400, generator=generator) ** 30
+    decoded = torch.cat((xy, wh, scores), 1)
+    ours = non_max_suppression(decoded.clone(), **VAL)
+    theirs = ultralytics_nms(decoded.clone(), 0.001, 0.7, multi_label=True, max_det=300)
+    assert (scores > 0.001).sum() > 2 * 30000  # the max_nms cap is reached
+    for det, expected in zip(ours, theirs, strict=True):
+        assert torch.equal(det, expected)
+
+
 def decoded_from(boxes_xyxy: list[list[float]], scores: list[list[float]]) -> torch.Tensor:
     """A one-image ``(1, 4 + C, A)`` decoded tensor from xyxy boxes and per-class scores."""
     boxes = torch.tensor(boxes_xyxy)
