@@ -137,6 +137,15 @@ def test_confusion_matrix_counts_class_swaps_and_background():
     assert np.array_equal(confusion, expected)
 
 
+def test_metrics_without_plot_data_are_the_same_numbers():
+    """Training's epochs without plots skip the PR curve and the confusion matrix, and nothing else."""
+    predictions = [(i, det[det[:, 5] != 1]) for i, det in perfect_predictions(IMAGES)]
+    evaluator = CocoEvaluator(hub_dataset(IMAGES), CLASS_NAMES)
+    full, lean = evaluator.compute(predictions), evaluator.compute(predictions, plot_data=False)
+    assert set(full) - set(lean) == {"pr_curve", "confusion_matrix"}
+    assert lean == {key: value for key, value in full.items() if key in lean}
+
+
 def test_unknown_image_id_raises():
     with pytest.raises(ValueError, match="not in the ground truth"):
         CocoEvaluator(hub_dataset(IMAGES), CLASS_NAMES).compute([(999, torch.zeros(0, 6))])

@@ -142,3 +142,28 @@ def test_validation_plots_are_drawn_for_the_final_epoch_only(tmp_path, monkeypat
                           final=epoch == 2)
         assert len(drawn) == (1 if epoch == 2 else 0)
     assert (tmp_path / "weights" / "last.safetensors").is_file()
+
+
+def test_may_stop_announces_the_epoch_where_patience_ends_the_run(tmp_path):
+    """The trainer asks for the plots' data before validating exactly when the epoch can be the run's last."""
+    from accelerate import Accelerator
+
+    import yolo11
+    from yolo11.engine.checkpoint import TrainState
+    from yolo11.engine.loop import EpochResult
+    from yolo11.engine.run_outputs import RunOutputs
+    from yolo11.evaluation import EvaluationResult
+
+    outputs = RunOutputs(Accelerator(cpu=True), tmp_path, CLASS_NAMES, TrainState(), epochs=10, patience=2,
+                         plots=False, report_to=[])
+    model = yolo11.create_model("yolo11n", num_classes=len(CLASS_NAMES))
+    announced, stopped = [], []
+    # best at epoch 1: epochs 3 and 4 may be the last; 3 is (no better), 4 is not (better)
+    for epoch, score in enumerate([0.1, 0.2, 0.2, 0.2, 0.3]):
+        announced.append(outputs.may_stop(epoch))
+        metrics = {"precision": 0.1, "recall": 0.1, "map50": score, "map50_95": score}
+        outcome = outputs.end_epoch(epoch, EpochResult(torch.ones(3), 8, 1.0, False), [0.01] * 3,
+                                    EvaluationResult(metrics, [], torch.zeros(3), []), model, epoch)
+        stopped.append(outcome.stop)
+    assert announced == [False, False, False, True, True]
+    assert stopped == [False, False, False, True, False]

@@ -55,8 +55,11 @@ class Validator:
         """Stop the loader's workers (and drop the batches they built ahead)."""
         self._batches = None
 
-    def run(self, model: nn.Module, criterion: nn.Module) -> EvaluationResult:
+    def run(self, model: nn.Module, criterion: nn.Module, plots: bool = True, images: bool = True) -> EvaluationResult:
         """Validate ``model`` (the EMA's or the trained one, wrapped or not) with ``criterion`` for the losses.
+        ``plots``: the metrics carry the data of the plots (PR curve, confusion matrix); ``images``: the result
+        carries sample images with their predictions. Each costs milliseconds that an epoch without plots or
+        trackers need not pay.
 
         Both run eagerly: rect batches come in many shapes, and each would be another compiled graph (CUDA
         graphs too, under ``reduce-overhead``), for a pass that runs once per epoch without gradients.
@@ -74,4 +77,4 @@ class Validator:
         one_pass = DeviceFeed(itertools.islice(self._batches, batches), self.accelerator.device)
         return predict_and_score(self.accelerator, model, one_pass, self.postprocessor, self.evaluator,
                                  criterion=criterion, channels_last=self.channels_last,
-                                 num_samples=self.num_samples, batches=batches)
+                                 num_samples=self.num_samples if images else 0, batches=batches, plot_data=plots)

@@ -87,7 +87,7 @@ class RunOutputs:
         self._save(model, "last", also_best=improved)
         accelerator.log({k: v for k, v in row.items() if k != "epoch"} | {"epoch": epoch + 1},
                         step=optimizer_steps)
-        stop = self.patience > 0 and self.best_epoch >= 0 and epoch - self.best_epoch >= self.patience
+        stop = not improved and self.may_stop(epoch)
         if accelerator.is_main_process:
             self.csv.append(row)
             print(self.epoch_line(row, val_seconds), flush=True)
@@ -101,6 +101,10 @@ class RunOutputs:
                                                step=optimizer_steps)
         self.epoch_start = time.perf_counter()
         return EpochOutcome(self.best_fitness, self.best_epoch, stop)
+
+    def may_stop(self, epoch: int) -> bool:
+        """Whether patience ends the run after ``epoch`` unless its validation improves on the best one."""
+        return self.patience > 0 and self.best_epoch >= 0 and epoch - self.best_epoch >= self.patience
 
     def epoch_line(self, row: dict, val_seconds: float = 0.0) -> str:
         """``epoch 3/100 done in 0:01:02 (validation 0:00:05) | train box .. cls .. dfl .. | val box .. |

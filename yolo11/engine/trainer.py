@@ -280,8 +280,11 @@ def end_epoch(run: Run, epoch: int, result) -> bool:
     model = step.ema.module if step.ema is not None else step.model
     validation, val_seconds = None, 0.0
     if config.val_interval and (last_epoch or (epoch + 1) % config.val_interval == 0):
+        # the plots are drawn at the last epoch or where patience may stop the run (as Ultralytics); trackers log
+        # sample images every validation
+        plots = config.plots and (last_epoch or run.outputs.may_stop(epoch))
         start = time.perf_counter()
-        validation = run.validator.run(model, step.criterion)
+        validation = run.validator.run(model, step.criterion, plots=plots, images=plots or bool(run.outputs.report_to))
         val_seconds = time.perf_counter() - start
         run.val_seconds += val_seconds
         run.score_seconds += validation.score_seconds

@@ -126,6 +126,7 @@ class CocoEvaluator:
         confidence (lists of length nc, None where a class has no ground truth);
       - ``pr_curve``: ``{"recall": (1000,), "precision": (K, 1000), "classes": (K,)}`` at IoU 0.5 for the K classes
         present; ``confusion_matrix``: ``(nc + 1, nc + 1)`` counts, rows predicted, columns true, last = background.
+        These two, the data of the plots, only when ``compute`` is asked for them (``plot_data``).
     """
 
     def __init__(self, dataset, class_names: list[str], backend: Backend = "fast",
@@ -151,9 +152,11 @@ class CocoEvaluator:
             self._predictions[int(image_id)] = det.detach().float().cpu()
 
     def compute(self, predictions: list[tuple[int, torch.Tensor]] | None = None,
-                accelerator: Accelerator | None = None) -> dict:
+                accelerator: Accelerator | None = None, plot_data: bool = True) -> dict:
         """Metrics of ``predictions`` ((image_id, (n, 6)) pairs, e.g. from ``gather_predictions``), or, when it is
         None, of what ``update`` collected since the last ``reset``. Images without predictions count as misses.
+        ``plot_data``: also ``pr_curve`` and ``confusion_matrix`` (tens of ms on a small validation set with
+        300 detections per image; training validates every epoch and plots once, as Ultralytics).
 
         With an ``accelerator``, only the main process computes and every rank gets the same dict back; the other
         ranks' own predictions are ignored, so gather them first.
@@ -162,12 +165,12 @@ class CocoEvaluator:
             self.reset()
             self.update([det for _, det in predictions], [image_id for image_id, _ in predictions])
         if accelerator is None or accelerator.num_processes == 1:
-            return self._compute()
-        payload = [self._compute() if accelerator.is_main_process else None]
+            return self._compute(plot_data)
+        payload = [self._compute(plot_data) if accelerator.is_main_process else None]
         broadcast_object_list(payload, from_process=0)
         return payload[0]
 
-    def _compute(self) -> dict:
+    def _compute(self, plot_data: bool) -> dict:
         known = set(self._image_ids)
         unknown = set(self._predictions) - known
         if unknown:  # pycocotools asserts on these; say which
@@ -180,10 +183,10 @@ class CocoEvaluator:
             stats, precision = run_cocoeval(self.ground_truth, coco_results(self._predictions), self.backend)
         metrics: dict = {name: float(v) for name, v in zip(STAT_NAMES, stats, strict=True)}
         metrics["per_class_ap50_95"], metrics["per_class_ap50"] = _per_class_ap(precision)
-        metrics.update(self._matching_metrics())
+        metrics.update(self._matching_metrics(plot_data))
         return metrics
 
-    def _matching_metrics(self) -> dict:
+    def _matching_metrics(self, plot_data: bool) -> dict:
         gt = self._gt_boxes
         rows = [self._predictions.get(image_id) for image_id in self._image_ids]
         counts = [0 if det is None else len(det) for det in rows]
@@ -193,14 +196,14 @@ class CocoEvaluator:
         curves = matching.class_curves(correct, pred.scores, pred.classes, gt.classes)
         precision, recall, confidence = matching.best_f1_precision_recall(curves)
         class_precision, class_recall = matching.per_class_precision_recall(curves, len(self.class_names))
-        confusion = matching.confusion_matrix(pred, gt, len(self.class_names))
-        return {
-            "precision": precision, "recall": recall, "f1_confidence": confidence,
-            "per_class_precision": class_precision, "per_class_recall": class_recall,
-            "pr_curve": {"recall": matching.CONFIDENCE_GRID.tolist(), "precision": curves.pr_precision.tolist(),
-                         "classes": curves.classes.tolist()},
-            "confusion_matrix": confusion.tolist(),
-        }
+        metrics = {"precision": precision, "recall": recall, "f1_confidence": confidence,
+                   "per_class_precision": class_precision, "per_class_recall": class_recall}
+        if plot_data:
+            confusion = matching.confusion_matrix(pred, gt, len(self.class_names))
+            metrics["pr_curve"] = {"recall": matching.CONFIDENCE_GRID.tolist(),
+                                   "precision": curves.pr_precision.tolist(), "classes": curves.classes.tolist()}
+            metrics["confusion_matrix"] = confusion.tolist()
+        return metrics
 
 
 def _ground_truth_boxes(ground_truth: dict) -> tuple[list[int], matching.Boxes]:

@@ -37,6 +37,7 @@ def predict_and_score(
     channels_last: bool = False,
     num_samples: int = 0,
     batches: int | None = None,
+    plot_data: bool = True,
 ) -> EvaluationResult:
     """Run ``model`` in eval mode over ``loader`` (this process's batches on its device: a prepared loader, or
     a pass of the training run's validation stream) and score all processes' predictions, mapped to original
@@ -49,6 +50,7 @@ def predict_and_score(
         num_samples: images of this process kept for plots and trackers (network input, predictions in input
             pixels).
         batches: this process's batch count, for the progress bar of a ``loader`` without a length.
+        plot_data: the metrics include the PR curve and the confusion matrix (see ``CocoEvaluator``).
 
     ``gather_predictions`` drops the samples that ``even_batches`` duplicated on the last batch, so the metrics
     equal a single-process evaluation whatever the number of processes.
@@ -79,7 +81,7 @@ def predict_and_score(
             samples.extend(_samples(batch, detections, num_samples - len(samples)))
     predictions = gather_predictions(accelerator, per_image)
     started = time.perf_counter()
-    metrics = evaluator.compute(predictions, accelerator)
+    metrics = evaluator.compute(predictions, accelerator, plot_data=plot_data)
     score_seconds = time.perf_counter() - started
     losses = None
     if criterion is not None:  # the mean over all processes' batches, whatever each one's count
