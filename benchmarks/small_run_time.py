@@ -48,17 +48,38 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--accelerate-config", type=Path, default=ROOT / "accelerate_configs" / "1gpu.yaml")
     parser.add_argument("--ultralytics-device", default="0")
     parser.add_argument("--out", type=Path, default=Path("runs/small_run_time"))
+    parser.add_argument("--cprofile", action="store_true",
+                        help="run each trainer's main process under cProfile (ours without `accelerate launch`, in "
+                             "the precision of --accelerate-config), writing <variant>.prof in --out")
     return parser.parse_args(argv)
 
 
 def command_for(args: argparse.Namespace, variant: str) -> list[str]:
+    profile = [sys.executable, "-m", "cProfile", "-o", str(args.out / f"{variant}.prof")]
     if variant == "ultralytics":
-        return ultralytics_command(args, args.seed, plots=True)[0]  # its default, as ours draws by default
+        command = ultralytics_command(args, args.seed, plots=True)[0]  # its default, as ours draws by default
+        if not args.cprofile:
+            return command
+        script = args.out / "ultralytics_train.py"  # cProfile runs a file, not `python -c`
+        script.write_text(command[-1] + "\n")
+        return [*profile, str(script)]
     flags = args.ours_flags
     if variant.startswith("ours-compiled"):
         flags += f" --compile true --compile-cache-dir {args.out / 'compile_cache'}"
     command = ours_command(argparse.Namespace(**{**vars(args), "ours_flags": flags}), args.seed)[0]
+    if args.cprofile:  # drop `-m accelerate.commands.launch --config_file X`: one process, the script itself
+        command = [*profile, *command[5:]]
     return [*command, "--name", variant]  # the last --name wins: one run folder per variant
+
+
+def environment_for(args: argparse.Namespace, variant: str) -> dict[str, str]:
+    """Without the launcher, the config's mixed precision reaches the Accelerator through the variable it sets."""
+    env = dict(os.environ)
+    if args.cprofile and variant != "ultralytics":
+        import yaml
+
+        env["ACCELERATE_MIXED_PRECISION"] = yaml.safe_load(args.accelerate_config.read_text())["mixed_precision"]
+    return env
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -74,7 +95,8 @@ def main(argv: list[str] | None = None) -> int:
         log = args.out / f"{variant}.log"
         started = time.perf_counter()
         with log.open("w") as f:
-            rc = subprocess.run(command_for(args, variant), stdout=f, stderr=subprocess.STDOUT, cwd=ROOT).returncode
+            rc = subprocess.run(command_for(args, variant), stdout=f, stderr=subprocess.STDOUT, cwd=ROOT,
+                                env=environment_for(args, variant)).returncode
         wall = time.perf_counter() - started
         results.append({"variant": variant, "rc": rc, "wall_s": wall})
         print(f"{variant:20s} rc {rc} wall {wall:7.1f} s  ({log})", flush=True)

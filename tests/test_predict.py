@@ -107,12 +107,16 @@ def test_api_results_equal_the_cli_predictions_json(weights, tmp_path):
         assert result.class_ids.dtype == np.int64 and set(result.names) <= {"ant", "bee", "cat"}
         assert result.to_dict()["detections"][0]["name"] == result.names[0]
         assert result.plot().shape == result.image.shape
-    # one image as an array, as a PIL image, and a (B, H, W, 3) batch: the same detections as from its file
+    # one image as an array, as a PIL image, and a (B, H, W, 3) batch: the same detections as from its file; a batch
+    # of one runs other conv kernels than the batch of two above, so scores agree to float rounding, not bit for bit
     Image = pytest.importorskip("PIL.Image")
     rgb = cv2.cvtColor(cv2.imread(str(files[0])), cv2.COLOR_BGR2RGB)
     for (single,) in (detector.predict(rgb), detector.predict(Image.fromarray(rgb)), detector.predict(rgb[None]),
                       detector.predict(iter([files[0]]))):
-        assert_same(single, records[0])
+        assert single.image_size == results[0].image_size and single.names == results[0].names
+        np.testing.assert_allclose(single.boxes, results[0].boxes, atol=1e-3)
+        np.testing.assert_allclose(single.scores, results[0].scores, atol=1e-5)
+        np.testing.assert_array_equal(single.class_ids, results[0].class_ids)
     assert detector.predict(rgb, keep_images=False)[0].image is None
 
 
