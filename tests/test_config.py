@@ -106,10 +106,12 @@ def test_config_is_frozen():
         config.run.epochs = 3
 
 
-def test_auto_means_the_default_choice_for_optional_booleans_only():
-    config = parse_config(["--resume", "auto", "--cache-images", "auto", "--hsv-on-device", "auto"])
+def test_auto_means_the_default_choice_for_optional_booleans_and_integers_only():
+    config = parse_config(["--resume", "auto", "--cache-images", "auto", "--hsv-on-device", "auto",
+                           "--save-period", "auto"])
     assert config.run.resume == "auto"  # a string flag keeps its value
     assert config.data.cache_images is None and config.data.hsv_on_device is None
+    assert config.run.save_period is None and parse_config(["--save-period", "3"]).run.save_period == 3
 
 
 def test_ultralytics_flag_aliases_set_our_flags():
@@ -152,7 +154,7 @@ def test_ultralytics_args_yaml_maps_known_keys_and_lists_the_ignored_ones(tmp_pa
                                                                                                "exp", 5)
     assert (config.optim.schedule, config.optim.lr0, config.run.val_interval) == ("cosine", 0.02, 0)
     assert (config.data.imgsz, config.data.data, config.data.cache_images) == (64, "coco8.yaml", True)
-    assert (config.run.save_period, config.run.channels_last) == (1, True)  # -1 and null: our defaults
+    assert (config.run.save_period, config.run.channels_last) == (None, True)  # -1 and null: our defaults (auto)
     out = capsys.readouterr().out
     assert "batch -> --batch-size" in out and "model: yolo11s.pt -> --model yolo11s --weights yolo11s.pt" in out
     ignored = next(line for line in out.splitlines() if "ignored" in line)

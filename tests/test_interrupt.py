@@ -227,3 +227,21 @@ def test_resume_with_flags_that_change_the_run_is_refused_unless_allowed(tmp_pat
     assert harmless.returncode == 0 and "resume: --log-interval: 1 in the checkpoint, 2 now" in harmless.stdout
     allowed = launch([*common, "--resume", "auto", "--lr0", "0.02", "--allow-changes", "true"])
     assert allowed.returncode == 0 and "resume: --lr0: 0.01 in the checkpoint, 0.02 now" in allowed.stdout
+
+
+def test_save_period_auto_checkpoints_once_a_minute_and_n_every_n_epochs():
+    """Short epochs under the default (auto) checkpoint when a minute has passed since the last checkpoint;
+    --save-period N every N epochs whatever the clock."""
+    from types import SimpleNamespace
+
+    from yolo11.engine.trainer import AUTO_CHECKPOINT_SECONDS, checkpoint_due
+
+    def run(period, seconds_since):
+        return SimpleNamespace(config=SimpleNamespace(run=SimpleNamespace(save_period=period)),
+                               last_checkpoint=time.monotonic() - seconds_since,
+                               step=SimpleNamespace(accelerator=SimpleNamespace(num_processes=1)))
+
+    assert not checkpoint_due(run(None, 1.0), epoch=0)
+    assert checkpoint_due(run(None, AUTO_CHECKPOINT_SECONDS + 1), epoch=0)
+    assert [checkpoint_due(run(3, 0.0), epoch) for epoch in range(6)] == [False, False, True] * 2
+    assert checkpoint_due(run(1, 0.0), epoch=0)

@@ -136,7 +136,8 @@ def test_killed_rank_ends_every_rank_within_a_minute(tmp_path):
 def test_crash_while_saving_leaves_previous_checkpoint_loadable(tmp_path):
     """The second checkpoint write dies half-way; --resume auto still finds the first, complete one."""
     script = ROOT / "tests" / "faulty_train.py"
-    common = [*TINY_FLAGS, "--output-dir", str(tmp_path), "--name", "run", "--batch-size", "8", "--epochs", "3"]
+    common = [*TINY_FLAGS, "--output-dir", str(tmp_path), "--name", "run", "--batch-size", "8", "--epochs", "3",
+              "--save-period", "1"]
     crashed = launch(common, script=script, env={"FAULT_IN_SAVE": "2"})
     assert crashed.returncode != 0 and "injected failure while saving" in crashed.stderr, describe(crashed)
     checkpoints = tmp_path / "run" / "checkpoints"

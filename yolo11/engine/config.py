@@ -220,7 +220,9 @@ class RunConfig(_SelfValidating):
     resume: str | None = _opt(None, "resume from a checkpoint folder, a run folder, or 'auto' (latest of this run)")
     allow_changes: bool = _opt(False, "with --resume: accept flags that change the run (model, data, optimizer, "
                                "batch, epochs...) instead of refusing them")
-    save_period: int = _opt(1, "save a resumable checkpoint every N epochs (the latest is always kept)")
+    save_period: int | None = _opt(None, "save a resumable checkpoint every N epochs; default auto: at the end of "
+                                         "every epoch that ends a minute or more after the last checkpoint (every "
+                                         "epoch, unless epochs are short); the last epoch and stop signals always")
     keep_checkpoints: int = _opt(2, "how many resumable checkpoints to keep")
     val_interval: int = _opt(1, "validate every N epochs and after the last (0: never, for benchmarks)")
     patience: int = _opt(100, "stop after N epochs without a better fitness (0 disables)")
@@ -307,7 +309,8 @@ def _converter(annotation: Any):
     base = _parse_bool if scalar is bool else scalar
 
     def convert(text: str):
-        if optional and text.lower() in ("none", "null", "") + (("auto",) if scalar is bool else ()):
+        # None: the flag's automatic choice; a string flag keeps "auto" (--resume auto)
+        if optional and text.lower() in ("none", "null", "") + (("auto",) if scalar in (bool, int) else ()):
             return None
         return base(text)
 
