@@ -59,6 +59,22 @@ def random_case(seed: int, num_images: int = 60, crowd: bool = False, duplicate_
     return {"images": images, "annotations": annotations, "categories": categories}, predictions
 
 
+@pytest.mark.parametrize(("seed", "crowd"), [(4, False), (5, True)])
+def test_headline_mode_equals_pycocotools_where_it_computes(seed, crowd):
+    """headline=True (what a training epoch logs): area "all" at 100 detections equal to pycocotools', the other
+    entries -1, and the same through CocoEvaluator.compute(all_stats=False), whose dict has only those stats."""
+    from yolo11.evaluation.fast_coco import HEADLINE_STATS
+
+    ground_truth, predictions = random_case(seed, crowd=crowd, duplicate_gt=True)
+    expected_stats, expected_precision = run_cocoeval(ground_truth, coco_results(predictions))
+    stats, precision = FastCocoEval(ground_truth).evaluate(predictions, headline=True)
+    np.testing.assert_allclose(stats[list(HEADLINE_STATS)], expected_stats[list(HEADLINE_STATS)], rtol=0, atol=1e-6)
+    np.testing.assert_allclose(precision[..., 0, -1], expected_precision[..., 0, -1], rtol=0, atol=1e-9)
+    assert (np.delete(stats, HEADLINE_STATS) == -1).all() and (precision[..., 1:, :] == -1).all()
+    assert (precision[..., :2] == -1).all() and (expected_precision[..., 0, -1] > 0).any()
+    assert _per_class_ap(precision) == _per_class_ap(expected_precision)
+
+
 def test_parameters_are_pycocotools_defaults():
     params = Params(iouType="bbox")
     assert np.array_equal(IOU_THRESHOLDS, params.iouThrs) and np.array_equal(RECALL_THRESHOLDS, params.recThrs)
@@ -100,6 +116,10 @@ def test_evaluator_backends_agree_on_random_detections(monkeypatch):
             assert fast[key] == pytest.approx(value, abs=1e-6), key
         else:
             assert fast[key] == value, key
+    # a training epoch's headline metrics: the same values, and no stat that was not computed
+    headline = CocoEvaluator(dataset, names, backend="fast").compute(list(predictions.items()), all_stats=False)
+    assert {"map_small", "ar1", "ar_large"}.isdisjoint(headline) and headline["map75"] == fast["map75"]
+    assert {k: v for k, v in fast.items() if k in headline} == headline
 
 
 @pytest.mark.skipif(not (REFERENCE / "coco128_instances.json").is_file(), reason="shared/data/reference absent")

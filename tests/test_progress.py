@@ -67,9 +67,9 @@ def test_a_terminal_gets_a_bar_instead_of_lines(capsys):
 def test_summary_gives_training_throughput_apart_from_validation(capsys):
     print_summary(Accelerator(cpu=True), seconds=70.0, train_seconds=40.0, val_seconds=25.0, images=400,
                   best={"epoch": 3, "fitness": 0.5}, startup_seconds=6.0, saving_seconds=3.0, plot_seconds=1.5,
-                  score_seconds=10.0)
+                  score_seconds=10.0, val_data_seconds=2.5)
     out = capsys.readouterr().out
     assert "finished in 0:01:10 | training 0:00:40 at 10.0 img/s | validation 0:00:25" in out
-    assert ("time: start-up 6.0 s, training 40.0 s, validation 25.0 s (scoring 10.0 s), saving 3.0 s, plots 1.5 s, "
-            "other 0.5 s") in out
+    assert ("time: start-up 6.0 s, training 40.0 s, validation 25.0 s (data 2.5 s, scoring 10.0 s), saving 3.0 s, "
+            "plots 1.5 s, other 0.5 s") in out
     assert "best: epoch 3, fitness 0.5000" in out

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 
 from accelerate import Accelerator
@@ -11,7 +12,7 @@ from torch import nn
 from yolo11.data import DetectionSource, LoaderConfig, build_val_stream
 from yolo11.engine.compile import CompiledLoss
 from yolo11.engine.config import TrainConfig
-from yolo11.engine.device_feed import DeviceFeed
+from yolo11.engine.device_feed import DeviceFeed, TimedIterable
 from yolo11.engine.plan import RunPlan
 from yolo11.evaluation import CocoEvaluator, EvaluationResult, predict_and_score
 from yolo11.evaluation.coco import evaluation_device
@@ -55,11 +56,12 @@ class Validator:
         """Stop the loader's workers (and drop the batches they built ahead)."""
         self._batches = None
 
-    def run(self, model: nn.Module, criterion: nn.Module, plots: bool = True, images: bool = True) -> EvaluationResult:
+    def run(self, model: nn.Module, criterion: nn.Module, plots: bool = True, images: bool = True,
+            all_stats: bool = True) -> EvaluationResult:
         """Validate ``model`` (the EMA's or the trained one, wrapped or not) with ``criterion`` for the losses.
         ``plots``: the metrics carry the data of the plots (PR curve, confusion matrix); ``images``: the result
-        carries sample images with their predictions. Each costs milliseconds that an epoch without plots or
-        trackers need not pay.
+        carries sample images with their predictions; ``all_stats``: the 12 COCO stats, not only the headline
+        ones that an epoch logs. Each costs milliseconds that most epochs of a small dataset need not pay.
 
         Both run eagerly: rect batches come in many shapes, and each would be another compiled graph (CUDA
         graphs too, under ``reduce-overhead``), for a pass that runs once per epoch without gradients.
@@ -74,7 +76,9 @@ class Validator:
         if self._batches is None:
             self._batches = iter(self.loader)
         batches = self.loader.batch_sampler.batches_per_pass
-        one_pass = DeviceFeed(itertools.islice(self._batches, batches), self.accelerator.device)
-        return predict_and_score(self.accelerator, model, one_pass, self.postprocessor, self.evaluator,
+        one_pass = TimedIterable(DeviceFeed(itertools.islice(self._batches, batches), self.accelerator.device))
+        result = predict_and_score(self.accelerator, model, one_pass, self.postprocessor, self.evaluator,
                                  criterion=criterion, channels_last=self.channels_last,
-                                 num_samples=self.num_samples if images else 0, batches=batches, plot_data=plots)
+                                 num_samples=self.num_samples if images else 0, batches=batches, plot_data=plots,
+                                 all_stats=all_stats)
+        return dataclasses.replace(result, data_seconds=one_pass.seconds)

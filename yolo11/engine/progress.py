@@ -140,7 +140,7 @@ class Progress:
 
 def print_summary(accelerator: Accelerator, seconds: float, train_seconds: float, val_seconds: float, images: int,
                   best: dict | None, startup_seconds: float | None = None, saving_seconds: float = 0.0,
-                  plot_seconds: float = 0.0, score_seconds: float = 0.0) -> None:
+                  plot_seconds: float = 0.0, score_seconds: float = 0.0, val_data_seconds: float = 0.0) -> None:
     """Final summary: wall time, training throughput (training time only) and validation time, then where the
     main process's time went (start-up: from its launch; saving: checkpoints, weights files and results); peak
     memory is gathered from every device."""
@@ -151,7 +151,8 @@ def print_summary(accelerator: Accelerator, seconds: float, train_seconds: float
     print(f"finished in {format_duration(seconds)} | training {format_duration(train_seconds)} at "
           f"{images / max(train_seconds, 1e-9):.1f} img/s | validation {format_duration(val_seconds)}")
     other = seconds - train_seconds - val_seconds - saving_seconds - plot_seconds
-    split = (f"training {train_seconds:.1f} s, validation {val_seconds:.1f} s (scoring {score_seconds:.1f} s), "
+    split = (f"training {train_seconds:.1f} s, validation {val_seconds:.1f} s (data {val_data_seconds:.1f} s, "
+             f"scoring {score_seconds:.1f} s), "
              f"saving {saving_seconds:.1f} s, plots {plot_seconds:.1f} s, other {other:.1f} s")
     if startup_seconds is not None:
         split = f"start-up {startup_seconds:.1f} s, " + split

@@ -83,6 +83,7 @@ class Run:
     train_seconds: float = 0.0  # this process's time in training loops, for the summary's img/s
     val_seconds: float = 0.0
     score_seconds: float = 0.0  # the scoring part of val_seconds
+    val_data_seconds: float = 0.0  # the part of val_seconds spent waiting for batches
     saving_seconds: float = 0.0  # resumable checkpoints, weights files and results
     last_checkpoint: float = dataclasses.field(default_factory=time.monotonic)  # --save-period auto's clock
 
@@ -286,14 +287,17 @@ def end_epoch(run: Run, epoch: int, result) -> bool:
     model = step.ema.module if step.ema is not None else step.model
     validation, val_seconds = None, 0.0
     if config.val_interval and (last_epoch or (epoch + 1) % config.val_interval == 0):
-        # the plots are drawn at the last epoch or where patience may stop the run (as Ultralytics); trackers log
-        # sample images every validation
-        plots = config.plots and (last_epoch or run.outputs.may_stop(epoch))
+        # the plots and the 12 COCO stats come at the last epoch or where patience may stop the run (as Ultralytics
+        # plots); other epochs log the headline metrics; trackers get sample images every validation
+        final = last_epoch or run.outputs.may_stop(epoch)
+        plots = config.plots and final
         start = time.perf_counter()
-        validation = run.validator.run(model, step.criterion, plots=plots, images=plots or bool(run.outputs.report_to))
+        validation = run.validator.run(model, step.criterion, plots=plots, images=plots or bool(run.outputs.report_to),
+                                       all_stats=final)
         val_seconds = time.perf_counter() - start
         run.val_seconds += val_seconds
         run.score_seconds += validation.score_seconds
+        run.val_data_seconds += validation.data_seconds
     start = time.perf_counter()
     outcome = run.outputs.end_epoch(epoch, result, step.schedule.lrs(), validation, model, state.optimizer_steps,
                                     final=last_epoch, val_seconds=val_seconds)
@@ -344,7 +348,7 @@ def finish(run: Run, seconds: float, images_seen: int, push: bool, startup_secon
     # the epoch-end outputs, timed as saving, drew the final plots too: reported on their own
     print_summary(step.accelerator, seconds, run.train_seconds, run.val_seconds, images_seen,
                   run.outputs.best_summary(), startup_seconds, run.saving_seconds - run.outputs.plot_seconds,
-                  run.outputs.plot_seconds, run.score_seconds)
+                  run.outputs.plot_seconds, run.score_seconds, run.val_data_seconds)
     run.validator.close()
     table = run.outputs.class_table(run.validator.evaluator.ground_truth)
     if table and step.accelerator.is_main_process:

@@ -31,6 +31,9 @@ RECALL_THRESHOLDS = np.linspace(0.0, 1.0, 101)
 MAX_DETS = (1, 10, 100)
 AREA_RANGES = ((0.0, 1e5**2), (0.0, 32.0**2), (32.0**2, 96.0**2), (96.0**2, 1e5**2))
 AREA_LABELS = ("all", "small", "medium", "large")
+# The stats that ``evaluate(..., headline=True)`` computes (area "all", 100 detections): mAP50-95, mAP50, mAP75,
+# AR100 (indices into the 12 ``stats``); the others come back -1.
+HEADLINE_STATS = (0, 1, 2, 8)
 # Elements of one (groups, areas, thresholds, ground truths) matching state: bounds memory per chunk of groups.
 CHUNK_ELEMENTS = 1 << 22
 
@@ -153,10 +156,15 @@ class FastCocoEval:
         self.num_positive = torch.zeros(self.num_categories, len(AREA_RANGES), dtype=torch.float64, device=device)
         self.num_positive.index_add_(0, category, (~self.gt_ignore).double())
 
-    def evaluate(self, predictions: dict[int, torch.Tensor]) -> tuple[np.ndarray, np.ndarray]:
-        """``predictions``: image id -> ``(n, 6)`` ``[x1, y1, x2, y2, score, class]`` in pixels."""
-        matched, ignored, key, score, rank = self._match(predictions)
-        precision, recall = self._accumulate(matched, ignored, key, score, rank)
+    def evaluate(self, predictions: dict[int, torch.Tensor],
+                 headline: bool = False) -> tuple[np.ndarray, np.ndarray]:
+        """``predictions``: image id -> ``(n, 6)`` ``[x1, y1, x2, y2, score, class]`` in pixels. ``headline``:
+        only area "all" at 100 detections (``HEADLINE_STATS``, per-class AP; about a third of the work, what a
+        training epoch logs); the other precision and recall entries, and stats, are -1."""
+        num_areas = 1 if headline else len(AREA_RANGES)
+        matched, ignored, key, score, rank = self._match(predictions, num_areas)
+        precision, recall = self._accumulate(matched, ignored, key, score, rank, num_areas,
+                                             MAX_DETS[-1:] if headline else MAX_DETS)
         return summarize(precision, recall), precision
 
     def _detections(self, predictions: dict[int, torch.Tensor]):
@@ -179,11 +187,13 @@ class FastCocoEval:
         xywh = torch.cat((det[:, :2], det[:, 2:4] - det[:, :2]), dim=1)  # coco_results' float64 subtraction
         return xywh, xywh[:, 2] * xywh[:, 3], key, score, rank
 
-    def _match(self, predictions: dict[int, torch.Tensor]):
-        """Per detection and (area, threshold): matched to a real ground truth, and ignored; both (N, A, T)."""
+    def _match(self, predictions: dict[int, torch.Tensor], num_areas: int = len(AREA_RANGES)):
+        """Per detection and (area, threshold): matched to a real ground truth, and ignored; both (N, A, T), for
+        the first ``num_areas`` area ranges."""
         xywh, area, key, score, rank = self._detections(predictions)
-        num_areas, num_thresholds = len(AREA_RANGES), self.thresholds.numel()
-        outside = (area[:, None] < self.area_ranges[:, 0]) | (area[:, None] > self.area_ranges[:, 1])
+        num_thresholds = self.thresholds.numel()
+        ranges, gt_ignore_all = self.area_ranges[:num_areas], self.gt_ignore[:, :num_areas]
+        outside = (area[:, None] < ranges[:, 0]) | (area[:, None] > ranges[:, 1])
         matched = torch.zeros(key.numel(), num_areas, num_thresholds, dtype=torch.bool, device=self.device)
         ignored = torch.zeros_like(matched)
         det_groups, det_counts, _ = _runs(key)
@@ -196,7 +206,8 @@ class FastCocoEval:
         det_start, det_count = det_starts[both], det_counts[both]
         gt_start, gt_count = gt_starts[position[both]], self.group_counts[position[both]]
         single = gt_count == 1  # most groups: matched in closed form, without the loop over detections
-        self._match_single(xywh, det_start[single], det_count[single], gt_start[single], matched, ignored)
+        self._match_single(xywh, det_start[single], det_count[single], gt_start[single], gt_ignore_all, matched,
+                           ignored)
         det_start, det_count, gt_start, gt_count = (t[~single] for t in (det_start, det_count, gt_start, gt_count))
         by_size = torch.argsort(det_count * (int(self.group_counts.max()) + 1 if gt_count.numel() else 1) + gt_count)
         det_start, det_count, gt_start, gt_count = (t[by_size] for t in (det_start, det_count, gt_start, gt_count))
@@ -207,7 +218,7 @@ class FastCocoEval:
             iou = box_iou_xywh(xywh[rows.clamp(min=0)], self.gt_boxes[gts.clamp(min=0)],
                                self.gt_crowd[gts.clamp(min=0)])
             iou = iou.masked_fill(~(det_valid[:, :, None] & gt_valid[:, None, :]), -1.0)
-            gt_ignore = self.gt_ignore[gts.clamp(min=0)].transpose(1, 2)  # (B, A, G)
+            gt_ignore = gt_ignore_all[gts.clamp(min=0)].transpose(1, 2)  # (B, A, G)
             chunk_matched, chunk_ignored = greedy_match(iou, gt_ignore, self.gt_crowd[gts.clamp(min=0)] & gt_valid,
                                                         self.gt_real[gts.clamp(min=0)], self.thresholds)
             index = rows[det_valid]
@@ -217,7 +228,8 @@ class FastCocoEval:
         return matched, ignored, key, score, rank
 
     def _match_single(self, xywh: torch.Tensor, det_start: torch.Tensor, det_count: torch.Tensor,
-                      gt_start: torch.Tensor, matched: torch.Tensor, ignored: torch.Tensor) -> None:
+                      gt_start: torch.Tensor, gt_ignore: torch.Tensor, matched: torch.Tensor,
+                      ignored: torch.Tensor) -> None:
         """``greedy_match`` for groups of one ground truth, written into ``matched`` and ``ignored`` (N, A, T).
 
         The first detection (in score order) with IoU >= threshold takes the box, or every such detection when it
@@ -235,7 +247,7 @@ class FastCocoEval:
         before = torch.where(group_start[:, None] > 0, total[(group_start - 1).clamp(min=0)], 0)
         found = allowed & (crowd[:, None] | (total - before == 1))
         matched[rows] = (found & self.gt_real[gt][:, None])[:, None, :]
-        ignored[rows] = found[:, None, :] & self.gt_ignore[gt][:, :, None]
+        ignored[rows] = found[:, None, :] & gt_ignore[gt][:, :, None]
 
     def _chunks(self, det_count: list[int], gt_count: list[int], per_pair: int):
         """Ranges of groups (sorted by size) whose padded matching state fits ``chunk_elements``."""
@@ -257,20 +269,24 @@ class FastCocoEval:
         return torch.where(j < count[:, None], start[:, None] + j, -1)
 
     def _accumulate(self, matched: torch.Tensor, ignored: torch.Tensor, key: torch.Tensor, score: torch.Tensor,
-                    rank: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
-        """pycocotools' ``accumulate``: precision (T, R, K, A, M) and recall (T, K, A, M), -1 where no ground truth."""
+                    rank: torch.Tensor, num_a: int = len(AREA_RANGES),
+                    max_dets: tuple[int, ...] = MAX_DETS) -> tuple[np.ndarray, np.ndarray]:
+        """pycocotools' ``accumulate``: precision (T, R, K, A, M) and recall (T, K, A, M), -1 where no ground truth
+        and for the areas past ``num_a`` (the width of ``matched``) and the max detections not in ``max_dets``."""
         num_k, num_t, num_r = self.num_categories, self.thresholds.numel(), self.recall_thresholds.numel()
-        num_a, num_m = len(AREA_RANGES), len(MAX_DETS)
-        precision = -torch.ones(num_t, num_r, num_k, num_a, num_m, dtype=torch.float64, device=self.device)
-        recall = -torch.ones(num_t, num_k, num_a, num_m, dtype=torch.float64, device=self.device)
+        precision = -torch.ones(num_t, num_r, num_k, len(AREA_RANGES), len(MAX_DETS), dtype=torch.float64,
+                                device=self.device)
+        recall = -torch.ones(num_t, num_k, len(AREA_RANGES), len(MAX_DETS), dtype=torch.float64, device=self.device)
+        num_positive = self.num_positive[:, :num_a]
         category = key % num_k
         # rows are in (image, category, rank) order: stable sorts give (category, score desc, image, rank)
         by_score = torch.argsort(-score, stable=True)
         order = by_score[torch.argsort(category[by_score], stable=True)]
         true_pos, counted = matched & ~ignored, ~ignored
-        present = self.num_positive > 0  # (K, A)
+        present = num_positive > 0  # (K, A)
         column = torch.arange(num_a * num_t, device=self.device)
-        for m, max_det in enumerate(MAX_DETS):
+        for max_det in max_dets:
+            m = MAX_DETS.index(max_det)
             index = order if max_det >= MAX_DETS[-1] else order[rank[order] < max_det]  # rank < 100 already
             cat = category[index]
             counts = torch.bincount(cat, minlength=num_k)
@@ -283,7 +299,7 @@ class FastCocoEval:
             row, col = tp_flags.nonzero(as_tuple=True)
             tp, num = tp_sum.at(row, col), counted_sum.at(row, col)  # num = tp + fp
             k, a = cat[row], col // num_t
-            rc = tp / self.num_positive[k, a]
+            rc = tp / num_positive[k, a]
             pr = tp / (num + np.spacing(1))
             # q[r] = max precision over detections with recall >= recThrs[r] (= pr at searchsorted, made monotone
             # from the right)
@@ -291,13 +307,13 @@ class FastCocoEval:
             q = torch.zeros(num_k * num_a * num_t * num_r, dtype=torch.float64, device=self.device)
             q.scatter_reduce_(0, (k * (num_a * num_t) + col) * num_r + bucket, pr, reduce="amax")
             q = q.view(num_k, num_a, num_t, num_r).flip(-1).cummax(-1).values.flip(-1)
-            precision[..., m] = torch.where(present[:, :, None, None], q, -1.0).permute(2, 3, 0, 1)
+            precision[:, :, :, :num_a, m] = torch.where(present[:, :, None, None], q, -1.0).permute(2, 3, 0, 1)
             has_dets = counts > 0
             total = torch.zeros(num_k, num_a * num_t, dtype=torch.float64, device=self.device)
             ends = segment_end[has_dets] - 1
             total[has_dets] = tp_sum.at(ends[:, None], column)
-            rc_total = total.view(num_k, num_a, num_t) / self.num_positive[:, :, None]
-            recall[..., m] = torch.where(present[:, :, None], rc_total, -1.0).permute(2, 0, 1)
+            rc_total = total.view(num_k, num_a, num_t) / num_positive[:, :, None]
+            recall[:, :, :num_a, m] = torch.where(present[:, :, None], rc_total, -1.0).permute(2, 0, 1)
         return precision.cpu().numpy(), recall.cpu().numpy()
 
 

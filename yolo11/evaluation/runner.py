@@ -23,6 +23,7 @@ class EvaluationResult:
     losses: torch.Tensor | None  # (3,) box, cls, dfl averaged over all processes' batches; None without a criterion
     samples: list[dict]  # up to `num_samples` images of this process with predictions and targets (CPU)
     score_seconds: float = 0.0  # of the evaluator's ``compute``: the part of a validation that is not the model's
+    data_seconds: float = 0.0  # waiting for the loader's batches (set by the training run's ``Validator``)
 
 
 @torch.no_grad()
@@ -38,6 +39,7 @@ def predict_and_score(
     num_samples: int = 0,
     batches: int | None = None,
     plot_data: bool = True,
+    all_stats: bool = True,
 ) -> EvaluationResult:
     """Run ``model`` in eval mode over ``loader`` (this process's batches on its device: a prepared loader, or
     a pass of the training run's validation stream) and score all processes' predictions, mapped to original
@@ -51,6 +53,7 @@ def predict_and_score(
             pixels).
         batches: this process's batch count, for the progress bar of a ``loader`` without a length.
         plot_data: the metrics include the PR curve and the confusion matrix (see ``CocoEvaluator``).
+        all_stats: all 12 COCO stats; False: the headline ones (see ``CocoEvaluator.compute``).
 
     ``gather_predictions`` drops the samples that ``even_batches`` duplicated on the last batch, so the metrics
     equal a single-process evaluation whatever the number of processes.
@@ -81,7 +84,7 @@ def predict_and_score(
             samples.extend(_samples(batch, detections, num_samples - len(samples)))
     predictions = gather_predictions(accelerator, per_image)
     started = time.perf_counter()
-    metrics = evaluator.compute(predictions, accelerator, plot_data=plot_data)
+    metrics = evaluator.compute(predictions, accelerator, plot_data=plot_data, all_stats=all_stats)
     score_seconds = time.perf_counter() - started
     losses = None
     if criterion is not None:  # the mean over all processes' batches, whatever each one's count
