@@ -11,8 +11,12 @@ mkdir -p "${OUT:-/tmp/out}"
 # Compiled bytecode in a writable place, made once before any timing: an installed package has its .pyc files,
 # and without them every process would compile torch's Python sources again (~8 s of each run's start).
 export PYTHONPYCACHEPREFIX=/tmp/pycache
+# Every module, not only those imported up front: torch._dynamo, matplotlib and others load lazily, mid-run, and
+# compiled ~10 s of sources there in a timed run. A pip install has compiled them already.
+python3 -m compileall -q -j 0 $(python3 -c "import site; print(*site.getsitepackages())") /tmp/site > /dev/null 2>&1
 python3 -c "import yolo11.engine.trainer, yolo11.tools.val, accelerate.commands.launch, datasets, pycocotools.coco" \
   && python3 -c "import ultralytics.models.yolo, ultralytics.engine.trainer" 2>/dev/null; true
+python3 -c "import matplotlib.font_manager"  # its font cache, built once per machine (a user's is built already)
 python3 -c "import torch, timm, accelerate; print('torch', torch.__version__, 'timm', timm.__version__, 'accelerate', accelerate.__version__, torch.cuda.get_device_name())" | tee "$OUT/versions.txt"
 i=0
 for cmd in "$@"; do
