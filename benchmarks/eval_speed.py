@@ -71,7 +71,7 @@ def timed_compute(dataset, class_names, predictions, backend: str, device: str) 
     metrics = evaluator.compute(predictions)
     seconds = time.perf_counter() - start
     start = time.perf_counter()
-    evaluator._matching_metrics()
+    evaluator._matching_metrics(plot_data=True)  # P/R, PR curve and confusion matrix, as compute() gave
     return metrics, seconds, time.perf_counter() - start
 
 
