@@ -161,10 +161,9 @@ class FastCocoEval:
         """``predictions``: image id -> ``(n, 6)`` ``[x1, y1, x2, y2, score, class]`` in pixels. ``headline``:
         only area "all" at 100 detections (``HEADLINE_STATS``, per-class AP; about a third of the work, what a
         training epoch logs); the other precision and recall entries, and stats, are -1."""
-        num_areas = 1 if headline else len(AREA_RANGES)
-        matched, ignored, key, score, rank = self._match(predictions, num_areas)
-        precision, recall = self._accumulate(matched, ignored, key, score, rank, num_areas,
-                                             MAX_DETS[-1:] if headline else MAX_DETS)
+        matched, ignored, key, score, rank = self._match(predictions, 1 if headline else len(AREA_RANGES))
+        max_dets = MAX_DETS[-1:] if headline else MAX_DETS
+        precision, recall = self._accumulate(matched, ignored, key, score, rank, max_dets)
         return summarize(precision, recall), precision
 
     def _detections(self, predictions: dict[int, torch.Tensor]):
@@ -269,11 +268,12 @@ class FastCocoEval:
         return torch.where(j < count[:, None], start[:, None] + j, -1)
 
     def _accumulate(self, matched: torch.Tensor, ignored: torch.Tensor, key: torch.Tensor, score: torch.Tensor,
-                    rank: torch.Tensor, num_a: int = len(AREA_RANGES),
-                    max_dets: tuple[int, ...] = MAX_DETS) -> tuple[np.ndarray, np.ndarray]:
+                    rank: torch.Tensor, max_dets: tuple[int, ...] = MAX_DETS) -> tuple[np.ndarray, np.ndarray]:
         """pycocotools' ``accumulate``: precision (T, R, K, A, M) and recall (T, K, A, M), -1 where no ground truth
-        and for the areas past ``num_a`` (the width of ``matched``) and the max detections not in ``max_dets``."""
+        and for the areas that ``matched`` leaves out (it holds the first ones) and the max detections not in
+        ``max_dets``."""
         num_k, num_t, num_r = self.num_categories, self.thresholds.numel(), self.recall_thresholds.numel()
+        num_a = matched.shape[1]
         precision = -torch.ones(num_t, num_r, num_k, len(AREA_RANGES), len(MAX_DETS), dtype=torch.float64,
                                 device=self.device)
         recall = -torch.ones(num_t, num_k, len(AREA_RANGES), len(MAX_DETS), dtype=torch.float64, device=self.device)
