@@ -67,8 +67,8 @@ def command_for(args: argparse.Namespace, variant: str) -> list[str]:
     if variant.startswith("ours-compiled"):
         flags += f" --compile true --compile-cache-dir {args.out / 'compile_cache'}"
     command = ours_command(argparse.Namespace(**{**vars(args), "ours_flags": flags}), args.seed)[0]
-    if args.cprofile:  # drop `-m accelerate.commands.launch --config_file X`: one process, the script itself
-        command = [*profile, *command[5:]]
+    if args.cprofile:  # without the launcher and its flags: one process, the script itself
+        command = [*profile, *command[command.index(str(ROOT / "train_accelerate.py")):]]
     return [*command, "--name", variant]  # the last --name wins: one run folder per variant
 
 
