@@ -62,7 +62,7 @@ def random_case(seed: int, num_images: int = 60, crowd: bool = False, duplicate_
 @pytest.mark.parametrize(("seed", "crowd"), [(4, False), (5, True)])
 def test_headline_mode_equals_pycocotools_where_it_computes(seed, crowd):
     """headline=True (what a training epoch logs): area "all" at 100 detections equal to pycocotools', the other
-    entries -1, and the same through CocoEvaluator.compute(all_stats=False), whose dict has only those stats."""
+    entries -1 (CocoEvaluator.compute(all_stats=False): test_evaluator_backends_agree_on_random_detections)."""
     from yolo11.evaluation.fast_coco import HEADLINE_STATS
 
     ground_truth, predictions = random_case(seed, crowd=crowd, duplicate_gt=True)

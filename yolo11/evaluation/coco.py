@@ -184,8 +184,8 @@ class CocoEvaluator:
         else:
             stats, precision = run_cocoeval(self.ground_truth, coco_results(self._predictions), self.backend)
             all_stats = True  # computed anyway
-        names = STAT_NAMES if all_stats else [STAT_NAMES[i] for i in HEADLINE_STATS]
-        metrics: dict = {name: float(v) for name, v in zip(STAT_NAMES, stats, strict=True) if name in names}
+        kept = range(len(STAT_NAMES)) if all_stats else HEADLINE_STATS
+        metrics: dict = {STAT_NAMES[i]: float(stats[i]) for i in kept}
         metrics["per_class_ap50_95"], metrics["per_class_ap50"] = _per_class_ap(precision)
         metrics.update(self._matching_metrics(plot_data))
         return metrics
