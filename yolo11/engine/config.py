@@ -236,6 +236,9 @@ class RunConfig(_SelfValidating):
                              ("auto", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"))
     compile_loss: bool | None = _opt(None, "torch.compile the loss and assigner too (one graph for every box count); "
                                            "default auto: with the model")
+    cuda_graphs: bool | None = _opt(None, "replay each training micro-step (forward, loss, backward) as a CUDA "
+                                          "graph, built in about a second; default auto: on for one-process CUDA "
+                                          "runs that do not compile the model (not with fp16 or DeepSpeed)")
     compile_cache_dir: str = _opt("~/.cache/yolo11/compile", "compiled kernels kept between runs, so that a run of "
                                   "the same shapes does not compile again (TORCHINDUCTOR_CACHE_DIR, if set, wins)")
     channels_last: bool = _opt(True, "channels_last memory format on CUDA")

@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import time
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 from accelerate import Accelerator
-from accelerate.utils import DistributedType
+from accelerate.utils import AutocastKwargs, DistributedType
 from torch import nn
 
-from yolo11.data import model_input
 from yolo11.engine.checkpoint import TrainState
+from yolo11.engine.cuda_graphs import GraphedMicroStep, MicroStep
 from yolo11.engine.device_feed import DeviceFeed, TimedIterable
 from yolo11.engine.ema import ModelEMA
 from yolo11.engine.guard import NonFiniteGuard
@@ -50,6 +51,8 @@ class TrainStep:
 
     ``batch_hsv`` (a ``BatchHSV`` on the device, possibly compiled) applies the HSV augmentation of batches that
     carry ``hsv_gains`` (the loader left it to the device). ``channels_last``: the model's memory format.
+    ``cuda_graphs``: replay each micro-batch's forward, loss and backward as a CUDA graph (``GraphedMicroStep``);
+    the gradients then stay allocated between steps (zeroed, not freed).
     """
 
     accelerator: Accelerator
@@ -65,6 +68,15 @@ class TrainStep:
     progress: Progress
     profiler: StepProfiler | None = None
     stop: StopAgreement | None = None  # SIGINT/SIGTERM: stop after the current optimizer step
+    cuda_graphs: bool = False
+
+    def __post_init__(self):
+        autocast = self.accelerator.autocast
+        if self.cuda_graphs:  # a cached bf16 copy of a weight must not outlive the graph that made it
+            autocast = functools.partial(autocast, AutocastKwargs(cache_enabled=False))
+        self.micro_step = MicroStep(self.model, self.criterion, self.batch_hsv, autocast, self.accelerator.backward,
+                                    self.loss_factor, self.channels_last)
+        self.graphed = GraphedMicroStep(self.micro_step, self.accelerator.device) if self.cuda_graphs else None
 
     @property
     def loss_factor(self) -> float:
@@ -115,7 +127,7 @@ def train_one_epoch(step: TrainStep, loader, state: TrainState, epoch: int,
                     if step.clip_grad > 0 else None
                 guard.before_update(grad_norm, state)
                 step.optimizer.step()
-                step.optimizer.zero_grad(set_to_none=True)
+                step.optimizer.zero_grad(set_to_none=step.graphed is None)
                 guard.observe_weights(model.parameters())
         pending += 1
         images_seen += batch["images"].shape[0] * accelerator.num_processes
@@ -152,16 +164,13 @@ def train_one_epoch(step: TrainStep, loader, state: TrainState, epoch: int,
 
 
 def _forward_backward(step: TrainStep, batch: dict, guard: NonFiniteGuard) -> torch.Tensor:
-    """Forward, loss and backward of one micro-batch; returns the detached loss parts (box, cls, dfl)."""
-    images = batch["images"]  # uint8 travelled to the device; augment and normalise there
-    if "hsv_gains" in batch:
-        images = step.batch_hsv(images, batch["hsv_gains"])
-    images = model_input(images, step.channels_last)
-    with step.accelerator.autocast():
-        feats = step.model(images)
-    loss, parts = step.criterion(feats, batch["boxes"], batch["labels"])  # upcasts the maps itself
-    guard.observe_loss(loss.detach())
-    step.accelerator.backward(loss * step.loss_factor)
+    """Forward, loss and backward of one micro-batch (replayed as a CUDA graph where the step has them); returns
+    the loss parts (box, cls, dfl)."""
+    if step.graphed is not None:
+        loss, parts = step.graphed(batch)
+    else:
+        loss, parts = step.micro_step(batch["images"], batch.get("hsv_gains"), batch["boxes"], batch["labels"])
+    guard.observe_loss(loss)
     return parts
 
 

@@ -9,6 +9,7 @@ import os
 from dataclasses import dataclass
 
 from accelerate import PartialState
+from accelerate.utils import DistributedType
 
 from yolo11.engine.config import TrainConfig
 from yolo11.engine.optim import OptimizerChoice, lr_scale_for_batch, resolve_optimizer
@@ -34,7 +35,7 @@ class RunPlan:
     cache_images: bool  # decoded images in RAM for the train and val loaders
     cache_reason: str  # why, for the run's first lines
     compile: CompileChoice  # torch.compile of the model and the loss
-
+    cuda_graphs: GraphsChoice  # the training micro-step replayed as CUDA graphs
 
     @property
     def effective_batch(self) -> int:
@@ -62,9 +63,11 @@ def cpu_fallback_warning(device_type: str) -> str | None:
 
 
 def plan_run(config: TrainConfig, num_processes: int, num_train_images: int, num_classes: int,
-             device_type: str = "cpu", cache_bytes: int = 0, available_ram: int | None = None) -> RunPlan:
+             device_type: str = "cpu", cache_bytes: int = 0, available_ram: int | None = None,
+             mixed_precision: str | None = None) -> RunPlan:
     """Every value derived from the config and the launch, computed once (``device_type``: "cuda", "cpu"...;
-    ``cache_bytes``: one process's RAM for ``--cache-images``; ``available_ram``: bytes, None if unknown)."""
+    ``cache_bytes``: one process's RAM for ``--cache-images``; ``available_ram``: bytes, None if unknown;
+    ``mixed_precision``: "no", "bf16", "fp16"..., by default what ``accelerate launch`` set for the Accelerator)."""
     run, optim = config.run, config.optim
     if run.batch_size % num_processes:
         raise ValueError(f"--batch-size {run.batch_size} is the global batch and must be divisible by the "
@@ -88,6 +91,8 @@ def plan_run(config: TrainConfig, num_processes: int, num_train_images: int, num
     cache = decide_cache(config.data.cache_images, cache_bytes, available_ram)
     compile_choice = decide_compile(config.run.compile, config.run.compile_loss, config.run.compile_mode,
                                     device_type, run.epochs * num_train_images, num_processes)
+    graphs = decide_cuda_graphs(config.run.cuda_graphs, device_type, num_processes, compile_choice.model,
+                                mixed_precision or os.environ.get("ACCELERATE_MIXED_PRECISION", "no"))
     return RunPlan(
         num_processes=num_processes,
         per_process_batch=per_process,
@@ -103,6 +108,7 @@ def plan_run(config: TrainConfig, num_processes: int, num_train_images: int, num
         cache_images=cache[0],
         cache_reason=cache[1],
         compile=compile_choice,
+        cuda_graphs=graphs,
     )
 
 
@@ -146,6 +152,40 @@ def decide_compile(model: bool | None, loss: bool | None, mode: str, device_type
     else:
         text = f"compiled: no, eager ({why}; --compile true to compile)"
     return CompileChoice(model, loss, mode, text)
+
+
+@dataclass(frozen=True)
+class GraphsChoice:
+    enabled: bool
+    reason: str  # for the run's first lines
+
+
+def decide_cuda_graphs(requested: bool | None, device_type: str, num_processes: int, compiled: bool,
+                       mixed_precision: str) -> GraphsChoice:
+    """``--cuda-graphs`` true/false as asked (true where it cannot work is an error); auto (None): on wherever the
+    graphed micro-step is known to equal the eager one, which is every one-process CUDA run whose model is not
+    compiled (a compiled model gets inductor's own CUDA graphs under reduce-overhead). Capture costs about one eager
+    step per input shape (benchmarks/RESULTS.md), so there is no run too short for it."""
+    blocker = None
+    if device_type != "cuda":
+        blocker = f"a {device_type} run"
+    elif num_processes > 1:
+        blocker = f"{num_processes} processes: DDP's gradient all-reduce is not captured"
+    elif mixed_precision == "fp16":
+        blocker = "fp16: its GradScaler decides per step on the host"
+    elif PartialState().distributed_type == DistributedType.DEEPSPEED:
+        blocker = "DeepSpeed runs its own step"
+    elif compiled:
+        blocker = "the compiled model has inductor's CUDA graphs"
+    if requested and blocker:
+        raise ValueError(f"--cuda-graphs true is not possible here ({blocker}); leave it at auto")
+    if requested is False:
+        return GraphsChoice(False, "CUDA graphs: no (--cuda-graphs false: the eager step)")
+    if blocker:
+        return GraphsChoice(False, f"CUDA graphs: no ({blocker})")
+    why = "--cuda-graphs true" if requested else "auto: a one-process CUDA run"
+    return GraphsChoice(True, f"CUDA graphs: the training step's forward, loss and backward, one graph per input "
+                              f"shape ({why}; --cuda-graphs false for the eager step)")
 
 
 CACHE_RAM_SHARE = 0.5  # --cache-images auto caches when the images take at most this share of the available RAM

@@ -176,7 +176,7 @@ def build_run(config: TrainConfig, plan: RunPlan, run_dir: Path, train_source: D
         progress=Progress(accelerator, config.run.log_interval, config.run.epochs, plan.batches_per_epoch),
         profiler=StepProfiler(run_dir / "profile", config.run.profile and accelerator.is_main_process,
                               accelerator.device),
-        stop=StopAgreement(accelerator, stop))
+        stop=StopAgreement(accelerator, stop), cuda_graphs=plan.cuda_graphs.enabled)
     # The architecture as built (--model may be left to the weights): what checkpoints store and resumes compare.
     resolved = dataclasses.replace(config.model, model=model_name, backbone=backbone)
     config = dataclasses.replace(config, model=resolved)
@@ -215,6 +215,7 @@ def start_run(run: Run, val_source: DetectionSource) -> None:
                       f"{run.run_dir}")
     accelerator.print(plan.cache_reason)
     accelerator.print(plan.compile.reason)
+    accelerator.print(plan.cuda_graphs.reason)
 
 
 def save_first_batch(run: Run) -> None:

@@ -1,0 +1,202 @@
+"""``yolo11.engine.cuda_graphs``: the graphed training micro-step equals the eager one.
+
+CPU tests cover the static-shape pieces (box buckets, target padding, the plan's choice); the CUDA tests run the
+real training loop graphed and eager and compare losses, gradients and weights, and resume."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from accelerate import Accelerator
+from accelerate.state import AcceleratorState, GradientState
+
+import yolo11
+from yolo11.data import BatchHSV
+from yolo11.engine.checkpoint import TrainState
+from yolo11.engine.cuda_graphs import MIN_BOX_ROWS, box_bucket, pad_targets
+from yolo11.engine.ema import ModelEMA
+from yolo11.engine.loop import Accumulation, TrainStep, train_one_epoch
+from yolo11.engine.optim import OptimizerChoice, WarmupSchedule, build_optimizer, lr_lambda
+from yolo11.engine.plan import decide_cuda_graphs
+from yolo11.engine.progress import Progress
+from yolo11.loss import DetectionLoss
+
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+def reset_accelerate_state():
+    AcceleratorState._reset_state(reset_partial_state=True)
+    GradientState._reset_state()
+
+
+@pytest.fixture(autouse=True)
+def fresh_accelerate_state():
+    yield
+    reset_accelerate_state()
+
+
+@pytest.mark.parametrize("rows, bucket", [(0, MIN_BOX_ROWS), (1, MIN_BOX_ROWS), (MIN_BOX_ROWS, MIN_BOX_ROWS),
+                                          (MIN_BOX_ROWS + 1, 2 * MIN_BOX_ROWS), (100, 128), (128, 128), (129, 256)])
+def test_box_bucket_is_the_next_power_of_two(rows, bucket):
+    assert box_bucket(rows) == bucket
+
+
+def random_targets(batch: int, rows: int, imgsz: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    xy = torch.rand(batch, rows, 2, generator=g) * imgsz * 0.7
+    wh = torch.rand(batch, rows, 2, generator=g) * imgsz * 0.3 + 1
+    labels = torch.randint(0, 5, (batch, rows), generator=g)
+    labels[0, rows // 2:] = -1  # the collate's padding rows of a shorter image
+    boxes = torch.cat([xy, xy + wh], -1) * (labels >= 0).unsqueeze(-1)
+    return boxes, labels
+
+
+def test_padded_targets_give_the_same_loss_and_gradients():
+    """The graphs pad every batch's box rows to its bucket: the loss and every gradient must not move (CPU, where
+    the kernels are deterministic: bitwise)."""
+    torch.manual_seed(0)
+    model = yolo11.create_model("yolo11n", num_classes=5)
+    criterion = DetectionLoss(5)
+    images = torch.rand(2, 3, 96, 96)
+    boxes, labels = random_targets(2, 5, 96, seed=1)
+    padded_boxes, padded_labels = pad_targets(boxes, labels, box_bucket(5))
+    assert padded_boxes.shape == (2, MIN_BOX_ROWS, 4) and (padded_labels[:, 5:] == -1).all()
+
+    def loss_and_grads(b, lab):
+        model.zero_grad()
+        loss, parts = criterion(model(images), b, lab)
+        loss.backward()
+        return loss.detach(), parts, [p.grad.clone() for p in model.parameters() if p.grad is not None]
+
+    reference, padded = loss_and_grads(boxes, labels), loss_and_grads(padded_boxes, padded_labels)
+    assert torch.equal(reference[0], padded[0]) and torch.equal(reference[1], padded[1])
+    assert all(torch.equal(a, b) for a, b in zip(reference[2], padded[2], strict=True))
+
+
+def test_pad_targets_leaves_a_full_batch_alone():
+    boxes, labels = random_targets(2, 16, 64, seed=0)
+    assert pad_targets(boxes, labels, 16) == (boxes, labels)
+
+
+def test_cuda_graphs_auto_is_on_for_one_process_cuda_runs_only():
+    assert decide_cuda_graphs(None, "cuda", 1, compiled=False, mixed_precision="bf16").enabled
+    blocked_cases = [("cpu", 1, False, "no"), ("cuda", 2, False, "bf16"), ("cuda", 1, False, "fp16"),
+                     ("cuda", 1, True, "bf16")]
+    for case in blocked_cases:
+        blocked = decide_cuda_graphs(None, *case)
+        assert not blocked.enabled and blocked.reason.startswith("CUDA graphs: no (")
+    assert "--cuda-graphs false" in decide_cuda_graphs(None, "cuda", 1, False, "no").reason
+    assert not decide_cuda_graphs(False, "cuda", 1, False, "bf16").enabled
+    with pytest.raises(ValueError, match="--cuda-graphs true is not possible here .a cpu run"):
+        decide_cuda_graphs(True, "cpu", 1, False, "no")
+
+
+# --- CUDA: the real loop, graphed against eager ---------------------------------------------------------------
+
+def cuda_batches(count: int, batch: int = 4, imgsz: int = 96, seed: int = 0) -> list[dict]:
+    """Training batches as ``DeviceFeed`` yields them: uint8 channels_last images, HSV gains, box counts that
+    change bucket (and change within a bucket)."""
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for i in range(count):
+        rows = [3, 5, 3, 20, 5, 3, 7, 3][i % 8]
+        images = torch.randint(0, 256, (batch, imgsz, imgsz, 3), dtype=torch.uint8, generator=g).permute(0, 3, 1, 2)
+        boxes, labels = random_targets(batch, rows, imgsz, seed=seed * 100 + i)
+        gains = torch.rand(batch, 3, generator=g, dtype=torch.float64) * 2 - 1
+        out.append({"images": images.cuda(), "boxes": boxes.cuda(), "labels": labels.cuda(), "hsv_gains": gains.cuda()})
+    return out
+
+
+def train(batches, graphs: bool, model=None, state: TrainState | None = None, optimizer_state=None, ema_state=None,
+          mixed_precision: str = "no", accumulation: int = 2, ramp: int = 4):
+    """``train_one_epoch`` over ``batches`` as the trainer builds it on CUDA (fused AdamW, channels_last, EMA,
+    warmup ramp of the accumulation and the lr); returns model, optimizer, EMA, state and result."""
+    reset_accelerate_state()
+    accelerator = Accelerator(mixed_precision=mixed_precision)
+    if model is None:
+        torch.manual_seed(0)
+        model = yolo11.create_model("yolo11n", num_classes=5)
+    model = model.cuda().to(memory_format=torch.channels_last)
+    ema = ModelEMA(model)
+    optimizer = build_optimizer(model, OptimizerChoice("AdamW", 0.002, 0.9), 5e-4)
+    schedule = WarmupSchedule(optimizer, lr_lambda("linear", 10, 0.01), ramp, 0.1, 0.8, 0.937)
+    model, optimizer = accelerator.prepare(model, optimizer)
+    if optimizer_state is not None:
+        optimizer.load_state_dict(optimizer_state)
+    if ema_state is not None:
+        ema.load_state_dict(ema_state)
+    step = TrainStep(accelerator=accelerator, model=model, criterion=DetectionLoss(5), optimizer=optimizer,
+                     schedule=schedule, ema=ema, accumulation=Accumulation(accumulation, ramp), clip_grad=10.0,
+                     channels_last=True, batch_hsv=BatchHSV().cuda(),
+                     progress=Progress(accelerator, interval=1, epochs=1, batches_per_epoch=len(batches), bars=False),
+                     cuda_graphs=graphs)
+    state = state or TrainState()
+    result = train_one_epoch(step, batches, state, epoch=0)
+    torch.cuda.synchronize()
+    return step, state, result
+
+
+@pytest.fixture
+def deterministic():
+    before = torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark
+    torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = True, False
+    yield
+    torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = before
+
+
+@cuda
+@pytest.mark.gpu
+@pytest.mark.parametrize("mixed_precision", ["no", "bf16"])
+def test_graphed_step_equals_the_eager_step(deterministic, mixed_precision):
+    """Eight micro-batches with a ramping accumulation (1, 1, 2, 2...: an optimizer step after batches 1, 2, 4,
+    6, 8), box counts that change bucket: graphs are captured mid-run and replayed. Losses, weights, EMA and the
+    optimizer's moments equal the eager run's to float rounding."""
+    batches = cuda_batches(8)
+    eager_step, eager_state, eager = train(batches, graphs=False, mixed_precision=mixed_precision)
+    graph_step, graph_state, graphed = train(batches, graphs=True, mixed_precision=mixed_precision)
+    assert graph_step.graphed.captures >= 2  # the 16-row bucket and the 32-row one
+    assert (graph_state.optimizer_steps, graph_state.iteration) == (eager_state.optimizer_steps, 8) == (5, 8)
+    tol = {"no": dict(rtol=1e-5, atol=1e-6), "bf16": dict(rtol=1e-3, atol=1e-5)}[mixed_precision]
+    torch.testing.assert_close(graphed.mean_losses, eager.mean_losses, **tol)
+    for a, b in zip(graph_step.model.parameters(), eager_step.model.parameters(), strict=True):
+        torch.testing.assert_close(a, b, **tol)
+    for a, b in zip(graph_step.ema.module.state_dict().values(), eager_step.ema.module.state_dict().values(),
+                    strict=True):
+        torch.testing.assert_close(a, b, **tol)
+    graph_moments = [s["exp_avg"] for s in graph_step.optimizer.state_dict()["state"].values()]
+    eager_moments = [s["exp_avg"] for s in eager_step.optimizer.state_dict()["state"].values()]
+    for a, b in zip(graph_moments, eager_moments, strict=True):
+        torch.testing.assert_close(a, b, **tol)
+
+
+@cuda
+@pytest.mark.gpu
+def test_graphed_run_resumes_bitwise(deterministic):
+    """Eight batches in one go against four, then a fresh model, optimizer and EMA from the saved state (as
+    ``--resume`` rebuilds them) for the other four: the same weights to the bit."""
+    batches = cuda_batches(8, seed=3)
+    whole, _, _ = train(batches, graphs=True)
+    first, state, _ = train(batches[:4], graphs=True)
+    saved_model = copy.deepcopy(first.accelerator.unwrap_model(first.model)).cpu()
+    saved_optimizer = copy.deepcopy(first.optimizer.state_dict())
+    saved_ema = copy.deepcopy(first.ema.state_dict())
+    resumed_state = TrainState()
+    resumed_state.load_state_dict(state.state_dict())  # as on disk: the loss sum as floats
+    second, _, _ = train(batches[4:], graphs=True, model=saved_model, state=resumed_state,
+                         optimizer_state=saved_optimizer, ema_state=saved_ema)
+    for a, b in zip(whole.model.parameters(), second.model.parameters(), strict=True):
+        assert torch.equal(a, b)
+    for a, b in zip(whole.ema.module.state_dict().values(), second.ema.module.state_dict().values(), strict=True):
+        assert torch.equal(a, b)
+
+
+@cuda
+@pytest.mark.gpu
+def test_graphs_are_replayed_not_recaptured():
+    """After the first batch of a shape (eager) and the second (captured), every later batch of that shape is a
+    replay: captures count distinct shapes only."""
+    batches = [b for b in cuda_batches(8) if b["boxes"].shape[1] <= MIN_BOX_ROWS]
+    step, _, _ = train(batches * 3, graphs=True, accumulation=1, ramp=-1)
+    assert step.graphed.captures == 1 and len(step.graphed.graphs) == 1
