@@ -143,3 +143,52 @@ class GraphedMicroStep:
         current.wait_stream(self.stream)
         self.captures += 1
         return _Captured(graph, static, outputs)
+
+
+class GraphedForward:
+    """``model(images)`` in eval mode without gradients, replayed as one CUDA graph per input shape: validation's
+    forward during training.
+
+    Validation batches come in a few rect shapes that repeat every epoch; each shape runs eagerly the first time,
+    is captured the second and replayed from then on. ``model`` must keep its parameter and buffer tensors (the
+    EMA updates them in place). The returned maps are the graph's static outputs: use them before the next call.
+    """
+
+    def __init__(self, model: nn.Module, autocast: Callable, device: torch.device):
+        self.model = model
+        self.autocast = autocast
+        self.device = device
+        self.stream = torch.cuda.Stream(device)
+        self.pool = torch.cuda.graph_pool_handle()
+        self.graphs: dict[tuple, tuple[torch.cuda.CUDAGraph, torch.Tensor, list[torch.Tensor]]] = {}
+        self._warmed: set[tuple] = set()
+
+    @torch.no_grad()
+    def __call__(self, images: torch.Tensor) -> list[torch.Tensor]:
+        key = (tuple(images.shape), images.stride(), images.dtype)
+        if key in self.graphs:
+            graph, static, outputs = self.graphs[key]
+            static.copy_(images, non_blocking=True)
+            graph.replay()
+            return outputs
+        current = torch.cuda.current_stream(self.device)
+        self.stream.wait_stream(current)
+        if key not in self._warmed:
+            self._warmed.add(key)
+            with torch.cuda.stream(self.stream):
+                outputs = self._forward(images)
+            current.wait_stream(self.stream)
+            return outputs
+        with torch.cuda.stream(self.stream):
+            static = images.clone()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self.pool, stream=self.stream):
+            outputs = self._forward(static)
+        current.wait_stream(self.stream)
+        self.graphs[key] = (graph, static, outputs)
+        graph.replay()
+        return outputs
+
+    def _forward(self, images: torch.Tensor) -> list[torch.Tensor]:
+        with self.autocast():
+            return self.model(images)

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 
 from accelerate import Accelerator
-from accelerate.utils import broadcast
+from accelerate.utils import AutocastKwargs, broadcast
 from torch import nn
 
 from yolo11.data import DetectionSource, LoaderConfig, build_val_stream
 from yolo11.engine.compile import CompiledLoss
 from yolo11.engine.config import TrainConfig
+from yolo11.engine.cuda_graphs import GraphedForward
 from yolo11.engine.device_feed import DeviceFeed, TimedIterable
 from yolo11.engine.plan import RunPlan
 from yolo11.evaluation import CocoEvaluator, EvaluationResult, predict_and_score
@@ -26,7 +28,7 @@ class Validator:
     batches from it, which its workers prepared while the model trained."""
 
     def __init__(self, accelerator: Accelerator, loader, postprocessor: Postprocessor, evaluator: CocoEvaluator,
-                 channels_last: bool, num_samples: int):
+                 channels_last: bool, num_samples: int, cuda_graphs: bool = False):
         self.accelerator = accelerator
         self.loader = loader
         self._batches = None  # the loader's iterator, started by the first validation
@@ -34,6 +36,8 @@ class Validator:
         self.evaluator = evaluator
         self.channels_last = channels_last
         self.num_samples = num_samples
+        self.cuda_graphs = cuda_graphs
+        self._graphed: dict[int, GraphedForward] = {}  # by id of the validated module (the EMA's, or the model)
 
     @classmethod
     def build(cls, config: TrainConfig, plan: RunPlan, source: DetectionSource, accelerator: Accelerator,
@@ -50,7 +54,8 @@ class Validator:
                                       strides=model.strides, reg_max=model.reg_max)
         device = evaluation_device(accelerator.device, len(source.dataset))
         evaluator = CocoEvaluator(source.dataset, source.class_names, backend="fast", device=device)
-        return cls(accelerator, loader, postprocessor, evaluator, plan.channels_last, run.val_images)
+        return cls(accelerator, loader, postprocessor, evaluator, plan.channels_last, run.val_images,
+                   cuda_graphs=plan.cuda_graphs.enabled)
 
     def close(self) -> None:
         """Stop the loader's workers (and drop the batches they built ahead)."""
@@ -63,8 +68,9 @@ class Validator:
         carries sample images with their predictions; ``all_stats``: the 12 COCO stats, not only the headline
         ones that an epoch logs. Each costs milliseconds that most epochs of a small dataset need not pay.
 
-        Both run eagerly: rect batches come in many shapes, and each would be another compiled graph (CUDA
-        graphs too, under ``reduce-overhead``), for a pass that runs once per epoch without gradients.
+        Neither is compiled: rect batches come in many shapes, and each would be another compiled graph, for a
+        pass that runs once per epoch without gradients. Where the run has CUDA graphs (``--cuda-graphs``), the
+        forward is replayed as one graph per rect shape (``GraphedForward``): the shapes repeat every epoch.
 
         With several processes, every process first takes the main process's buffers: each one's BatchNorm
         running statistics (and so its EMA's) follow its own batches, DDP re-syncs them only at the next forward,
@@ -77,8 +83,14 @@ class Validator:
             self._batches = iter(self.loader)
         batches = self.loader.batch_sampler.batches_per_pass
         one_pass = TimedIterable(DeviceFeed(itertools.islice(self._batches, batches), self.accelerator.device))
+        forward = None
+        if self.cuda_graphs:
+            forward = self._graphed.get(id(model))
+            if forward is None:
+                autocast = functools.partial(self.accelerator.autocast, AutocastKwargs(cache_enabled=False))
+                forward = self._graphed[id(model)] = GraphedForward(model, autocast, self.accelerator.device)
         result = predict_and_score(self.accelerator, model, one_pass, self.postprocessor, self.evaluator,
-                                 criterion=criterion, channels_last=self.channels_last,
-                                 num_samples=self.num_samples if images else 0, batches=batches, plot_data=plots,
-                                 all_stats=all_stats)
+                                   criterion=criterion, channels_last=self.channels_last,
+                                   num_samples=self.num_samples if images else 0, batches=batches, plot_data=plots,
+                                   all_stats=all_stats, forward=forward)
         return dataclasses.replace(result, data_seconds=one_pass.seconds)

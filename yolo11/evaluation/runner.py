@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -40,6 +41,7 @@ def predict_and_score(
     batches: int | None = None,
     plot_data: bool = True,
     all_stats: bool = True,
+    forward: Callable[[torch.Tensor], list[torch.Tensor]] | None = None,
 ) -> EvaluationResult:
     """Run ``model`` in eval mode over ``loader`` (this process's batches on its device: a prepared loader, or
     a pass of the training run's validation stream) and score all processes' predictions, mapped to original
@@ -54,6 +56,8 @@ def predict_and_score(
         batches: this process's batch count, for the progress bar of a ``loader`` without a length.
         plot_data: the metrics include the PR curve and the confusion matrix (see ``CocoEvaluator``).
         all_stats: all 12 COCO stats; False: the headline ones (see ``CocoEvaluator.compute``).
+        forward: runs ``model`` on a batch in its mixed precision (training's ``GraphedForward``); default: the
+            model under ``accelerator.autocast()``.
 
     ``gather_predictions`` drops the samples that ``even_batches`` duplicated on the last batch, so the metrics
     equal a single-process evaluation whatever the number of processes.
@@ -68,8 +72,12 @@ def predict_and_score(
     bar = tqdm(loader, desc="validation", unit="batch", file=sys.stdout, leave=False, dynamic_ncols=True,
                total=batches, disable=not (accelerator.is_main_process and sys.stdout.isatty()))
     for batch in bar:
-        with accelerator.autocast():
-            feats = model(model_input(batch["images"], channels_last))
+        images = model_input(batch["images"], channels_last)
+        if forward is not None:
+            feats = forward(images)
+        else:
+            with accelerator.autocast():
+                feats = model(images)
         feats = [f.float() for f in feats]
         if criterion is not None:
             loss_sum += criterion(feats, batch["boxes"], batch["labels"])[1]
