@@ -58,7 +58,10 @@ def data_yaml(args) -> Path:
         return generated_dataset(args.out / "generated")
     from accuracy_parity import absolute_data_yaml
 
-    return absolute_data_yaml(ROOT.parent / "shared" / "data" / f"{args.dataset}.yaml", args.out)
+    path = Path(args.dataset)
+    if not path.suffix:  # a name: the shared samples beside the checkout
+        path = ROOT.parent / "shared" / "data" / f"{args.dataset}.yaml"
+    return absolute_data_yaml(path, args.out)
 
 
 def command(args, variant: str, data: Path, seed: int) -> tuple[list[str], Path]:
@@ -91,7 +94,8 @@ def final_map(results_csv: Path) -> float | None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--dataset", default="coco128", help="coco128, coco8 (../shared/data) or generated")
+    parser.add_argument("--dataset", default="coco128",
+                        help="coco128, coco8 (../shared/data), a data YAML, or generated")
     parser.add_argument("--variants", nargs="+", default=["ultralytics", "ours"],
                         choices=["ultralytics", "ours", "ours-eager"])
     parser.add_argument("--model", default="yolo11n")
@@ -108,7 +112,7 @@ def main() -> int:
     for seed in args.seeds:
         for variant in args.variants:
             cmd, results_csv = command(args, variant, data, seed)
-            log = args.out / f"{args.dataset}_{variant}_seed{seed}.log"
+            log = args.out / f"{Path(args.dataset).stem}_{variant}_seed{seed}.log"
             started = time.perf_counter()
             with log.open("w") as f:
                 rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, cwd=ROOT).returncode
@@ -117,7 +121,7 @@ def main() -> int:
                    "final_map50_95": final_map(results_csv)}
             results.append(row)
             print(json.dumps(row), flush=True)
-    (args.out / f"{args.dataset}_summary.json").write_text(json.dumps(results, indent=1) + "\n")
+    (args.out / f"{Path(args.dataset).stem}_summary.json").write_text(json.dumps(results, indent=1) + "\n")
     return 1 if any(r["rc"] for r in results) else 0
 
 

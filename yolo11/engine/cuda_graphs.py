@@ -34,6 +34,9 @@ from torch import nn
 from yolo11.data import model_input
 
 MIN_BOX_ROWS = 16  # the smallest box bucket: most batches of small datasets fit in one or two graphs
+# The loader's pin-memory thread allocates pinned host memory while the main thread captures: under the default
+# "global" mode that call invalidates the capture; "thread_local" checks only the capturing thread.
+_CAPTURE_MODE = "thread_local"
 
 
 def box_bucket(rows: int) -> int:
@@ -138,7 +141,7 @@ class GraphedMicroStep:
         graph = torch.cuda.CUDAGraph()
         current = torch.cuda.current_stream(self.device)
         self.stream.wait_stream(current)
-        with torch.cuda.graph(graph, pool=self.pool, stream=self.stream):
+        with torch.cuda.graph(graph, pool=self.pool, stream=self.stream, capture_error_mode=_CAPTURE_MODE):
             outputs = self.step(static["images"], static.get("gains"), static["boxes"], static["labels"])
         current.wait_stream(self.stream)
         self.captures += 1
@@ -182,7 +185,7 @@ class GraphedForward:
         with torch.cuda.stream(self.stream):
             static = images.clone()
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self.pool, stream=self.stream):
+        with torch.cuda.graph(graph, pool=self.pool, stream=self.stream, capture_error_mode=_CAPTURE_MODE):
             outputs = self._forward(static)
         current.wait_stream(self.stream)
         self.graphs[key] = (graph, static, outputs)
