@@ -199,7 +199,7 @@ def _legacy_pickle(payload: object, path: Path) -> None:
     path.write_bytes(pickle.dumps({"ema": payload}, protocol=2))
 
 
-@pytest.mark.parametrize("write", [_torch_save, _pickle_in_torch_zip, _legacy_pickle])
+@pytest.mark.parametrize("write", [_torch_save, _pickle_in_torch_zip])
 def test_os_system_payload_is_refused(tmp_path, capsys, write):
     flag = tmp_path / "pwned"
     checkpoint = tmp_path / "evil.pt"
@@ -213,6 +213,14 @@ def test_os_system_payload_is_refused(tmp_path, capsys, write):
         load_weights(checkpoint)
     assert convert.main([str(checkpoint), str(tmp_path / "out")]) == 2
     assert "os.system" in capsys.readouterr().err
+    assert not flag.exists() and not (tmp_path / "out").exists()
+
+
+def test_legacy_pickle_file_is_refused_unread(tmp_path, capsys):
+    flag = tmp_path / "pwned"
+    _legacy_pickle(_RunsOnLoad(os.system, f"touch {flag}"), tmp_path / "evil.pt")
+    assert convert.main([str(tmp_path / "evil.pt"), str(tmp_path / "out")]) == 2
+    assert "not a torch.save zip archive" in capsys.readouterr().err
     assert not flag.exists() and not (tmp_path / "out").exists()
 
 

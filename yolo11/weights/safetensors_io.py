@@ -20,6 +20,7 @@ from yolo11.models.blocks import Conv
 from yolo11.models.detector import YOLO11Detector, create_model
 from yolo11.weights.model_card import render_model_card
 from yolo11.weights.resolve import resolve_weights
+from yolo11.weights.torch_zip import is_zip
 
 WEIGHTS_NAME = "model.safetensors"
 CONFIG_NAME = "config.json"
@@ -139,7 +140,7 @@ def load_weights(ref: str | Path) -> YOLO11Detector:
     path = resolve_weights(ref)
     if path.is_dir():
         return load_pretrained(path)
-    if path.suffix == ".pt":
+    if path.suffix in (".pt", ".pth") or is_zip(path):  # by content too: a renamed torch file is still one
         from yolo11.weights.ultralytics import load_ultralytics
 
         return load_ultralytics(path)

@@ -17,6 +17,7 @@ from yolo11.models.detector import YOLO11Detector, create_model
 from yolo11.models.neck import ULTRALYTICS_LAYERS
 from yolo11.models.scales import SCALES
 from yolo11.weights import safe_pickle
+from yolo11.weights.gate import FileRefusedError, read_torch_file
 from yolo11.weights.safe_pickle import StubModule
 
 HEAD_LAYER = 23
@@ -25,9 +26,9 @@ _KEY = re.compile(r"model\.(\d+)\.(.+)")
 
 def read_checkpoint(path: str | Path) -> dict[str, Any]:
     """The checkpoint's top-level dict, with module objects as inert ``StubModule``s (restricted unpickling)."""
-    checkpoint = torch.load(path, map_location="cpu", weights_only=False, pickle_module=safe_pickle)
+    checkpoint = read_torch_file(path, safe_pickle.Unpickler)  # the gate: never torch.load (TorchScript)
     if not isinstance(checkpoint, dict):
-        raise ValueError(f"{path}: expected an Ultralytics checkpoint dict, got {type(checkpoint).__name__}")
+        raise FileRefusedError(path, f"expected an Ultralytics checkpoint dict, got {type(checkpoint).__name__}")
     return checkpoint
 
 
