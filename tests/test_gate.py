@@ -3,7 +3,11 @@ before anything in them runs or is allocated."""
 
 from __future__ import annotations
 
+import io
+import pickle
+import re
 import warnings
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -11,8 +15,9 @@ import pytest
 import torch
 from PIL import Image
 
+from yolo11.gate import FileRefusedError
+from yolo11.models.detector import create_model
 from yolo11.weights import load_weights
-from yolo11.weights.gate import FileRefusedError
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 MARKER = "SCRIPTED-SETSTATE-RAN"
@@ -83,3 +88,88 @@ def test_torchscript_pt_is_refused_by_every_entry_point(torchscript_pt: Path, tm
         warnings.simplefilter("ignore")
         torch.load(torchscript_pt, weights_only=False)
     assert MARKER in capfd.readouterr().out
+
+
+# --- .pt archives that are not plain checkpoints -------------------------------------------------------------
+
+class _Storage:
+    """Pickled through ``persistent_id`` as torch pickles a storage: ('storage', type, key, location, numel)."""
+
+    def __init__(self, key: str, numel: int) -> None:
+        self.key, self.numel = key, numel
+
+
+class _Tensor:
+    def __init__(self, storage: _Storage, size: tuple[int, ...]) -> None:
+        self.storage, self.size = storage, size
+
+    def __reduce__(self):
+        import collections
+
+        return torch._utils._rebuild_tensor_v2, (self.storage, 0, self.size, (1,), False, collections.OrderedDict())
+
+
+class _TorchPickler(pickle.Pickler):
+    def persistent_id(self, obj: object) -> object:
+        if isinstance(obj, _Storage):
+            return ("storage", torch.FloatStorage, obj.key, "cpu", obj.numel)
+        return None
+
+
+def _torch_zip(path: Path, payload: object, records: dict[str, bytes]) -> Path:
+    """A hand-made torch.save-style zip: ``payload`` pickled as data.pkl (bytes: data.pkl itself), plus
+    ``records`` (name -> bytes)."""
+    buffer = io.BytesIO(payload if isinstance(payload, bytes) else None)
+    if not isinstance(payload, bytes):
+        _TorchPickler(buffer, protocol=2).dump(payload)
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("archive/data.pkl", buffer.getvalue())
+        archive.writestr("archive/byteorder", "little")
+        archive.writestr("archive/version", "3\n")
+        for name, data in records.items():
+            archive.writestr(f"archive/{name}", data)
+    return path
+
+
+FOUR_FLOATS = np.arange(4, dtype=np.float32).tobytes()
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda p: _torch_zip(p, b"\x80\x02}q\x00(X\x03\x00\x00\x00emaq\x01\xff garbage", {}),
+     "data.pkl is not a readable checkpoint pickle"),
+    (lambda p: _torch_zip(p, {"ema": _Tensor(_Storage("../../etc/passwd", 4), (4,))}, {"data/0": FOUR_FLOATS}),
+     "names storage '../../etc/passwd', not a plain record name"),
+    (lambda p: _torch_zip(p, {"ema": None}, {"data/../../x": FOUR_FLOATS}),
+     "storage member 'archive/data/../../x' is not a plain record name"),
+    (lambda p: _torch_zip(p, {"ema": _Tensor(_Storage("0", 1000), (4,))}, {"data/0": FOUR_FLOATS}),
+     "storage data/0 holds 16 bytes, data.pkl claims 4000"),
+    (lambda p: _torch_zip(p, {"ema": _Tensor(_Storage("1", 4), (4,))}, {"data/0": FOUR_FLOATS}),
+     "names storage data/1, which the archive lacks"),
+    (lambda p: _torch_zip(p, {"ema": _Tensor(_Storage("0", 4), (400,))}, {"data/0": FOUR_FLOATS}),
+     "data.pkl is not a readable checkpoint pickle"),  # a view beyond its storage
+    (lambda p: _torch_zip(p, {"ema": None}, {"extra/x.txt": b"hi"}), "a TorchScript archive"),
+    (lambda p: _torch_zip(p, {"ema": None}, {"notes.txt": b"hi"}), "unexpected member 'archive/notes.txt'"),
+    (lambda p: p.write_bytes(_torch_zip(p, {"ema": None}, {"data/0": FOUR_FLOATS * 64}).read_bytes()[:300]),
+     "not a readable zip archive"),
+])
+def test_bad_pt_archive_is_refused_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture, make, message) -> None:
+    from yolo11.tools import convert
+
+    path = tmp_path / "bad.pt"
+    make(path)
+    with pytest.raises(FileRefusedError, match=re.escape(message)):
+        load_weights(path)
+    assert convert.main([str(path), str(tmp_path / "out")]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(f"error: {path}: ") and message in line
+
+
+def test_pt_with_int8_weights_is_refused_not_cast(tmp_path: Path) -> None:
+    from ultralytics_checkpoint import write_ultralytics_checkpoint
+
+    model = create_model("yolo11n", num_classes=2)
+    state = model.state_dict()
+    state["head.cv2.0.0.conv.weight"] = state["head.cv2.0.0.conv.weight"].to(torch.int8)
+    model.state_dict = lambda: state  # what the writer stores
+    with pytest.raises(FileRefusedError, match=r"stored as I8, the model expects F32 \(not cast\)"):
+        load_weights(write_ultralytics_checkpoint(model, ["a", "b"], tmp_path / "int8.pt"))

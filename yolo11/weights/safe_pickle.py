@@ -17,6 +17,7 @@ from __future__ import annotations
 import _compat_pickle
 import collections
 import io
+import math
 import pickle
 from typing import Any
 
@@ -24,10 +25,52 @@ import torch
 
 UnpicklingError = pickle.UnpicklingError
 
+
+
+def _rebuild_tensor(storage: Any, storage_offset: Any, size: Any, stride: Any) -> torch.Tensor:
+    """``torch._utils._rebuild_tensor`` after checking the view lies inside its storage (``Tensor.set_`` does not
+    check: a crafted size would read past the storage's memory)."""
+    if not isinstance(storage, torch.storage.TypedStorage):
+        raise UnpicklingError("a tensor whose storage is not a storage")
+    if not (isinstance(size, (tuple, list)) and isinstance(stride, (tuple, list)) and len(size) == len(stride)
+            and all(type(v) is int and v >= 0 for v in (storage_offset, *size, *stride))):
+        raise UnpicklingError("a tensor with an invalid offset, size or stride")
+    last = storage_offset + sum((n - 1) * s for n, s in zip(size, stride, strict=True))
+    # elements of the storage (TypedStorage.size() warns that TypedStorage is deprecated; torch itself uses it)
+    elements = storage._untyped_storage.nbytes() // torch.empty((), dtype=storage.dtype).element_size()
+    if math.prod(size) and last >= elements:
+        raise UnpicklingError(f"a tensor view of {list(size)} reaches element {last} of a {elements}-element storage")
+    return torch._utils._rebuild_tensor(storage, storage_offset, tuple(size), tuple(stride))
+
+
+def _check_flags(requires_grad: Any, backward_hooks: Any) -> None:
+    if type(requires_grad) is not bool or not isinstance(backward_hooks, dict) or backward_hooks:
+        raise UnpicklingError("a tensor with backward hooks or a non-boolean requires_grad")
+
+
+def _rebuild_tensor_v2(storage: Any, storage_offset: Any, size: Any, stride: Any, requires_grad: Any,
+                       backward_hooks: Any, metadata: Any = None) -> torch.Tensor:
+    _check_flags(requires_grad, backward_hooks)
+    if metadata and not (isinstance(metadata, dict) and all(type(v) is bool for v in metadata.values())):
+        raise UnpicklingError("a tensor with unknown metadata")
+    tensor = _rebuild_tensor(storage, storage_offset, size, stride)
+    tensor.requires_grad = requires_grad
+    if metadata:
+        torch._utils.set_tensor_metadata(tensor, metadata)
+    return tensor
+
+
+def _rebuild_parameter(data: Any, requires_grad: Any, backward_hooks: Any) -> torch.nn.Parameter:
+    _check_flags(requires_grad, backward_hooks)
+    if not isinstance(data, torch.Tensor):
+        raise UnpicklingError("a parameter that holds no tensor")
+    return torch.nn.Parameter(data, requires_grad)
+
+
 _ALLOWED: dict[tuple[str, str], Any] = {
-    ("torch._utils", "_rebuild_tensor"): torch._utils._rebuild_tensor,
-    ("torch._utils", "_rebuild_tensor_v2"): torch._utils._rebuild_tensor_v2,
-    ("torch._utils", "_rebuild_parameter"): torch._utils._rebuild_parameter,
+    ("torch._utils", "_rebuild_tensor"): _rebuild_tensor,
+    ("torch._utils", "_rebuild_tensor_v2"): _rebuild_tensor_v2,
+    ("torch._utils", "_rebuild_parameter"): _rebuild_parameter,
     ("torch", "Size"): torch.Size,
     ("collections", "OrderedDict"): collections.OrderedDict,
     ("builtins", "set"): set,

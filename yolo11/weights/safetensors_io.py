@@ -13,9 +13,10 @@ import json
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, safe_open, save_file
+from safetensors.torch import save_file
 from torch import nn
 
+from yolo11.gate import FileRefusedError, check_model_config, read_json, read_safetensors, read_safetensors_header
 from yolo11.models.blocks import Conv
 from yolo11.models.detector import YOLO11Detector, create_model
 from yolo11.weights.model_card import render_model_card
@@ -56,10 +57,12 @@ def host_copies(tensors: dict) -> dict:
     return {name: out[name] for name in tensors}  # the caller's order
 
 
-def _build(config: dict, state: dict) -> YOLO11Detector:
-    model = create_model(name=config["name"], num_classes=config["num_classes"], backbone=config.get("backbone"),
-                         names=config.get("names"))
-    model.load_state_dict(state, strict=True)
+def _build(config: dict, weights: Path) -> YOLO11Detector:
+    """The model ``config`` (checked by the gate) describes, with the tensors of ``weights`` after the gate has
+    compared them with the model's (names, shapes, dtypes) and found them finite."""
+    model = create_model(**config)
+    tensors, _ = read_safetensors(weights, expected=model.state_dict())
+    model.load_state_dict(tensors, strict=True)
     return model
 
 
@@ -113,15 +116,18 @@ def save_pretrained(model: YOLO11Detector, directory: str | Path, *, metrics: di
     return directory
 
 
-def load_pretrained(directory: str | Path) -> YOLO11Detector:
+def load_pretrained(directory: str | Path, *, backbone: str | None = None) -> YOLO11Detector:
+    """The model of a ``save_pretrained`` folder; ``backbone``: a timm name the caller allows even when it is not
+    a local one (``check_model_config``)."""
     directory = Path(directory)
     missing = [name for name in (CONFIG_NAME, WEIGHTS_NAME) if not (directory / name).is_file()]
     if missing:
         found = sorted(p.name for p in directory.glob("*.pt")) + sorted(p.name for p in directory.glob("*.safetensors"))
         hint = f"; pass one of its weights files instead: {', '.join(found)}" if found else ""
         raise FileNotFoundError(f"{directory} is not a save_pretrained folder (no {' or '.join(missing)}){hint}")
-    config = json.loads((directory / CONFIG_NAME).read_text())
-    return _build(config, load_file(directory / WEIGHTS_NAME))
+    config_path = directory / CONFIG_NAME
+    config = check_model_config(read_json(config_path), config_path, user_backbone=backbone)
+    return _build(config, directory / WEIGHTS_NAME)
 
 
 def save_weights(model: YOLO11Detector, file: str | Path) -> Path:
@@ -133,19 +139,23 @@ def save_weights(model: YOLO11Detector, file: str | Path) -> Path:
     return file
 
 
-def load_weights(ref: str | Path) -> YOLO11Detector:
+def load_weights(ref: str | Path, *, backbone: str | None = None) -> YOLO11Detector:
     """Load a ``.safetensors`` file, a ``save_pretrained`` folder or an Ultralytics ``.pt`` checkpoint (through
     the restricted unpickler), local or named as ``resolve_weights`` accepts (``hf://owner/repo/file``,
-    ``owner/repo``, ``yolo11n.pt`` ...)."""
+    ``owner/repo``, ``yolo11n.pt`` ...). Every file passes the loading gate (``yolo11.gate``); ``backbone`` is a
+    timm backbone name the caller allows the file to name even if timm would fetch it (``hf-hub:...``)."""
     path = resolve_weights(ref)
     if path.is_dir():
-        return load_pretrained(path)
+        return load_pretrained(path, backbone=backbone)
     if path.suffix in (".pt", ".pth") or is_zip(path):  # by content too: a renamed torch file is still one
         from yolo11.weights.ultralytics import load_ultralytics
 
         return load_ultralytics(path)
-    with safe_open(str(path), framework="pt") as handle:
-        metadata = handle.metadata() or {}
+    metadata = read_safetensors_header(path).metadata
     if "config" not in metadata:
-        raise ValueError(f"{path}: no model config in the safetensors metadata; was it written by save_weights?")
-    return _build(json.loads(metadata["config"]), load_file(path))
+        raise FileRefusedError(path, "no model config in the safetensors metadata; was it written by save_weights?")
+    try:
+        config = json.loads(metadata["config"])
+    except ValueError:
+        raise FileRefusedError(path, "the model config in the safetensors metadata is not JSON") from None
+    return _build(check_model_config(config, path, user_backbone=backbone), path)

@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from yolo11.weights.gate import FileRefusedError
+from yolo11.gate import FileRefusedError
 from yolo11.weights.safe_pickle import UnsafeCheckpointError
 
 ZIP_MAGIC = b"PK\x03\x04"

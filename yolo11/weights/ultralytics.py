@@ -13,11 +13,11 @@ from typing import Any
 
 import torch
 
+from yolo11.gate import FileRefusedError, check_finite, check_tensors, read_torch_file, tensor_layout
 from yolo11.models.detector import YOLO11Detector, create_model
 from yolo11.models.neck import ULTRALYTICS_LAYERS
 from yolo11.models.scales import SCALES
 from yolo11.weights import safe_pickle
-from yolo11.weights.gate import FileRefusedError, read_torch_file
 from yolo11.weights.safe_pickle import StubModule
 
 HEAD_LAYER = 23
@@ -33,7 +33,8 @@ def read_checkpoint(path: str | Path) -> dict[str, Any]:
 
 
 def module_state_dict(module: StubModule, prefix: str = "") -> dict[str, torch.Tensor]:
-    """Walk a stub module tree like ``nn.Module.state_dict``: parameters and persistent buffers, fp32 floats."""
+    """Walk a stub module tree like ``nn.Module.state_dict``: parameters and persistent buffers, half floats as
+    float32."""
     state: dict[str, torch.Tensor] = {}
     attrs = module.__dict__
     non_persistent = attrs.get("_non_persistent_buffers_set", set())
@@ -42,7 +43,8 @@ def module_state_dict(module: StubModule, prefix: str = "") -> dict[str, torch.T
     for name, tensor in tensors:
         if tensor is not None:
             tensor = tensor.detach()
-            state[prefix + name] = tensor.float() if tensor.is_floating_point() else tensor  # checkpoints hold fp16
+            # Ultralytics stores fp16: widened exactly; any other dtype is kept, for the gate to compare with ours
+            state[prefix + name] = tensor.float() if tensor.dtype in (torch.float16, torch.bfloat16) else tensor
     for name, child in attrs.get("_modules", {}).items():
         if child is not None:
             state.update(module_state_dict(child, f"{prefix}{name}."))
@@ -51,9 +53,11 @@ def module_state_dict(module: StubModule, prefix: str = "") -> dict[str, torch.T
 
 def _stored_model(checkpoint: dict[str, Any], path: str | Path) -> StubModule:
     """The checkpoint's EMA model, else its ``model`` (a finished Ultralytics run keeps only ``model``)."""
-    model = checkpoint.get("ema") or checkpoint.get("model")
+    model = checkpoint.get("ema")
+    model = checkpoint.get("model") if model is None else model
     if not isinstance(model, StubModule):
-        raise ValueError(f"{path}: no 'ema' or 'model' module in the checkpoint (keys {sorted(checkpoint)})")
+        keys = sorted(map(str, checkpoint))[:10]
+        raise FileRefusedError(path, f"no 'ema' or 'model' module in the checkpoint (keys {keys})")
     return model
 
 
@@ -122,11 +126,18 @@ def ultralytics_key(key: str) -> str:
 
 def load_ultralytics(path: str | Path) -> YOLO11Detector:
     """Build the matching ``YOLO11Detector`` and load the checkpoint's weights into it (strict); the class
-    names are the checkpoint's (dropped, with a missing count, only if they do not fit the head)."""
+    names are the checkpoint's (dropped, with a missing count, only if they do not fit the head). Half-precision
+    floats (as Ultralytics stores them) become float32; any other dtype, shape or NaN/inf is refused."""
     stored = _stored_model(read_checkpoint(path), path)
-    state = module_state_dict(stored)
-    args = infer_model_args(state)
+    try:
+        ultralytics_state = module_state_dict(stored)
+        state = {map_key(k): v for k, v in ultralytics_state.items()}
+        args = infer_model_args(ultralytics_state)
+    except (ValueError, KeyError, AttributeError, TypeError, RecursionError) as err:  # a crafted module tree
+        raise FileRefusedError(path, f"not a YOLO11 checkpoint ({err})") from None
     names = class_names(stored)
     model = create_model(**args, names=names if names and len(names) == args["num_classes"] else None)
-    model.load_state_dict({map_key(k): v for k, v in state.items()}, strict=True)
+    check_tensors(path, tensor_layout(state), model.state_dict())
+    check_finite(path, state)
+    model.load_state_dict(state, strict=True)
     return model
