@@ -195,9 +195,9 @@ def check_model_config(config: Any, source: str | Path, user_backbone: str | Non
             raise FileRefusedError(source, f"config {key} is {config[key]!r}; only {value!r} is supported")
     name, num_classes = config.get("name"), config.get("num_classes")
     if name not in SCALE_NAMES:
-        raise FileRefusedError(source, f"config name {str(name)[:40]!r} is not one of {', '.join(SCALE_NAMES)}")
+        raise FileRefusedError(source, f"config name {repr(name)[:40]} is not one of {', '.join(SCALE_NAMES)}")
     if type(num_classes) is not int or not 1 <= num_classes <= MAX_CLASSES:
-        raise FileRefusedError(source, f"config num_classes {str(num_classes)[:40]!r} is not an integer in "
+        raise FileRefusedError(source, f"config num_classes {repr(num_classes)[:40]} is not an integer in "
                                        f"1..{MAX_CLASSES}")
     names = config.get("names")
     if names is not None:

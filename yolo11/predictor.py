@@ -22,9 +22,9 @@ from typing import Any
 import cv2
 import numpy as np
 import torch
-import yaml
 
 from yolo11.data.transforms import LetterBox
+from yolo11.gate import read_yaml
 from yolo11.geometry import MAX_STRIDE, rect_input_size
 from yolo11.models import YOLO11Detector
 from yolo11.postprocess import Postprocessor
@@ -86,7 +86,7 @@ def parse_names(names: str | Sequence[str]) -> list[str]:
     if path.suffix in (".yaml", ".yml"):
         if not path.is_file():
             raise FileNotFoundError(f"--names: no such data YAML {path}")
-        data = yaml.safe_load(path.read_text()) or {}
+        data = read_yaml(path) or {}
         if "names" not in data:
             raise ValueError(f"--names: {path} has no 'names' key")
         return _as_name_list(data["names"])

@@ -142,7 +142,7 @@ def build_model(config: ModelConfig, class_names: list[str], data: str = "the da
     if not config.weights:
         return create_model(config.model or DEFAULT_MODEL, num_classes=len(class_names), backbone=config.backbone,
                             pretrained=config.pretrained, names=class_names)
-    source = load_weights(config.weights)
+    source = load_weights(config.weights, backbone=config.backbone)  # a --backbone the user names may be fetched
     name, backbone = source.config["name"], source.config.get("backbone")
     described = f"--weights {config.weights} ({name}{f' + {backbone}' if backbone else ''}, " \
                 f"{_preview(source.names, source.num_classes)})"

@@ -26,6 +26,7 @@ import yaml
 
 from yolo11.data.augment_params import AugmentParams
 from yolo11.engine.ultralytics_args import FLAG_ALIASES, read_ultralytics_keys
+from yolo11.gate import read_yaml
 
 _AUGMENT = AugmentParams()  # the augmentation defaults (Ultralytics' values) live with the transforms
 _HUB_REPO = re.compile(r"[\w.-]+/[\w.-]+")
@@ -354,8 +355,7 @@ def _load_yaml_defaults(path: Path) -> tuple[dict[str, Any], list[str]]:
     notes on Ultralytics keys read as ours or ignored."""
     if not path.is_file():
         raise FileNotFoundError(f"--config: no such file: {path}")
-    with open(path) as fh:
-        values = yaml.safe_load(fh) or {}
+    values = read_yaml(path) or {}  # the gate: safe_load, a !!python tag or a syntax error refused in one line
     if not isinstance(values, dict):
         raise ValueError(f"--config {path}: expected a mapping of flag names to values, got {type(values).__name__}")
     # A saved config.yaml is nested by section; a hand-written one is flat. Accept both.
@@ -395,7 +395,10 @@ def parse_config(argv: list[str] | None = None) -> TrainConfig:
         values = {}
         for token in key_values:
             key, _, text = token.partition("=")
-            values[key.replace("-", "_")] = yaml.safe_load(text) if text else None  # 3, 0.01, true, null
+            try:
+                values[key.replace("-", "_")] = yaml.safe_load(text) if text else None  # 3, 0.01, true, null
+            except yaml.YAMLError as err:  # e.g. a !!python tag: safe_load builds no Python objects
+                parser.error(f"{token}: not a plain YAML value ({' '.join(str(err).split())})")
         try:
             defaults, kv_notes = read_ultralytics_keys(values, ours)
         except ValueError as err:

@@ -6,11 +6,11 @@ import os
 from pathlib import Path
 
 import numpy as np
-import yaml
 
 from yolo11.data.schema import BadSampleSummary, DataSourceError
 from yolo11.data.sources.checks import IMAGE_SUFFIXES, check_box, image_size, objects_row
 from yolo11.data.sources.parallel import ordered_map
+from yolo11.gate import FileRefusedError, read_yaml
 
 SPLIT_KEYS = ("train", "val", "test")
 
@@ -24,9 +24,9 @@ def read_data_yaml(path: Path) -> dict:
     """The YAML as a dict with ``names`` as a list (``None`` for a YAML of COCO jsons without it: the jsons name
     the classes); raises ``DataSourceError`` for a file we cannot use."""
     try:
-        data = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as err:
-        raise DataSourceError(f"{path}: cannot read the data YAML ({err})") from None
+        data = read_yaml(path)  # the gate: safe_load, a !!python tag or a syntax error refused in one line
+    except (OSError, FileRefusedError) as err:
+        raise DataSourceError(f"cannot read the data YAML {err}") from None
     if not isinstance(data, dict):
         raise DataSourceError(f"{path}: a data YAML must be a mapping with path/train/val/names")
     names = data.get("names")
