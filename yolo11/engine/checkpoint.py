@@ -8,9 +8,11 @@ Layout of a run folder::
 
 A checkpoint is written to ``checkpoints/.tmp-<name>`` by every rank and renamed into place by the main process
 once all ranks are done, then ``latest`` is replaced, then older checkpoints are deleted: a crash at any point
-leaves a complete checkpoint that ``latest`` names. Our own state is JSON and safetensors, and Accelerate reads
-its files with ``weights_only=True``, so resuming from a folder executes no code from it. A state holding a
-non-finite weight is never written.
+leaves a complete checkpoint that ``latest`` names. Our own state is JSON and safetensors. Before Accelerate's
+``load_state`` reads a folder, ``resume_check.check_checkpoint`` passes every file through the loading gate (no
+``torch.load``, restricted unpickling) and compares it with the model and optimizer, so resuming executes no code
+from the folder and refuses a crafted, truncated or incomplete one in one line. A state holding a non-finite
+weight is never written.
 """
 
 from __future__ import annotations
@@ -24,10 +26,12 @@ from pathlib import Path
 
 import torch
 from accelerate import Accelerator
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 from torch import nn
 
 from yolo11.engine.ema import ModelEMA
+from yolo11.engine.resume_check import CheckpointError, apply_rng_state, check_checkpoint
+from yolo11.gate import read_json
 from yolo11.weights.safetensors_io import host_copies, non_finite_flag
 
 STATE_FILE, EMA_FILE, CONFIG_FILE = "train_state.json", "ema.safetensors", "config.json"
@@ -38,10 +42,6 @@ RESUME_SAFE_FLAGS = frozenset({
     "compile_loss", "compile_cache_dir", "log_interval", "profile", "val_images", "plots", "val_interval",
     "push_to_hub",
 })
-
-
-class CheckpointError(RuntimeError):
-    """A checkpoint that cannot be resumed from, or a state that must not be saved."""
 
 
 @dataclass
@@ -112,15 +112,23 @@ def save_checkpoint(accelerator: Accelerator, run_dir: Path, state: TrainState, 
     return final
 
 
-def load_checkpoint(accelerator: Accelerator, checkpoint: Path, state: TrainState, ema: ModelEMA | None) -> None:
-    """Restore Accelerate's objects (model, optimizer, RNG), then the training state and the EMA."""
+def load_checkpoint(accelerator: Accelerator, checkpoint: Path, state: TrainState, ema: ModelEMA | None, *,
+                    model: nn.Module | None = None, optimizer: torch.optim.Optimizer | None = None,
+                    allow_changes: bool = False) -> list[str]:
+    """Check every file of ``checkpoint`` against ``model`` and ``optimizer`` (the prepared ones; None checks only
+    the files' form), then restore Accelerate's objects (model, optimizer, RNG), the training state and the EMA.
+    Returns notes on what ``allow_changes`` let through (a missing RNG state or EMA)."""
+    unwrapped = None if model is None else accelerator.unwrap_model(model, keep_torch_compile=False)
+    checked = check_checkpoint(checkpoint, model=unwrapped, optimizer=optimizer,
+                               ema_module=None if ema is None else ema.module,
+                               process_index=accelerator.process_index, allow_changes=allow_changes)
     accelerator.load_state(str(checkpoint))
-    try:
-        state.load_state_dict(json.loads((checkpoint / STATE_FILE).read_text()))
-        if ema is not None:
-            ema.load_state_dict(_read_ema(checkpoint / EMA_FILE))
-    except (OSError, ValueError, KeyError) as err:
-        raise CheckpointError(f"{checkpoint}: unreadable training state ({err})") from err
+    if checked.rng is not None:  # Accelerate skips RNG state it cannot apply without a word: apply it ourselves
+        apply_rng_state(checked.rng)
+    state.load_state_dict(checked.train_state)
+    if ema is not None and checked.ema is not None:
+        ema.load_state_dict(checked.ema)
+    return checked.notes
 
 
 def check_resume_config(checkpoint: Path, current: dict, allow_changes: bool) -> list[str]:
@@ -128,8 +136,13 @@ def check_resume_config(checkpoint: Path, current: dict, allow_changes: bool) ->
     line each; raises ``CheckpointError`` for flags that change the run unless ``allow_changes``."""
     path = checkpoint / CONFIG_FILE
     if not path.is_file():
-        return []
-    saved = json.loads(path.read_text())
+        if not allow_changes:
+            raise CheckpointError(f"{path}: missing, so the flags of this resume cannot be compared with the run's; "
+                                  "add --allow-changes true to resume with the flags given now")
+        return [f"{path.name} missing (--allow-changes): the flags given now are used unchecked"]
+    saved = read_json(path)
+    if not isinstance(saved, dict) or not all(isinstance(v, dict) for v in saved.values()):
+        raise CheckpointError(f"{path}: expected the run's resolved config (sections of flags)")
     changes, refused = [], []
     for section, values in current.items():
         for key, value in values.items():
@@ -167,15 +180,6 @@ def _write_own_state(folder: Path, state: TrainState, ema: ModelEMA | None) -> N
         tensors = host_copies(ema.module.state_dict())
         metadata = {"updates": str(ema.updates), "decay": repr(ema.decay), "tau": repr(ema.tau)}
         save_file(tensors, str(folder / EMA_FILE), metadata=metadata)
-
-
-def _read_ema(path: Path) -> dict:
-    from safetensors import safe_open
-
-    with safe_open(str(path), framework="pt") as f:
-        metadata = f.metadata() or {}
-    return {"module": load_file(str(path)), "updates": int(metadata["updates"]),
-            "decay": float(metadata["decay"]), "tau": float(metadata["tau"])}
 
 
 def _free_name(root: Path, name: str) -> str:

@@ -192,7 +192,9 @@ def start_run(run: Run, val_source: DetectionSource) -> None:
     if resume_from is not None:
         for change in check_resume_config(resume_from, config.to_dict(), config.run.allow_changes):
             accelerator.print(f"resume: {change}")
-        load_checkpoint(accelerator, resume_from, run.state, run.step.ema)
+        for note in load_checkpoint(accelerator, resume_from, run.state, run.step.ema, model=run.step.model,
+                                    optimizer=run.step.optimizer, allow_changes=config.run.allow_changes):
+            accelerator.print(f"resume: {note}")
         accelerator.print(f"resumed from {resume_from} at epoch {run.state.epoch + 1}, "
                           f"batch {run.state.batches_in_epoch}")
     else:

@@ -111,15 +111,20 @@ def _stub(module: str, name: str) -> type:
 
 
 class Unpickler(pickle.Unpickler):
+    """For Ultralytics checkpoints: tensors, containers and inert stubs of module classes."""
+
+    allowed: dict[tuple[str, str], Any] = _ALLOWED
+    stub_prefixes: tuple[str, ...] = _STUB_PREFIXES
+
     def find_class(self, module: str, name: str) -> Any:
         # Protocol-2 pickles (torch.save's) spell names the Python 2 way (__builtin__.set, commands.getoutput);
         # translate them as pickle's own find_class does, so the allow-list and the errors use Python 3 names.
         if (module, name) in _compat_pickle.NAME_MAPPING:
             module, name = _compat_pickle.NAME_MAPPING[(module, name)]
         module = _compat_pickle.IMPORT_MAPPING.get(module, module)
-        if (module, name) in _ALLOWED:
-            return _ALLOWED[(module, name)]
-        if module.startswith(_STUB_PREFIXES):
+        if (module, name) in self.allowed:
+            return self.allowed[(module, name)]
+        if self.stub_prefixes and module.startswith(self.stub_prefixes):
             return _stub(module, name)
         public = _PUBLIC_NAMES.get(module)
         alias = f" ({public}.{name})" if public else ""
@@ -127,6 +132,56 @@ class Unpickler(pickle.Unpickler):
             f"refusing to load checkpoint: it references the global {module}.{name}{alias}, which is not a tensor, "
             "storage or module class. Loading it could execute arbitrary code; only open it with trusted tools."
         )
+
+
+# --- training state (Accelerate's optimizer.bin, random_states_<rank>.pkl): tensors, containers, and the numpy
+# array of numpy's RNG state, each numpy callable wrapped so that it builds nothing else.
+
+class _NdarrayClass:
+    """What ``numpy.ndarray`` unpickles to: only ``_reconstruct`` accepts it (calling it would allocate freely)."""
+
+
+def _np_reconstruct(cls: Any, shape: Any, dtype_code: Any) -> Any:
+    import numpy as np
+
+    if cls is not _NdarrayClass or shape != (0,):  # numpy pickles an empty array, then fills it via __setstate__
+        raise UnpicklingError("numpy _reconstruct with unexpected arguments")
+    return np.ndarray.__new__(np.ndarray, (0,), dtype=np.uint8)
+
+
+def _np_dtype(spec: Any, align: Any = False, copy: Any = False) -> Any:
+    import numpy as np
+
+    if not isinstance(spec, str) or len(spec) > 8:
+        raise UnpicklingError("numpy dtype with unexpected arguments")
+    dtype = np.dtype(spec)
+    if dtype.hasobject:  # an object array would unpickle its items with no allow-list of ours in between
+        raise UnpicklingError("numpy object arrays are refused")
+    return dtype
+
+
+def _latin1_bytes(text: Any, encoding: Any = "latin1") -> bytes:
+    """``_codecs.encode`` as protocol-2 pickles use it for bytes: a str in latin-1, nothing else."""
+    if not isinstance(text, str) or encoding not in ("latin1", "latin-1"):
+        raise UnpicklingError("_codecs.encode with unexpected arguments")
+    return text.encode("latin1")
+
+
+_STATE_ALLOWED: dict[tuple[str, str], Any] = {
+    **_ALLOWED,
+    ("numpy._core.multiarray", "_reconstruct"): _np_reconstruct,
+    ("numpy.core.multiarray", "_reconstruct"): _np_reconstruct,
+    ("numpy", "ndarray"): _NdarrayClass,
+    ("numpy", "dtype"): _np_dtype,
+    ("_codecs", "encode"): _latin1_bytes,
+}
+
+
+class StateUnpickler(Unpickler):
+    """For training state written by ``torch.save`` (optimizer, RNG): no module stubs, numpy arrays allowed."""
+
+    allowed = _STATE_ALLOWED
+    stub_prefixes = ()
 
 
 def load(file: Any, **kwargs: Any) -> Any:
