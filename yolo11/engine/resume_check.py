@@ -178,11 +178,12 @@ def check_checkpoint(checkpoint: Path, *, model: nn.Module | None, optimizer: to
         raise _refuse(model_file, "missing: no model weights to resume from")
     read_safetensors(model_file, expected=None if model is None else model.state_dict())
     optimizer_file = checkpoint / OPTIMIZER_FILE
-    if not optimizer_file.is_file():
+    if optimizer is not None and not optimizer_file.is_file():
         raise _refuse(optimizer_file, "missing: no optimizer state to resume from")
-    saved = read_torch_file(optimizer_file, StateUnpickler)
-    if optimizer is not None:
-        check_optimizer_state(optimizer_file, saved, optimizer)
+    if optimizer_file.is_file():
+        saved = read_torch_file(optimizer_file, StateUnpickler)
+        if optimizer is not None:
+            check_optimizer_state(optimizer_file, saved, optimizer)
     if (checkpoint / SCALER_FILE).is_file() and not isinstance(read_torch_file(checkpoint / SCALER_FILE,
                                                                                StateUnpickler), dict):
         raise _refuse(checkpoint / SCALER_FILE, "not a GradScaler state")
