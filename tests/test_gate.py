@@ -487,3 +487,44 @@ def test_checkpoint_without_config_is_an_error_unless_changes_are_allowed(resuma
             "config.json missing (--allow-changes)")
     finally:
         moved.rename(config)
+
+
+@pytest.mark.slow  # ~20 s: two in-process runs of the trainer
+def test_trainer_refuses_a_crafted_train_state_in_one_line(tmp_path: Path, capsys) -> None:
+    """The trainer passes its model and optimizer to the gate: a checkpoint whose epoch is -5 stops the resume
+    with one line and exit 2 (it used to "resume at epoch -4", then fail with a traceback)."""
+    from accelerate.state import AcceleratorState, GradientState
+
+    from yolo11 import train
+
+    flags = ["--data", "synthetic:num_images=4,imgsz=64", "--imgsz", "64", "--batch-size", "2", "--epochs", "1",
+             "--workers", "0", "--plots", "false", "--val-images", "0", "--optimizer", "SGD", "--warmup-epochs", "0",
+             "--cache-dir", str(tmp_path / "cache"), "--output-dir", str(tmp_path / "runs"), "--name", "run"]
+    try:
+        assert train.main([*flags, "--max-steps", "1"]) == 0
+        AcceleratorState._reset_state(reset_partial_state=True)
+        GradientState._reset_state()
+        checkpoints = tmp_path / "runs" / "run" / "checkpoints"
+        state_file = checkpoints / (checkpoints / "latest").read_text().strip() / "train_state.json"
+        _json_edit(epoch=-5)(state_file)
+        capsys.readouterr()
+        assert train.main([*flags, "--resume", "auto"]) == 2
+        (line,) = capsys.readouterr().err.strip().splitlines()
+        assert line == f"error: {state_file}: epoch is -5, expected an integer >= 0"
+    finally:
+        AcceleratorState._reset_state(reset_partial_state=True)
+        GradientState._reset_state()
+
+
+def test_latest_naming_a_folder_elsewhere_is_refused(resumable) -> None:
+    from yolo11.engine.checkpoint import CheckpointError, resolve_resume
+
+    run_dir = resumable[-1].parent.parent
+    latest = run_dir / "checkpoints" / "latest"
+    saved = latest.read_text()
+    latest.write_text("../../../elsewhere")
+    try:
+        with pytest.raises(CheckpointError, match=r"latest: names '../../../elsewhere', not a checkpoint-<iteration>"):
+            resolve_resume("auto", run_dir)
+    finally:
+        latest.write_text(saved)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import re
 import shutil
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -35,6 +36,7 @@ from yolo11.gate import read_json
 from yolo11.weights.safetensors_io import host_copies, non_finite_flag
 
 STATE_FILE, EMA_FILE, CONFIG_FILE = "train_state.json", "ema.safetensors", "config.json"
+_CHECKPOINT_NAME = re.compile(r"checkpoint-\d+(\.\d+)?")  # what save_checkpoint names a checkpoint
 # Flags that a resume may change freely: how the run is watched, logged, saved and executed, not what it computes.
 RESUME_SAFE_FLAGS = frozenset({
     "workers", "cache_dir", "cache_images", "resume", "allow_changes", "output_dir", "name", "exist_ok",
@@ -198,7 +200,10 @@ def resolve_resume(resume: str, run_dir: Path, missing_ok: bool = False) -> Path
     candidate = run_dir if resume == "auto" else Path(resume)
     latest = checkpoint_root(candidate) / "latest"
     if latest.is_file():
-        candidate = checkpoint_root(candidate) / latest.read_text().strip()
+        name = latest.read_text().strip()
+        if not _CHECKPOINT_NAME.fullmatch(name):  # a crafted "../../elsewhere" would resume from another folder
+            raise CheckpointError(f"{latest}: names {name[:80]!r}, not a checkpoint-<iteration> folder beside it")
+        candidate = checkpoint_root(candidate) / name
     if not (candidate / STATE_FILE).is_file():
         if missing_ok and not latest.is_file():
             return None
