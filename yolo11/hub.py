@@ -26,10 +26,11 @@ from yolo11.weights.safetensors_io import CONFIG_NAME, WEIGHTS_NAME
 __all__ = ["from_pretrained", "push_to_hub", "save_pretrained"]
 
 
-def from_pretrained(ref: str | Path) -> YOLO11Detector:
+def from_pretrained(ref: str | Path, *, backbone: str | None = None) -> YOLO11Detector:
     """A ``save_pretrained`` folder, a Hub repo ``owner/name`` (or ``hf://owner/name``), or any file
-    ``yolo11.weights.load_weights`` takes; the model is in train mode, as ``create_model`` returns it."""
-    return load_weights(ref)
+    ``yolo11.weights.load_weights`` takes (through the loading gate; ``backbone``: a timm name the files may name
+    even if timm would fetch it); the model is in train mode, as ``create_model`` returns it."""
+    return load_weights(ref, backbone=backbone)
 
 
 def push_to_hub(model_or_folder: YOLO11Detector | str | Path, repo_id: str, *, private: bool | None = None,
