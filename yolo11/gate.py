@@ -93,7 +93,7 @@ def read_safetensors_header(path: str | Path) -> SafetensorsHeader:
         raw = fh.read(length)
     try:
         header = json.loads(raw)
-    except (UnicodeDecodeError, ValueError):
+    except (UnicodeDecodeError, ValueError, RecursionError):
         raise FileRefusedError(path, "the safetensors header is not JSON (not a safetensors file?)") from None
     if not isinstance(header, dict):
         raise FileRefusedError(path, "the safetensors header is not a JSON object")
@@ -246,6 +246,8 @@ def read_json(path: str | Path) -> Any:
         return json.loads(_read_text(path))
     except json.JSONDecodeError as err:
         raise FileRefusedError(path, f"line {err.lineno}: not valid JSON ({err.msg})") from None
+    except RecursionError:
+        raise FileRefusedError(path, "JSON nested too deeply") from None
 
 
 def read_yaml(path: str | Path, text: str | None = None) -> Any:

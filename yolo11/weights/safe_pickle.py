@@ -1,15 +1,18 @@
 """A restricted pickle module for reading Ultralytics checkpoints without running their code.
 
-Pass this module as ``torch.load(..., weights_only=False, pickle_module=safe_pickle)``: torch's loader subclasses
-our ``Unpickler`` (zip checkpoints) or calls our ``load`` (legacy ones), so every global the pickle names goes
-through ``Unpickler.find_class``. That allows only
+``weights/torch_zip.py`` reads a checkpoint's ``data.pkl`` with a subclass of ``Unpickler`` (never through
+``torch.load``, which runs TorchScript archives before any pickle module is consulted), so every global the
+pickle names goes through ``Unpickler.find_class``. That allows only
 
-- the tensor-rebuild functions of ``torch._utils``, ``torch.Size``, ``collections.OrderedDict``, ``set``;
-- storages (torch resolves names containing "Storage" itself, before calling ``find_class``);
+- the tensor-rebuild functions of ``torch._utils`` (wrapped: the view must lie inside its storage, no hooks),
+  ``torch.Size``, ``collections.OrderedDict``, ``set``;
+- storages (``torch_zip`` resolves ``torch.FloatStorage`` etc. itself, before calling ``find_class``);
 - module classes of ``ultralytics.*`` and ``torch.nn.modules.*``, replaced by inert ``StubModule`` subclasses
   that only record their pickled state (``__dict__``), so nothing of Ultralytics is imported or executed.
 
-Any other global (``os.system``, ``builtins.eval``, ``subprocess.Popen`` ...) raises ``UnsafeCheckpointError``.
+``StateUnpickler`` (Accelerate's ``optimizer.bin`` and ``random_states_<rank>.pkl``) allows no stubs, and the numpy
+array of numpy's RNG state through wrapped numpy callables. Any other global (``os.system``, ``builtins.eval``,
+``subprocess.Popen`` ...) raises ``UnsafeCheckpointError``.
 """
 
 from __future__ import annotations
