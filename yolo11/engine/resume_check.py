@@ -192,7 +192,9 @@ def check_checkpoint(checkpoint: Path, *, model: nn.Module | None, optimizer: to
     if rng_file.is_file():
         rng = check_rng_state(rng_file, read_torch_file(rng_file, StateUnpickler))
     else:
-        _missing(rng_file, f"process {process_index}'s random streams would differ from an uninterrupted run",
+        written = len(list(checkpoint.glob("random_states_*.pkl")))
+        why = f" (the checkpoint was written by {written} process(es))" if 0 < written <= process_index else ""
+        _missing(rng_file, f"process {process_index}'s random streams would differ from an uninterrupted run{why}",
                  allow_changes, notes)
     from yolo11.engine.checkpoint import EMA_FILE, STATE_FILE
 
