@@ -166,6 +166,16 @@ def test_bad_pt_archive_is_refused_in_one_line(tmp_path: Path, capsys: pytest.Ca
     assert line.startswith(f"error: {path}: ") and message in line
 
 
+def test_pt_with_nan_weights_is_refused(tmp_path: Path) -> None:
+    from ultralytics_checkpoint import write_ultralytics_checkpoint
+
+    model = create_model("yolo11n", num_classes=2)
+    with torch.no_grad():
+        model.head.cv2[0][0].conv.weight[0, 0, 0, 0] = float("inf")
+    with pytest.raises(FileRefusedError, match=re.escape(f"1 tensors hold NaN or inf values (e.g. {CONV})")):
+        load_weights(write_ultralytics_checkpoint(model, ["a", "b"], tmp_path / "inf.pt"))
+
+
 def test_pt_with_int8_weights_is_refused_not_cast(tmp_path: Path) -> None:
     from ultralytics_checkpoint import write_ultralytics_checkpoint
 
@@ -296,6 +306,9 @@ def test_backbone_named_by_a_file_is_not_fetched(tmp_path: Path, small_model, mo
     with pytest.raises(FileRefusedError, match=r"backbone 'hf-hub:owner/repo' is not a locally known timm model "
                                                r"name; a backbone named by a file is never fetched"):
         load_weights(path)
+    # the user naming the same backbone lets it through the gate (to timm, here a stub)
+    with pytest.raises(AssertionError, match="timm.create_model was called"):
+        load_weights(path, backbone="hf-hub:owner/repo")
 
 
 # --- YAML ----------------------------------------------------------------------------------------------------
