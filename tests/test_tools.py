@@ -162,7 +162,9 @@ def test_val_cli_on_coco128_matches_pycocotools_on_ultralytics_predictions(tmp_p
     # rect batches' letterbox shapes of a few images moves mAP50 by 2e-4.
     assert metrics["map50_95"] == pytest.approx(expected["map50_95"], abs=1e-5)
     assert metrics["map50"] == pytest.approx(expected["map50"], abs=1e-5)
-    assert sorted(p.name for p in (tmp_path / "plots").iterdir()) == ["PR_curve.png", "confusion_matrix.png"]
+    assert sorted(p.name for p in (tmp_path / "plots").iterdir()) == [
+        "BoxF1_curve.png", "BoxPR_curve.png", "BoxP_curve.png", "BoxR_curve.png", "confusion_matrix.png",
+        "confusion_matrix_normalized.png"]
 
 
 @needs_data

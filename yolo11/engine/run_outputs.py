@@ -22,7 +22,7 @@ from yolo11.engine.checkpoint import TrainState
 from yolo11.engine.loop import EpochResult
 from yolo11.engine.progress import LOSS_NAMES, format_duration, peak_memory_gb
 from yolo11.evaluation import EvaluationResult, plots
-from yolo11.evaluation.results import ResultsCSV
+from yolo11.evaluation.results import ResultsCSV, read_results
 from yolo11.evaluation.table import format_table
 from yolo11.weights import load_weights, save_pretrained, save_weights
 
@@ -57,6 +57,10 @@ class RunOutputs:
         self.last_metrics: dict | None = None
         self.csv = ResultsCSV(run_dir / "results.csv", keep_epochs=resumed.epoch, lr_groups=lr_groups) \
             if accelerator.is_main_process else None
+        # results.csv's `time` is cumulative, as Ultralytics': seconds since the run started, across resumes
+        kept = read_results(run_dir / "results.csv") if self.csv is not None else []
+        self.time_before = float(kept[-1]["time"]) if kept and kept[-1].get("time") else 0.0
+        self.run_start = time.perf_counter()
         self.report_to = report_to
         self.plot_seconds = 0.0  # for the summary's split of the run's time
 
@@ -68,7 +72,9 @@ class RunOutputs:
         for the ``final`` epoch (or the one where patience stops the run) only, as Ultralytics does: drawing them
         costs seconds, more than a whole epoch of a small dataset."""
         accelerator = self.accelerator
-        row = {"epoch": epoch + 1, "time": round(time.perf_counter() - self.epoch_start, 3)}
+        now = time.perf_counter()
+        row = {"epoch": epoch + 1, "time": round(self.time_before + now - self.run_start, 3)}
+        epoch_seconds = now - self.epoch_start
         improved = False
         row.update({f"train/{n}": v for n, v in zip(LOSS_NAMES, result.mean_losses.tolist(), strict=True)})
         if validation is not None:
@@ -90,7 +96,7 @@ class RunOutputs:
         stop = not improved and self.may_stop(epoch)
         if accelerator.is_main_process:
             self.csv.append(row)
-            print(self.epoch_line(row, val_seconds), flush=True)
+            print(self.epoch_line(row, epoch_seconds, val_seconds), flush=True)
             if validation is not None:
                 if self.make_plots and (final or stop):
                     start = time.perf_counter()
@@ -106,13 +112,13 @@ class RunOutputs:
         """Whether patience ends the run after ``epoch`` unless its validation improves on the best one."""
         return self.patience > 0 and self.best_epoch >= 0 and epoch - self.best_epoch >= self.patience
 
-    def epoch_line(self, row: dict, val_seconds: float = 0.0) -> str:
+    def epoch_line(self, row: dict, epoch_seconds: float, val_seconds: float = 0.0) -> str:
         """``epoch 3/100 done in 0:01:02 (validation 0:00:05) | train box .. cls .. dfl .. | val box .. |
         mAP50-95 .. mAP50 .. P .. R ..``"""
         def losses(split: str) -> str:
             return " ".join(f"{name.split('_')[0]} {row[f'{split}/{name}']:.4f}" for name in LOSS_NAMES)
 
-        took = f"epoch {row['epoch']}/{self.epochs} done in {format_duration(row['time'])}"
+        took = f"epoch {row['epoch']}/{self.epochs} done in {format_duration(epoch_seconds)}"
         if "metrics/mAP50-95(B)" in row:
             took += f" (validation {format_duration(val_seconds)})"
         parts = [took,
