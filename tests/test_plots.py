@@ -99,7 +99,8 @@ def test_validation_plots_are_ultralytics_files(tmp_path):
             assert picture.format == ("PNG" if path.suffix == ".png" else "JPEG")
     assert (tmp_path / "val_batch0_pred.jpg").stat().st_size < 200_000
     # the raw matrix and the normalised one are different pictures
-    assert (tmp_path / "confusion_matrix.png").read_bytes() != (tmp_path / "confusion_matrix_normalized.png").read_bytes()
+    raw, normalised = (tmp_path / "confusion_matrix.png"), (tmp_path / "confusion_matrix_normalized.png")
+    assert raw.read_bytes() != normalised.read_bytes()
 
 
 def test_confusion_matrix_counts_are_written_as_counts(tmp_path, monkeypatch):

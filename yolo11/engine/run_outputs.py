@@ -17,7 +17,7 @@ from pathlib import Path
 from accelerate import Accelerator
 from torch import nn
 
-from yolo11.engine import tracking
+from yolo11.engine import dashboards, tracking
 from yolo11.engine.checkpoint import TrainState
 from yolo11.engine.loop import EpochResult
 from yolo11.engine.progress import LOSS_NAMES, format_duration, peak_memory_gb
@@ -63,6 +63,8 @@ class RunOutputs:
         self.run_start = time.perf_counter()
         self.report_to = report_to
         self.plot_seconds = 0.0  # for the summary's split of the run's time
+        self.final_metrics: dict | None = None  # the validation whose plots were drawn: the dashboards' curves
+        self.last_step = 0
 
     def end_epoch(self, epoch: int, result: EpochResult, lrs: list[float], validation: EvaluationResult | None,
                   model: nn.Module, optimizer_steps: int, final: bool = False,
@@ -74,6 +76,7 @@ class RunOutputs:
         accelerator = self.accelerator
         now = time.perf_counter()
         row = {"epoch": epoch + 1, "time": round(self.time_before + now - self.run_start, 3)}
+        self.last_step = optimizer_steps
         epoch_seconds = now - self.epoch_start
         improved = False
         row.update({f"train/{n}": v for n, v in zip(LOSS_NAMES, result.mean_losses.tolist(), strict=True)})
@@ -105,6 +108,10 @@ class RunOutputs:
                     self.plot_seconds += time.perf_counter() - start
                 tracking.log_validation_images(accelerator, validation.samples, self.class_names,
                                                step=optimizer_steps)
+                dashboards.log_prediction_table(accelerator, validation.samples, self.class_names, epoch,
+                                                step=optimizer_steps)
+                if (final or stop) and "pr_curve" in validation.metrics:
+                    self.final_metrics = validation.metrics
         self.epoch_start = time.perf_counter()
         return EpochOutcome(self.best_fitness, self.best_epoch, stop)
 
@@ -146,11 +153,15 @@ class RunOutputs:
         which = f"best epoch {self.best_epoch + 1}" if self.best_metrics is not None else "last validation"
         return f"per class, {which}:\n" + format_table(metrics, self.class_names, ground_truth)
 
-    def finish(self) -> None:
+    def finish(self, ground_truth: dict | None = None) -> None:
+        """results.png, the dashboards' end-of-run panels (``ground_truth``: the evaluator's COCO dict, for the
+        per-class table), the best weights artifact."""
         if not self.accelerator.is_main_process:
             return
         if self.make_plots and (self.run_dir / "results.csv").is_file():
             plots.plot_results(self.run_dir / "results.csv", self.run_dir / "results.png")
+        dashboards.log_final_validation(self.accelerator, self.final_metrics, self.best_metrics or self.last_metrics,
+                                        self.class_names, ground_truth, self.run_dir, self.last_step)
         best = self.weights_dir / "best.safetensors"
         if best.is_file():
             tracking.log_best_weights_artifact(self.accelerator, best)

@@ -20,7 +20,7 @@ from accelerate.utils import DistributedType, broadcast, parse_flag_from_env, se
 from yolo11.data import BatchHSV, DataSourceError, DetectionSource, build_dataloader, load_source, save_batch_preview
 from yolo11.data.dataset import available_memory, cache_bytes
 from yolo11.data.sources import VAL_FALLBACKS, report_same_data
-from yolo11.engine import tracking
+from yolo11.engine import dashboards, tracking
 from yolo11.engine.build import (
     build_accelerator,
     build_model,
@@ -210,6 +210,7 @@ def start_run(run: Run, val_source: DetectionSource) -> None:
                              epochs=config.run.epochs, patience=config.run.patience, plots=config.run.plots,
                              report_to=report_to, lr_groups=len(run.step.optimizer.param_groups))
     model = accelerator.unwrap_model(run.step.model, keep_torch_compile=False)
+    dashboards.log_model_info(accelerator, model, config.data.imgsz)
     accelerator.print(f"{model.config['name']}: {sum(p.numel() for p in model.parameters()):,} parameters | "
                       f"{plan.num_processes} process(es) x batch {plan.per_process_batch} x accumulation "
                       f"{plan.accumulation_steps} | {plan.optimizer.name} lr {plan.optimizer.lr:g} | "
@@ -374,7 +375,7 @@ def finish(run: Run, seconds: float, images_seen: int, push: bool, startup_secon
     table = run.outputs.class_table(run.validator.evaluator.ground_truth)
     if table and step.accelerator.is_main_process:
         print(table)
-    run.outputs.finish()
+    run.outputs.finish(run.validator.evaluator.ground_truth)
     pushed = True
     if push and config.run.push_to_hub:
         pushed = run.outputs.push_to_hub(config.run.push_to_hub, config.data.data, config.to_dict())
