@@ -217,3 +217,36 @@ def test_may_stop_announces_the_epoch_where_patience_ends_the_run(tmp_path):
         stopped.append(outcome.stop)
     assert announced == [False, False, False, True, True]
     assert stopped == [False, False, False, True, False]
+
+
+def test_results_csv_time_is_cumulative_across_epochs_and_resumes(tmp_path, monkeypatch):
+    """Ultralytics' results.csv `time`: seconds since the run started, not per epoch; a resumed run continues from
+    the last kept epoch's time."""
+    from accelerate import Accelerator
+
+    import yolo11
+    from yolo11.engine import run_outputs
+    from yolo11.engine.checkpoint import TrainState
+    from yolo11.engine.loop import EpochResult
+    from yolo11.engine.run_outputs import RunOutputs
+
+    now = [100.0]
+    monkeypatch.setattr(run_outputs.time, "perf_counter", lambda: now[0])
+    model = yolo11.create_model("yolo11n", num_classes=len(CLASS_NAMES))
+
+    def epoch(outputs: RunOutputs, index: int, at: float) -> None:
+        now[0] = at
+        outputs.end_epoch(index, EpochResult(torch.ones(3), 8, 1.0, False), [0.01] * 3, None, model, index)
+
+    state = TrainState()
+    outputs = RunOutputs(Accelerator(cpu=True), tmp_path, CLASS_NAMES, state, epochs=3, patience=0, plots=False,
+                         report_to=[])  # started at 100
+    epoch(outputs, 0, 110.0)
+    epoch(outputs, 1, 130.0)
+    assert [float(r["time"]) for r in read_results(tmp_path / "results.csv")] == [10.0, 30.0]
+    state.epoch = 2  # resumed after epoch 2: the kept rows' last time carries on
+    now[0] = 500.0
+    resumed = RunOutputs(Accelerator(cpu=True), tmp_path, CLASS_NAMES, state, epochs=3, patience=0, plots=False,
+                         report_to=[])
+    epoch(resumed, 2, 505.0)
+    assert [float(r["time"]) for r in read_results(tmp_path / "results.csv")] == [10.0, 30.0, 35.0]
