@@ -250,3 +250,22 @@ def test_results_csv_time_is_cumulative_across_epochs_and_resumes(tmp_path, monk
                          report_to=[])
     epoch(resumed, 2, 505.0)
     assert [float(r["time"]) for r in read_results(tmp_path / "results.csv")] == [10.0, 30.0, 35.0]
+
+
+def test_labels_jpg_from_a_training_source(tmp_path, monkeypatch):
+    """The trainer's labels.jpg reads every box of the training source, normalised centre xywh per image size."""
+    from yolo11.data import load_source
+    from yolo11.engine import trainer
+
+    source = load_source("synthetic:imgsz=64,num_images=6", "train")
+    seen = {}
+    monkeypatch.setattr("yolo11.evaluation.plots.plot_labels",
+                        lambda boxes, classes, names, path: seen.update(boxes=boxes, classes=classes, path=path))
+    trainer.save_labels_plot(source, tmp_path / "labels.jpg")
+    objects = source.dataset["objects"]
+    assert len(seen["boxes"]) == len(seen["classes"]) == sum(len(o["bbox"]) for o in objects)
+    first = source.dataset[0]
+    x, y, w, h = first["objects"]["bbox"][0]
+    expected = [(x + w / 2) / first["width"], (y + h / 2) / first["height"], w / first["width"], h / first["height"]]
+    np.testing.assert_allclose(seen["boxes"][0], expected, rtol=1e-6)
+    assert 0 <= seen["boxes"].min() and seen["boxes"].max() <= 1
