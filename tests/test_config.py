@@ -217,3 +217,17 @@ def test_help_does_not_load_torch():
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert "--batch-size" in result.stdout and result.stdout.splitlines()[-1] == "[]"
+
+
+def test_args_yaml_is_flat_with_ultralytics_names_and_reads_back(tmp_path):
+    """The run folder's args.yaml: flat keys, Ultralytics' names where ours are only renamed, task/mode as
+    Ultralytics writes them; ``--config args.yaml`` gives the same settings back."""
+    from yolo11.engine.config import save_args_yaml
+
+    config = parse_config(["--data", "synthetic", "--epochs", "3", "--batch", "8", "--name", "x", "--lr0", "0.02"])
+    save_args_yaml(config, tmp_path / "args.yaml")
+    flat = yaml.safe_load((tmp_path / "args.yaml").read_text())
+    assert flat["task"] == "detect" and flat["mode"] == "train"
+    assert flat["batch"] == 8 and flat["epochs"] == 3 and flat["lr0"] == 0.02 and "batch_size" not in flat
+    assert all(not isinstance(value, dict) for value in flat.values())
+    assert parse_config(["--config", str(tmp_path / "args.yaml")]) == config

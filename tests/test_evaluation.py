@@ -138,11 +138,11 @@ def test_confusion_matrix_counts_class_swaps_and_background():
 
 
 def test_metrics_without_plot_data_are_the_same_numbers():
-    """Training's epochs without plots skip the PR curve and the confusion matrix, and nothing else."""
+    """Training's epochs without plots skip the PR and F1/P/R curves and the confusion matrix, and nothing else."""
     predictions = [(i, det[det[:, 5] != 1]) for i, det in perfect_predictions(IMAGES)]
     evaluator = CocoEvaluator(hub_dataset(IMAGES), CLASS_NAMES)
     full, lean = evaluator.compute(predictions), evaluator.compute(predictions, plot_data=False)
-    assert set(full) - set(lean) == {"pr_curve", "confusion_matrix"}
+    assert set(full) - set(lean) == {"pr_curve", "conf_curve", "confusion_matrix"}
     assert lean == {key: value for key, value in full.items() if key in lean}
 
 

@@ -76,18 +76,68 @@ def test_results_png(tmp_path):
     assert width > 2 * height  # the 2 x 5 grid
 
 
-def test_validation_plots(tmp_path):
-    metrics = {"map50": 0.5, "per_class_ap50": [0.7, None],
-               "pr_curve": {"recall": np.linspace(0, 1, 1000).tolist(), "precision": [np.linspace(1, 0, 1000).tolist()],
-                            "classes": [0]},
-               "confusion_matrix": [[3, 0, 1], [1, 0, 0], [0, 2, 0]]}
+def plot_metrics() -> dict:
+    grid = np.linspace(0, 1, 1000)
+    return {"map50": 0.5, "per_class_ap50": [0.7, None],
+            "pr_curve": {"recall": grid.tolist(), "precision": [np.linspace(1, 0, 1000).tolist()], "classes": [0]},
+            "conf_curve": {"confidence": grid.tolist(), "precision": [(0.5 + 0.5 * grid).tolist()],
+                           "recall": [(1 - grid).tolist()], "classes": [0]},
+            "confusion_matrix": [[3, 0, 1], [1, 0, 0], [0, 2, 0]]}
+
+
+def test_validation_plots_are_ultralytics_files(tmp_path):
     image = torch.zeros(3, 64, 96, dtype=torch.uint8)
     samples = [{"image": image, "predictions": torch.tensor([[5.0, 5, 30, 30, 0.9, 0], [40, 40, 60, 60, 0.01, 1]]),
-                "boxes": torch.tensor([[6.0, 6, 31, 31]]), "labels": torch.tensor([0])}] * 3
-    paths = plots.save_validation_plots(tmp_path, metrics, samples, CLASS_NAMES)
-    assert [p.name for p in paths] == ["PR_curve.png", "confusion_matrix.png", "val_images.png"]
+                "boxes": torch.tensor([[6.0, 6, 31, 31]]), "labels": torch.tensor([0])}] * 17
+    paths = plots.save_validation_plots(tmp_path, plot_metrics(), samples, CLASS_NAMES)
+    assert [p.name for p in paths] == [
+        "BoxPR_curve.png", "BoxF1_curve.png", "BoxP_curve.png", "BoxR_curve.png", "confusion_matrix.png",
+        "confusion_matrix_normalized.png", "val_batch0_labels.jpg", "val_batch0_pred.jpg", "val_batch1_labels.jpg",
+        "val_batch1_pred.jpg"]  # 16 samples per mosaic, as Ultralytics' plot_images
     for path in paths:
-        _is_png(path)
+        with Image.open(path) as picture:
+            assert picture.format == ("PNG" if path.suffix == ".png" else "JPEG")
+    assert (tmp_path / "val_batch0_pred.jpg").stat().st_size < 200_000
+    # the raw matrix and the normalised one are different pictures
+    raw, normalised = (tmp_path / "confusion_matrix.png"), (tmp_path / "confusion_matrix_normalized.png")
+    assert raw.read_bytes() != normalised.read_bytes()
+
+
+def test_confusion_matrix_counts_are_written_as_counts(tmp_path, monkeypatch):
+    texts = []
+    real = plots._pyplot()
+    monkeypatch.setattr(real.Axes, "text", lambda self, x, y, s, **kw: texts.append(s), raising=False)
+    plots.plot_confusion_matrix(plot_metrics(), CLASS_NAMES, tmp_path / "raw.png", normalize=False)
+    assert sorted(texts) == ["1", "1", "2", "3"]
+    texts.clear()
+    plots.plot_confusion_matrix(plot_metrics(), CLASS_NAMES, tmp_path / "norm.png")
+    assert sorted(texts) == ["0.25", "0.75", "1.00", "1.00"]
+
+
+def test_gaussian_smoothing_bends_a_short_series_as_scipy_does():
+    y = np.array([1.0, 0.0, 0.0, 0.0, 0.0])
+    smoothed = plots.gaussian_smooth(y)
+    assert smoothed.shape == y.shape and not np.allclose(smoothed, y)  # visible from a few epochs on
+    np.testing.assert_allclose(plots.gaussian_smooth(np.full(7, 2.5)), 2.5)  # a flat series stays flat
+    # direct evaluation: sum over the kernel of y at scipy's reflected indices (d c b a | a b c d | d c b a)
+    radius, n = 12, y.size
+    weights = np.exp(-0.5 * (np.arange(-radius, radius + 1) / 3.0) ** 2)
+    weights /= weights.sum()
+
+    def reflected(i: int) -> float:
+        i %= 2 * n
+        return y[i] if i < n else y[2 * n - 1 - i]
+
+    expected = [sum(w * reflected(t + k) for k, w in zip(range(-radius, radius + 1), weights, strict=True))
+                for t in range(n)]
+    np.testing.assert_allclose(smoothed, expected, atol=1e-12)
+
+
+def test_labels_plot(tmp_path):
+    boxes = np.array([[0.5, 0.5, 0.2, 0.3], [0.2, 0.7, 0.1, 0.1], [0.8, 0.1, 0.4, 0.2]])
+    path = plots.plot_labels(boxes, np.array([0, 1, 1]), CLASS_NAMES, tmp_path / "labels.jpg")
+    with Image.open(path) as picture:
+        assert picture.format == "JPEG" and picture.size == (1600, 1600)
 
 
 def test_draw_detections_draws_in_class_colour_only_inside_the_box_area():
@@ -167,3 +217,55 @@ def test_may_stop_announces_the_epoch_where_patience_ends_the_run(tmp_path):
         stopped.append(outcome.stop)
     assert announced == [False, False, False, True, True]
     assert stopped == [False, False, False, True, False]
+
+
+def test_results_csv_time_is_cumulative_across_epochs_and_resumes(tmp_path, monkeypatch):
+    """Ultralytics' results.csv `time`: seconds since the run started, not per epoch; a resumed run continues from
+    the last kept epoch's time."""
+    from accelerate import Accelerator
+
+    import yolo11
+    from yolo11.engine import run_outputs
+    from yolo11.engine.checkpoint import TrainState
+    from yolo11.engine.loop import EpochResult
+    from yolo11.engine.run_outputs import RunOutputs
+
+    now = [100.0]
+    monkeypatch.setattr(run_outputs.time, "perf_counter", lambda: now[0])
+    model = yolo11.create_model("yolo11n", num_classes=len(CLASS_NAMES))
+
+    def epoch(outputs: RunOutputs, index: int, at: float) -> None:
+        now[0] = at
+        outputs.end_epoch(index, EpochResult(torch.ones(3), 8, 1.0, False), [0.01] * 3, None, model, index)
+
+    state = TrainState()
+    outputs = RunOutputs(Accelerator(cpu=True), tmp_path, CLASS_NAMES, state, epochs=3, patience=0, plots=False,
+                         report_to=[])  # started at 100
+    epoch(outputs, 0, 110.0)
+    epoch(outputs, 1, 130.0)
+    assert [float(r["time"]) for r in read_results(tmp_path / "results.csv")] == [10.0, 30.0]
+    state.epoch = 2  # resumed after epoch 2: the kept rows' last time carries on
+    now[0] = 500.0
+    resumed = RunOutputs(Accelerator(cpu=True), tmp_path, CLASS_NAMES, state, epochs=3, patience=0, plots=False,
+                         report_to=[])
+    epoch(resumed, 2, 505.0)
+    assert [float(r["time"]) for r in read_results(tmp_path / "results.csv")] == [10.0, 30.0, 35.0]
+
+
+def test_labels_jpg_from_a_training_source(tmp_path, monkeypatch):
+    """The trainer's labels.jpg reads every box of the training source, normalised centre xywh per image size."""
+    from yolo11.data import load_source
+    from yolo11.engine import trainer
+
+    source = load_source("synthetic:imgsz=64,num_images=6", "train")
+    seen = {}
+    monkeypatch.setattr("yolo11.evaluation.plots.plot_labels",
+                        lambda boxes, classes, names, path: seen.update(boxes=boxes, classes=classes, path=path))
+    trainer.save_labels_plot(source, tmp_path / "labels.jpg")
+    objects = source.dataset["objects"]
+    assert len(seen["boxes"]) == len(seen["classes"]) == sum(len(o["bbox"]) for o in objects)
+    first = source.dataset[0]
+    x, y, w, h = first["objects"]["bbox"][0]
+    expected = [(x + w / 2) / first["width"], (y + h / 2) / first["height"], w / first["width"], h / first["height"]]
+    np.testing.assert_allclose(seen["boxes"][0], expected, rtol=1e-6)
+    assert 0 <= seen["boxes"].min() and seen["boxes"].max() <= 1

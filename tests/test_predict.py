@@ -86,7 +86,7 @@ def assert_same(result: Detections, record: dict) -> None:
     np.testing.assert_allclose(got[:, :4], result.boxes, atol=0.0051)
     np.testing.assert_allclose(got[:, 4], result.scores, atol=6e-6)
     np.testing.assert_array_equal(got[:, 5], result.class_ids)
-    assert [d["name"] for d in record["detections"]] == list(result.names)
+    assert [d["name"] for d in record["detections"]] == list(result.box_names)
 
 
 def test_api_results_equal_the_cli_predictions_json(weights, tmp_path):
@@ -104,8 +104,8 @@ def test_api_results_equal_the_cli_predictions_json(weights, tmp_path):
         assert record["file"] == str(file) and result.source == str(file)
         assert_same(result, record)
         assert result.boxes.dtype == np.float32 and result.scores.dtype == np.float32
-        assert result.class_ids.dtype == np.int64 and set(result.names) <= {"ant", "bee", "cat"}
-        assert result.to_dict()["detections"][0]["name"] == result.names[0]
+        assert result.class_ids.dtype == np.int64 and result.names == {0: "ant", 1: "bee", 2: "cat"}
+        assert result.to_dict()["detections"][0]["name"] == result.box_names[0]
         assert result.plot().shape == result.image.shape
     # one image as an array, as a PIL image, and a (B, H, W, 3) batch: the same detections as from its file; a batch
     # of one runs other conv kernels than the batch of two above, so scores agree to float rounding, not bit for bit
@@ -118,6 +118,36 @@ def test_api_results_equal_the_cli_predictions_json(weights, tmp_path):
         np.testing.assert_allclose(single.scores, results[0].scores, atol=1e-5)
         np.testing.assert_array_equal(single.class_ids, results[0].class_ids)
     assert detector.predict(rgb, keep_images=False)[0].image is None
+
+
+def captions_drawn(monkeypatch) -> list[str]:
+    """The text of every caption the drawing writes, in order (cv2.putText as the plots module calls it)."""
+    captions: list[str] = []
+    real = cv2.putText
+    monkeypatch.setattr("yolo11.evaluation.plots.cv2.putText",
+                        lambda img, text, *args, **kw: (captions.append(text), real(img, text, *args, **kw))[1])
+    return captions
+
+
+def test_drawn_captions_name_each_box_by_its_class_id(monkeypatch):
+    """A person (class 0) and a car (class 2) in that order: the captions are "person" and "car", not the per-box
+    names indexed by class id ("car" and a bare "2")."""
+    rows = torch.tensor([[2.0, 2.0, 30.0, 30.0, 0.9, 0.0], [20.0, 20.0, 60.0, 44.0, 0.8, 2.0]])
+    result = Detections.from_rows(rows, ["person", "bicycle", "car"], (48, 64), image=noise_image(0))
+    assert result.names == {0: "person", 1: "bicycle", 2: "car"}  # the class map, as Ultralytics' Results.names
+    assert result.box_names == ("person", "car")
+    captions = captions_drawn(monkeypatch)
+    result.plot()
+    assert captions == ["person 0.90", "car 0.80"]
+
+
+def test_the_cli_draws_the_json_names(weights, loaded_once, tmp_path, monkeypatch):
+    image = write_image(tmp_path / "a.jpg", 1)
+    captions = captions_drawn(monkeypatch)
+    assert run_cli(weights, str(image), "--output", str(tmp_path / "out"), "--names", "ant,bee,cat") == 0
+    (record,) = json.loads((tmp_path / "out" / "predictions.json").read_text())
+    assert len({d["class"] for d in record["detections"]}) > 1  # more than one class: an index mix-up shows
+    assert captions == [f"{d['name']} {d['score']:.2f}" for d in record["detections"]]
 
 
 def test_class_names_come_from_the_flag_the_model_or_the_ids(fused, monkeypatch):

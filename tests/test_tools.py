@@ -32,13 +32,13 @@ def test_export_onnx_matches_pytorch_with_dynamic_batch(tmp_path):
     torch.manual_seed(0)
     model = create_model("yolo11n", num_classes=3).eval()
     weights = save_weights(model, tmp_path / "tiny.safetensors")
-    assert export.main([str(weights), "--imgsz", "64", "--output", str(tmp_path / "tiny.onnx")]) == 0
+    assert export.main([str(weights), "--imgsz", "64", "--dynamic", "--output", str(tmp_path / "tiny.onnx")]) == 0
     session = onnxruntime.InferenceSession(str(tmp_path / "tiny.onnx"), providers=["CPUExecutionProvider"])
     for batch in (1, 3):
         images = torch.rand(batch, 3, 64, 64, generator=torch.Generator().manual_seed(batch))
         with torch.no_grad():
             expected = export.DecodedDetector(model).eval()(images).numpy()  # unfused model: fusion is checked too
-        (got,) = session.run(["output"], {"images": images.numpy()})
+        (got,) = session.run(["output0"], {"images": images.numpy()})
         assert got.shape == (batch, 4 + 3, 64 + 16 + 4)  # anchors at strides 8, 16, 32 of a 64 px input
         assert np.abs(got[:, 4:] - expected[:, 4:]).max() <= 1e-4  # class scores
         assert np.abs(got[:, :4] - expected[:, :4]).max() <= 1e-4 * 64  # boxes, pixels: relative to the image
@@ -162,7 +162,9 @@ def test_val_cli_on_coco128_matches_pycocotools_on_ultralytics_predictions(tmp_p
     # rect batches' letterbox shapes of a few images moves mAP50 by 2e-4.
     assert metrics["map50_95"] == pytest.approx(expected["map50_95"], abs=1e-5)
     assert metrics["map50"] == pytest.approx(expected["map50"], abs=1e-5)
-    assert sorted(p.name for p in (tmp_path / "plots").iterdir()) == ["PR_curve.png", "confusion_matrix.png"]
+    assert sorted(p.name for p in (tmp_path / "plots").iterdir()) == [
+        "BoxF1_curve.png", "BoxPR_curve.png", "BoxP_curve.png", "BoxR_curve.png", "confusion_matrix.png",
+        "confusion_matrix_normalized.png"]
 
 
 @needs_data
@@ -254,7 +256,8 @@ def test_export_with_nms_matches_non_max_suppression(tmp_path):
     from yolo11.weights import load_weights
 
     images = torch.from_numpy(np.load(REFERENCE / "yolo11n_coco128_outputs.npz")["input"]).float()
-    assert export.main([str(CHECKPOINT), "--imgsz", "640", "--nms", "--output", str(tmp_path / "nms.onnx")]) == 0
+    assert export.main([str(CHECKPOINT), "--imgsz", "640", "--nms", "--batch", str(len(images)),
+                        "--output", str(tmp_path / "nms.onnx")]) == 0
     session = onnxruntime.InferenceSession(str(tmp_path / "nms.onnx"), providers=["CPUExecutionProvider"])
     boxes, scores, selected = session.run(None, {"images": images.numpy()})
     model = load_weights(CHECKPOINT).eval()

@@ -3,7 +3,7 @@
     import yolo11
     detector = yolo11.Detector.from_pretrained("runs/train/exp/weights/best.safetensors", conf=0.25)
     for result in detector.predict(["bus.jpg", "zidane.jpg"]):
-        print(result.names, result.scores, result.boxes)  # boxes (N, 4) xyxy in the image's own pixels
+        print(result.box_names, result.scores, result.boxes)  # boxes (N, 4) xyxy in the image's own pixels
     drawn = detector.predict(rgb_array)[0].plot()  # (H, W, 3) uint8 RGB with the boxes drawn
 
 Each image is letterboxed as Ultralytics' predict does (long side scaled to ``imgsz``, centred, grey 114 padding
@@ -121,7 +121,7 @@ class Detections:
         boxes: ``(N, 4)`` float32 ``x1, y1, x2, y2`` in the original image's pixels.
         scores: ``(N,)`` float32 confidences.
         class_ids: ``(N,)`` int64 class indices.
-        names: the class name of each box.
+        names: the class map ``{class id: name}`` of the model, as Ultralytics' ``Results.names``.
         image_size: the original image's ``(height, width)``.
         image: the (H, W, 3) uint8 RGB image that was detected (for ``plot``); ``None`` when not kept.
         source: the file the image came from, when it came from a file.
@@ -130,7 +130,7 @@ class Detections:
     boxes: np.ndarray
     scores: np.ndarray
     class_ids: np.ndarray
-    names: tuple[str, ...]
+    names: dict[int, str]
     image_size: tuple[int, int]
     image: np.ndarray | None = field(default=None, repr=False)
     source: str | None = None
@@ -141,19 +141,23 @@ class Detections:
         """From ``(N, 6)`` rows ``[x1, y1, x2, y2, score, class]`` (``Postprocessor``'s output) of an image of
         ``image_size`` (height, width)."""
         rows = rows.detach().cpu()
-        class_ids = rows[:, 5].to(torch.int64).numpy()
         return cls(boxes=rows[:, :4].to(torch.float32).numpy(), scores=rows[:, 4].to(torch.float32).numpy(),
-                   class_ids=class_ids, names=tuple(class_names[k] for k in class_ids),
+                   class_ids=rows[:, 5].to(torch.int64).numpy(), names=dict(enumerate(class_names)),
                    image_size=(int(image_size[0]), int(image_size[1])), image=image, source=source)
 
     def __len__(self) -> int:
         return len(self.scores)
 
+    @property
+    def box_names(self) -> tuple[str, ...]:
+        """The class name of each box, in box order (``names[class_id]`` per box)."""
+        return tuple(self.names.get(int(k), str(int(k))) for k in self.class_ids)
+
     def to_dict(self) -> dict:
         """``{"width", "height", "detections": [{"box": [x1, y1, x2, y2] px, "score", "class", "name"}]}`` (JSON)."""
         return {"width": self.image_size[1], "height": self.image_size[0], "detections": [
             {"box": [float(v) for v in box], "score": float(score), "class": int(cls), "name": name}
-            for box, score, cls, name in zip(self.boxes, self.scores, self.class_ids, self.names, strict=True)]}
+            for box, score, cls, name in zip(self.boxes, self.scores, self.class_ids, self.box_names, strict=True)]}
 
     def plot(self, image: np.ndarray | None = None) -> np.ndarray:
         """A copy of the image (``image``, else the one kept) with boxes and ``name score`` captions, RGB uint8."""
@@ -162,7 +166,9 @@ class Detections:
         image = self.image if image is None else image
         if image is None:
             raise ValueError("no image to draw on: pass one to plot(image)")
-        return draw_detections(image, self.boxes, self.class_ids, list(self.names), scores=self.scores)
+        # draw_detections indexes the names by class id: the class map's list, not the per-box names
+        class_list = [self.names.get(k, str(k)) for k in range(max(self.names, default=-1) + 1)]
+        return draw_detections(image, self.boxes, self.class_ids, class_list, scores=self.scores)
 
 
 def default_device() -> str:

@@ -415,6 +415,20 @@ def parse_config(argv: list[str] | None = None) -> TrainConfig:
         parser.error(str(err))
 
 
+def save_args_yaml(config: TrainConfig, path: Path) -> None:
+    """args.yaml as Ultralytics writes it in a run folder: one flat key per setting, Ultralytics' name where ours is
+    only renamed (``batch``, ``project``, ``nbs``, ``conf``, ``iou``, ``split``), plus ``task``/``mode``; ``--config
+    args.yaml`` reads it back into the same settings."""
+    from yolo11.engine.checkpoint import write_text_atomic  # loads torch: only once training runs
+    from yolo11.engine.ultralytics_args import RENAMED
+
+    theirs = {ours: name for name, ours in RENAMED.items()}
+    flat = {"task": "detect", "mode": "train"}
+    flat |= {theirs.get(key, key): value for section in config.to_dict().values() for key, value in section.items()}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(path, yaml.safe_dump(flat, sort_keys=False))
+
+
 def save_config(config: TrainConfig, path: Path) -> None:
     from yolo11.engine.checkpoint import write_text_atomic  # loads torch: only once training runs
 

@@ -17,12 +17,12 @@ from pathlib import Path
 from accelerate import Accelerator
 from torch import nn
 
-from yolo11.engine import tracking
+from yolo11.engine import dashboards, tracking
 from yolo11.engine.checkpoint import TrainState
 from yolo11.engine.loop import EpochResult
 from yolo11.engine.progress import LOSS_NAMES, format_duration, peak_memory_gb
 from yolo11.evaluation import EvaluationResult, plots
-from yolo11.evaluation.results import ResultsCSV
+from yolo11.evaluation.results import ResultsCSV, read_results
 from yolo11.evaluation.table import format_table
 from yolo11.weights import load_weights, save_pretrained, save_weights
 
@@ -57,8 +57,14 @@ class RunOutputs:
         self.last_metrics: dict | None = None
         self.csv = ResultsCSV(run_dir / "results.csv", keep_epochs=resumed.epoch, lr_groups=lr_groups) \
             if accelerator.is_main_process else None
+        # results.csv's `time` is cumulative, as Ultralytics': seconds since the run started, across resumes
+        kept = read_results(run_dir / "results.csv") if self.csv is not None else []
+        self.time_before = float(kept[-1]["time"]) if kept and kept[-1].get("time") else 0.0
+        self.run_start = time.perf_counter()
         self.report_to = report_to
         self.plot_seconds = 0.0  # for the summary's split of the run's time
+        self.final_metrics: dict | None = None  # the validation whose plots were drawn: the dashboards' curves
+        self.last_step = 0
 
     def end_epoch(self, epoch: int, result: EpochResult, lrs: list[float], validation: EvaluationResult | None,
                   model: nn.Module, optimizer_steps: int, final: bool = False,
@@ -68,7 +74,10 @@ class RunOutputs:
         for the ``final`` epoch (or the one where patience stops the run) only, as Ultralytics does: drawing them
         costs seconds, more than a whole epoch of a small dataset."""
         accelerator = self.accelerator
-        row = {"epoch": epoch + 1, "time": round(time.perf_counter() - self.epoch_start, 3)}
+        now = time.perf_counter()
+        row = {"epoch": epoch + 1, "time": round(self.time_before + now - self.run_start, 3)}
+        self.last_step = optimizer_steps
+        epoch_seconds = now - self.epoch_start
         improved = False
         row.update({f"train/{n}": v for n, v in zip(LOSS_NAMES, result.mean_losses.tolist(), strict=True)})
         if validation is not None:
@@ -90,7 +99,7 @@ class RunOutputs:
         stop = not improved and self.may_stop(epoch)
         if accelerator.is_main_process:
             self.csv.append(row)
-            print(self.epoch_line(row, val_seconds), flush=True)
+            print(self.epoch_line(row, epoch_seconds, val_seconds), flush=True)
             if validation is not None:
                 if self.make_plots and (final or stop):
                     start = time.perf_counter()
@@ -99,6 +108,10 @@ class RunOutputs:
                     self.plot_seconds += time.perf_counter() - start
                 tracking.log_validation_images(accelerator, validation.samples, self.class_names,
                                                step=optimizer_steps)
+                dashboards.log_prediction_table(accelerator, validation.samples, self.class_names, epoch,
+                                                step=optimizer_steps)
+                if (final or stop) and "pr_curve" in validation.metrics:
+                    self.final_metrics = validation.metrics
         self.epoch_start = time.perf_counter()
         return EpochOutcome(self.best_fitness, self.best_epoch, stop)
 
@@ -106,13 +119,13 @@ class RunOutputs:
         """Whether patience ends the run after ``epoch`` unless its validation improves on the best one."""
         return self.patience > 0 and self.best_epoch >= 0 and epoch - self.best_epoch >= self.patience
 
-    def epoch_line(self, row: dict, val_seconds: float = 0.0) -> str:
+    def epoch_line(self, row: dict, epoch_seconds: float, val_seconds: float = 0.0) -> str:
         """``epoch 3/100 done in 0:01:02 (validation 0:00:05) | train box .. cls .. dfl .. | val box .. |
         mAP50-95 .. mAP50 .. P .. R ..``"""
         def losses(split: str) -> str:
             return " ".join(f"{name.split('_')[0]} {row[f'{split}/{name}']:.4f}" for name in LOSS_NAMES)
 
-        took = f"epoch {row['epoch']}/{self.epochs} done in {format_duration(row['time'])}"
+        took = f"epoch {row['epoch']}/{self.epochs} done in {format_duration(epoch_seconds)}"
         if "metrics/mAP50-95(B)" in row:
             took += f" (validation {format_duration(val_seconds)})"
         parts = [took,
@@ -140,11 +153,15 @@ class RunOutputs:
         which = f"best epoch {self.best_epoch + 1}" if self.best_metrics is not None else "last validation"
         return f"per class, {which}:\n" + format_table(metrics, self.class_names, ground_truth)
 
-    def finish(self) -> None:
+    def finish(self, ground_truth: dict | None = None) -> None:
+        """results.png, the dashboards' end-of-run panels (``ground_truth``: the evaluator's COCO dict, for the
+        per-class table), the best weights artifact."""
         if not self.accelerator.is_main_process:
             return
         if self.make_plots and (self.run_dir / "results.csv").is_file():
             plots.plot_results(self.run_dir / "results.csv", self.run_dir / "results.png")
+        dashboards.log_final_validation(self.accelerator, self.final_metrics, self.best_metrics or self.last_metrics,
+                                        self.class_names, ground_truth, self.run_dir, self.last_step)
         best = self.weights_dir / "best.safetensors"
         if best.is_file():
             tracking.log_best_weights_artifact(self.accelerator, best)

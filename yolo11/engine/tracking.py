@@ -99,7 +99,7 @@ def tracker_init_kwargs(report_to: list[str], run_dir: Path, run_name: str,
     return kwargs
 
 
-def _tracker(accelerator: Accelerator, name: str):
+def active_tracker(accelerator: Accelerator, name: str):
     """The unwrapped tracker object (wandb run, SummaryWriter) on the main process, else None."""
     if not accelerator.is_main_process or name not in {t.name for t in accelerator.trackers}:
         return None
@@ -108,7 +108,7 @@ def _tracker(accelerator: Accelerator, name: str):
 
 def current_run_id(accelerator: Accelerator) -> str | None:
     """The W&B run id (saved in checkpoints so a resumed training continues the same run), or None."""
-    run = _tracker(accelerator, "wandb")
+    run = active_tracker(accelerator, "wandb")
     return None if run is None else run.id
 
 
@@ -145,10 +145,10 @@ def log_validation_images(accelerator: Accelerator, samples: list[dict], class_n
     """Log validation samples: W&B images with box overlays; TensorBoard ground truth | predictions drawings."""
     if not samples:
         return
-    run = _tracker(accelerator, "wandb")
+    run = active_tracker(accelerator, "wandb")
     if run is not None:
         run.log({key: [wandb_image(sample, class_names) for sample in samples]}, step=step)
-    writer = _tracker(accelerator, "tensorboard")
+    writer = active_tracker(accelerator, "tensorboard")
     if writer is not None:
         for i, sample in enumerate(samples):
             truth, predicted = draw_sample(sample, class_names)
@@ -169,7 +169,7 @@ def weights_metadata(path: Path) -> dict:
 
 def log_best_weights_artifact(accelerator: Accelerator, path: Path, name: str = "best-weights") -> None:
     """Upload ``path`` (and its JSON config beside it, if any) as a W&B artifact of type "model"."""
-    run = _tracker(accelerator, "wandb")
+    run = active_tracker(accelerator, "wandb")
     if run is None:
         return
     import wandb

@@ -20,7 +20,7 @@ from accelerate.utils import DistributedType, broadcast, parse_flag_from_env, se
 from yolo11.data import BatchHSV, DataSourceError, DetectionSource, build_dataloader, load_source, save_batch_preview
 from yolo11.data.dataset import available_memory, cache_bytes
 from yolo11.data.sources import VAL_FALLBACKS, report_same_data
-from yolo11.engine import tracking
+from yolo11.engine import dashboards, tracking
 from yolo11.engine.build import (
     build_accelerator,
     build_model,
@@ -42,7 +42,7 @@ from yolo11.engine.checkpoint import (
     save_checkpoint,
 )
 from yolo11.engine.compile import CompiledLoss, compile_model, use_compile_cache
-from yolo11.engine.config import TrainConfig, save_config
+from yolo11.engine.config import TrainConfig, save_args_yaml, save_config
 from yolo11.engine.ema import ModelEMA
 from yolo11.engine.evaluate import Validator
 from yolo11.engine.guard import NonFiniteLossError
@@ -201,15 +201,18 @@ def start_run(run: Run, val_source: DetectionSource) -> None:
         if config.run.resume:  # --resume auto before the first checkpoint (a requeued job that never saved)
             accelerator.print(f"--resume auto: no checkpoint in {run.run_dir} yet, starting from the beginning")
         if config.run.plots and accelerator.is_main_process:
-            save_first_batch(run)
+            save_first_batches(run)
+            save_labels_plot(run.train_source, run.run_dir / "labels.jpg")
     if accelerator.is_main_process:
         save_config(config, run.run_dir / "config.yaml")
+        save_args_yaml(config, run.run_dir / "args.yaml")
     report_to = tracking.resolve_report_to(config.run.report_to)
     run.state.tracker_run_id = build_trackers(accelerator, config, run.run_dir, report_to, run.state.tracker_run_id)
     run.outputs = RunOutputs(accelerator, run.run_dir, run.train_source.class_names, run.state,
                              epochs=config.run.epochs, patience=config.run.patience, plots=config.run.plots,
                              report_to=report_to, lr_groups=len(run.step.optimizer.param_groups))
     model = accelerator.unwrap_model(run.step.model, keep_torch_compile=False)
+    dashboards.log_model_info(accelerator, model, config.data.imgsz)
     accelerator.print(f"{model.config['name']}: {sum(p.numel() for p in model.parameters()):,} parameters | "
                       f"{plan.num_processes} process(es) x batch {plan.per_process_batch} x accumulation "
                       f"{plan.accumulation_steps} | {plan.optimizer.name} lr {plan.optimizer.lr:g} | "
@@ -220,14 +223,32 @@ def start_run(run: Run, val_source: DetectionSource) -> None:
     accelerator.print(plan.cuda_graphs.reason)
 
 
-def save_first_batch(run: Run) -> None:
-    """Augmentation is a function of (seed, epoch, index): this is exactly the first training batch. Its HSV is
-    OpenCV's, as workers apply it (the same gains; the device's ``BatchHSV`` is within 1 of it per pixel), which
-    on the CPU takes milliseconds where ``BatchHSV`` takes seconds of the run's start."""
+def save_first_batches(run: Run, count: int = 3) -> None:
+    """train_batch0.jpg ... train_batch2.jpg, the first training batches as Ultralytics draws them. Augmentation is
+    a function of (seed, epoch, index): these are exactly the first batches. Their HSV is OpenCV's, as workers
+    apply it (the same gains; the device's ``BatchHSV`` is within 1 of it per pixel), which on the CPU takes
+    milliseconds where ``BatchHSV`` takes seconds of the run's start."""
     config = dataclasses.replace(build_train_loader_config(run.config, run.plan), workers=0, cache_images=False,
                                  hsv_on_device=False)
-    first = next(iter(build_dataloader(run.train_source, "train", config)))
-    save_batch_preview(first, run.train_source.class_names, run.run_dir / "train_batch0.jpg")
+    for index, batch in enumerate(itertools.islice(build_dataloader(run.train_source, "train", config), count)):
+        save_batch_preview(batch, run.train_source.class_names, run.run_dir / f"train_batch{index}.jpg")
+
+
+def save_labels_plot(source: DetectionSource, path: Path) -> None:
+    """labels.jpg: the training labels' class histogram and box statistics (Ultralytics' ``plot_labels``)."""
+    from yolo11.evaluation.plots import plot_labels
+
+    rows = source.dataset.select_columns(["width", "height", "objects"])
+    boxes, classes = [], []
+    for row in rows:
+        bbox = row["objects"]["bbox"]  # COCO xywh in pixels -> normalised centre xywh
+        if bbox:
+            xywh = torch.tensor(bbox, dtype=torch.float64).reshape(-1, 4)
+            xywh[:, :2] += xywh[:, 2:] / 2
+            boxes.append(xywh / torch.tensor([row["width"], row["height"]] * 2, dtype=torch.float64))
+            classes.extend(row["objects"]["category"])
+    stacked = torch.cat(boxes).numpy() if boxes else torch.zeros(0, 4).numpy()
+    plot_labels(stacked, classes, source.class_names, path)
 
 
 def fit(run: Run) -> tuple[int, int]:
@@ -356,7 +377,7 @@ def finish(run: Run, seconds: float, images_seen: int, push: bool, startup_secon
     table = run.outputs.class_table(run.validator.evaluator.ground_truth)
     if table and step.accelerator.is_main_process:
         print(table)
-    run.outputs.finish()
+    run.outputs.finish(run.validator.evaluator.ground_truth)
     pushed = True
     if push and config.run.push_to_hub:
         pushed = run.outputs.push_to_hub(config.run.push_to_hub, config.data.data, config.to_dict())

@@ -125,8 +125,10 @@ class CocoEvaluator:
         (see ``yolo11.evaluation.matching``), and ``per_class_precision``/``per_class_recall`` at the same
         confidence (lists of length nc, None where a class has no ground truth);
       - ``pr_curve``: ``{"recall": (1000,), "precision": (K, 1000), "classes": (K,)}`` at IoU 0.5 for the K classes
-        present; ``confusion_matrix``: ``(nc + 1, nc + 1)`` counts, rows predicted, columns true, last = background.
-        These two, the data of the plots, only when ``compute`` is asked for them (``plot_data``).
+        present; ``conf_curve``: ``{"confidence": (1000,), "precision": (K, 1000), "recall": (K, 1000), "classes"}``
+        against the score threshold (the F1/P/R curves); ``confusion_matrix``: ``(nc + 1, nc + 1)`` counts, rows
+        predicted, columns true, last = background. These three, the data of the plots, only when ``compute`` is
+        asked for them (``plot_data``).
     """
 
     def __init__(self, dataset, class_names: list[str], backend: Backend = "fast",
@@ -206,6 +208,9 @@ class CocoEvaluator:
             confusion = matching.confusion_matrix(pred, gt, len(self.class_names))
             metrics["pr_curve"] = {"recall": matching.CONFIDENCE_GRID.tolist(),
                                    "precision": curves.pr_precision.tolist(), "classes": curves.classes.tolist()}
+            metrics["conf_curve"] = {"confidence": matching.CONFIDENCE_GRID.tolist(),
+                                     "precision": curves.precision.tolist(), "recall": curves.recall.tolist(),
+                                     "classes": curves.classes.tolist()}
             metrics["confusion_matrix"] = confusion.tolist()
         return metrics
 

@@ -1,4 +1,6 @@
-"""Figures of a run: results.png curves, PR curve, confusion matrix, validation images with boxes.
+"""Figures of a run, named as Ultralytics names them: results.png, BoxPR/BoxF1/BoxP/BoxR_curve.png,
+confusion_matrix.png (counts) and confusion_matrix_normalized.png, val_batchN_labels.jpg / val_batchN_pred.jpg and
+labels.jpg (the training labels' class histogram and box statistics).
 
 matplotlib with the Agg backend (no display); boxes are drawn with OpenCV so the same drawing serves the
 predict CLI and TensorBoard.
@@ -16,6 +18,8 @@ import torch
 
 from yolo11.evaluation.matching import smooth
 from yolo11.evaluation.results import read_results
+
+MOSAIC_IMAGES = 16  # images per val_batchN mosaic, as Ultralytics' plot_images
 
 
 @functools.cache
@@ -45,8 +49,20 @@ def _palette(index: int) -> tuple[int, int, int]:
 
 
 
+def gaussian_smooth(y: np.ndarray, sigma: float = 3.0, truncate: float = 4.0) -> np.ndarray:
+    """``scipy.ndimage.gaussian_filter1d(y, sigma)`` (its ``reflect`` border), Ultralytics' results.png smoothing:
+    unlike a moving average as wide as 5 % of the points, it bends the line from the third epoch on."""
+    y = np.asarray(y, dtype=float)
+    radius = int(truncate * sigma + 0.5)
+    kernel = np.exp(-0.5 * (np.arange(-radius, radius + 1) / sigma) ** 2)
+    # scipy's reflect border (d c b a | a b c d | d c b a ...), repeated for series shorter than the kernel
+    index = np.arange(-radius, y.size + radius) % (2 * y.size)
+    index = np.where(index >= y.size, 2 * y.size - 1 - index, index)
+    return np.convolve(y[index], kernel / kernel.sum(), mode="valid")
+
+
 def plot_results(csv_path: Path, out_path: Path) -> Path:
-    """results.png: each column of ``RESULTS_GRID`` against the epoch, raw and smoothed."""
+    """results.png: each column of ``RESULTS_GRID`` against the epoch, raw and smoothed (``gaussian_smooth``)."""
     plt = _pyplot()
     rows = read_results(csv_path)
     fig, axes = plt.subplots(2, 5, figsize=(15, 6), tight_layout=True)
@@ -55,8 +71,8 @@ def plot_results(csv_path: Path, out_path: Path) -> Path:
         if points:
             x, y = np.asarray(points).T
             ax.plot(x, y, marker=".", linewidth=2, markersize=8, label="results")
-            if len(y) > 2:
-                ax.plot(x, smooth(y), ":", linewidth=2, label="smooth")
+            if len(y) > 1:
+                ax.plot(x, gaussian_smooth(y), ":", linewidth=2, label="smooth")
         ax.set_title(column, fontsize=12)
     axes[0, 0].legend()
     fig.savefig(out_path, dpi=200)
@@ -65,7 +81,7 @@ def plot_results(csv_path: Path, out_path: Path) -> Path:
 
 
 def plot_pr_curve(metrics: dict, class_names: list[str], out_path: Path) -> Path:
-    """PR_curve.png at IoU 0.5: one line per class (with legend when there are fewer than 21) and their mean."""
+    """BoxPR_curve.png at IoU 0.5: one line per class (with legend when there are fewer than 21) and their mean."""
     plt = _pyplot()
     curve = metrics["pr_curve"]
     recall, precision = np.asarray(curve["recall"]), np.asarray(curve["precision"]).reshape(-1, len(curve["recall"]))
@@ -85,8 +101,39 @@ def plot_pr_curve(metrics: dict, class_names: list[str], out_path: Path) -> Path
     return Path(out_path)
 
 
+CURVES = {"F1": "F1", "P": "Precision", "R": "Recall"}  # BoxF1_curve.png, BoxP_curve.png, BoxR_curve.png
+
+
+def plot_metric_curve(metrics: dict, class_names: list[str], out_path: Path, metric: str) -> Path:
+    """``Box{metric}_curve.png``: F1, precision or recall (IoU 0.5) against the score threshold, one line per class
+    and their mean (smoothed as Ultralytics' ``plot_mc_curve``), the mean's best value in the legend."""
+    plt = _pyplot()
+    curve = metrics["conf_curve"]
+    confidence = np.asarray(curve["confidence"])
+    precision = np.asarray(curve["precision"]).reshape(-1, confidence.size)
+    recall = np.asarray(curve["recall"]).reshape(-1, confidence.size)
+    values = {"F1": 2 * precision * recall / (precision + recall + 1e-16), "P": precision, "R": recall}[metric]
+    fig, ax = plt.subplots(1, 1, figsize=(9, 6), tight_layout=True)
+    show_legend = 0 < len(curve["classes"]) < 21
+    for k, cls in enumerate(curve["classes"]):
+        ax.plot(confidence, values[k], linewidth=1, label=class_names[cls] if show_legend else None,
+                color="grey" if not show_legend else None)
+    if values.size:
+        mean = smooth(values.mean(0), 0.1)
+        best = int(mean.argmax())
+        ax.plot(confidence, mean, linewidth=3, color="blue",
+                label=f"all classes {mean[best]:.2f} at {confidence[best]:.3f}")
+    ax.set(xlabel="Confidence", ylabel=CURVES[metric], xlim=(0, 1), ylim=(0, 1),
+           title=f"{CURVES[metric]}-Confidence Curve")
+    ax.legend(bbox_to_anchor=(1.04, 1), loc="upper left")
+    fig.savefig(out_path, dpi=200)
+    plt.close(fig)
+    return Path(out_path)
+
+
 def plot_confusion_matrix(metrics: dict, class_names: list[str], out_path: Path, normalize: bool = True) -> Path:
-    """confusion_matrix.png: rows predicted, columns true, last row/column = background (Ultralytics' layout);
+    """confusion_matrix.png (counts) or, ``normalize``, confusion_matrix_normalized.png: rows predicted, columns
+    true, last row/column = background (Ultralytics' layout);
     ``normalize`` divides each column by its true-class count."""
     plt = _pyplot()
     matrix = np.asarray(metrics["confusion_matrix"], dtype=float)
@@ -144,32 +191,87 @@ def draw_sample(sample: dict, class_names: list[str], conf: float = DRAW_CONF) -
     return truth, predicted
 
 
-def plot_validation_images(samples: list[dict], class_names: list[str], out_path: Path,
-                           conf: float = DRAW_CONF) -> Path:
-    """val_images.png: one row per sample pair, ground truth (left) beside predictions with score >= ``conf``."""
-    plt = _pyplot()
-    columns = 2 * min(2, len(samples)) or 2
-    rows = max(1, math.ceil(2 * len(samples) / columns))
-    fig, axes = plt.subplots(rows, columns, figsize=(4 * columns, 4 * rows), tight_layout=True, squeeze=False)
-    for ax in axes.ravel():
-        ax.axis("off")
-    for i, sample in enumerate(samples):
-        truth, predicted = draw_sample(sample, class_names, conf)
-        for j, (picture, title) in enumerate(((truth, "ground truth"), (predicted, f"predictions >= {conf}"))):
-            ax = axes.ravel()[2 * i + j]
-            ax.imshow(picture)
-            ax.set_title(title, fontsize=9)
-    fig.savefig(out_path, dpi=120)
-    plt.close(fig)
-    return Path(out_path)
+def mosaic(pictures: list[np.ndarray], max_side: int = 1920) -> np.ndarray:
+    """Up to 16 RGB pictures of any sizes in a square grid of equal cells (each fitted and centred), white
+    background, at most ``max_side`` pixels wide: Ultralytics' val_batch layout."""
+    columns = math.ceil(math.sqrt(len(pictures)))
+    rows = math.ceil(len(pictures) / columns)
+    cell = max(max(p.shape[:2]) for p in pictures)
+    cell = min(cell, max_side // columns)
+    grid = np.full((rows * cell, columns * cell, 3), 255, np.uint8)
+    for i, picture in enumerate(pictures):
+        scale = cell / max(picture.shape[:2])
+        height, width = max(1, round(picture.shape[0] * scale)), max(1, round(picture.shape[1] * scale))
+        fitted = cv2.resize(picture, (width, height), interpolation=cv2.INTER_AREA) if scale != 1 else picture
+        y0, x0 = (i // columns) * cell, (i % columns) * cell
+        grid[y0:y0 + height, x0:x0 + width] = fitted
+        cv2.rectangle(grid, (x0, y0), (x0 + cell - 1, y0 + cell - 1), (255, 255, 255), 2)
+    return grid
+
+
+def save_validation_batches(samples: list[dict], class_names: list[str], run_dir: Path,
+                            conf: float = DRAW_CONF) -> list[Path]:
+    """val_batch{N}_labels.jpg (ground truth) and val_batch{N}_pred.jpg (predictions >= ``conf``) per 16 samples,
+    as Ultralytics draws its first validation batches; JPEG (tens of KB, not a 1.5 MB PNG)."""
+    paths = []
+    for n, start in enumerate(range(0, len(samples), MOSAIC_IMAGES)):
+        drawn = [draw_sample(sample, class_names, conf) for sample in samples[start:start + MOSAIC_IMAGES]]
+        for kind, pictures in (("labels", [d[0] for d in drawn]), ("pred", [d[1] for d in drawn])):
+            path = Path(run_dir) / f"val_batch{n}_{kind}.jpg"
+            if not cv2.imwrite(str(path), cv2.cvtColor(mosaic(pictures), cv2.COLOR_RGB2BGR),
+                               [cv2.IMWRITE_JPEG_QUALITY, 90]):
+                raise OSError(f"could not write {path}")
+            paths.append(path)
+    return paths
 
 
 def save_validation_plots(run_dir: Path, metrics: dict, samples: list[dict], class_names: list[str]) -> list[Path]:
-    """PR_curve.png, confusion_matrix.png and (with samples) val_images.png in ``run_dir``."""
+    """Ultralytics' validation figures in ``run_dir``: BoxPR/BoxF1/BoxP/BoxR_curve.png, confusion_matrix.png (counts),
+    confusion_matrix_normalized.png and (with samples) val_batchN_labels/pred.jpg."""
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    paths = [plot_pr_curve(metrics, class_names, run_dir / "PR_curve.png"),
-             plot_confusion_matrix(metrics, class_names, run_dir / "confusion_matrix.png")]
+    paths = [plot_pr_curve(metrics, class_names, run_dir / "BoxPR_curve.png")]
+    if "conf_curve" in metrics:
+        paths += [plot_metric_curve(metrics, class_names, run_dir / f"Box{m}_curve.png", m) for m in CURVES]
+    paths += [plot_confusion_matrix(metrics, class_names, run_dir / "confusion_matrix.png", normalize=False),
+              plot_confusion_matrix(metrics, class_names, run_dir / "confusion_matrix_normalized.png")]
     if samples:
-        paths.append(plot_validation_images(samples, class_names, run_dir / "val_images.png"))
+        paths += save_validation_batches(samples, class_names, run_dir)
     return paths
+
+
+def plot_labels(boxes: np.ndarray, classes: np.ndarray, class_names: list[str], out_path: Path) -> Path:
+    """labels.jpg, as Ultralytics' ``plot_labels``: instances per class; up to 500 boxes drawn centred (their
+    sizes); 2-D histograms of box centres (x, y) and of sizes (width, height). ``boxes`` ``(N, 4)`` normalised
+    xywh (centre), ``classes`` ``(N,)``."""
+    plt = _pyplot()
+    boxes, classes = np.asarray(boxes, dtype=float).reshape(-1, 4), np.asarray(classes, dtype=int).reshape(-1)
+    fig, axes = plt.subplots(2, 2, figsize=(8, 8), tight_layout=True)
+    ax = axes.ravel()
+    num_classes = len(class_names)
+    counts = np.bincount(classes, minlength=num_classes)[:num_classes]
+    bars = ax[0].bar(np.arange(num_classes), counts, width=0.8,
+                     color=[np.array(_palette(k)) / 255 for k in range(num_classes)])
+    ax[0].set_ylabel("instances")
+    if num_classes < 30:
+        ax[0].set_xticks(range(num_classes), class_names, rotation=90, fontsize=10)
+        ax[0].bar_label(bars)
+    else:
+        ax[0].set_xlabel("classes")
+    canvas = np.full((1000, 1000, 3), 255, np.uint8)
+    for cls, (_, _, w, h) in zip(classes[:500], boxes[:500], strict=True):
+        corners = np.array([0.5 - w / 2, 0.5 - h / 2, 0.5 + w / 2, 0.5 + h / 2]) * 1000
+        x1, y1, x2, y2 = (int(round(v)) for v in corners)
+        cv2.rectangle(canvas, (x1, y1), (x2, y2), _palette(int(cls)), 1)
+    ax[1].imshow(canvas)
+    ax[1].axis("off")
+    white_blue = plt.matplotlib.colors.LinearSegmentedColormap.from_list("white_blue", ["white", "blue"])
+    for a, (i, j, x_label, y_label) in zip(ax[2:], ((0, 1, "x", "y"), (2, 3, "width", "height")), strict=True):
+        a.hist2d(boxes[:, i], boxes[:, j], bins=50, cmap=white_blue)
+        a.set(xlabel=x_label, ylabel=y_label)
+    for a in ax:
+        for side in ("top", "right", "left", "bottom"):
+            a.spines[side].set_visible(False)
+    fig.savefig(out_path, dpi=200)
+    plt.close(fig)
+    return Path(out_path)

@@ -1,23 +1,35 @@
-"""Export a YOLO11 model to ONNX with decoded outputs.
+"""Export a YOLO11 model to ONNX with decoded outputs, or to an Ultralytics ``.pt`` checkpoint.
 
     yolo11-export weights/best.safetensors --imgsz 640 --output yolo11n.onnx
     yolo11-export yolo11n.pt --imgsz 640 --check
+    yolo11-export weights/best.safetensors --format pt --output best.pt   # for Ultralytics' YOLO(...)
 
-The graph takes ``images`` float32 ``(B, 3, imgsz, imgsz)`` in [0, 1] (B dynamic) and returns ``output``
-``(B, 4 + nc, A)``: xywh in input pixels and sigmoid class scores per anchor, A = sum of (imgsz / s)^2 over
+The ONNX graph takes ``images`` float32 ``(batch, 3, imgsz, imgsz)`` in [0, 1] and returns ``output0``
+``(batch, 4 + nc, A)``: xywh in input pixels and sigmoid class scores per anchor, A = sum of (imgsz / s)^2 over
 strides 8, 16, 32 (8400 at 640), i.e. ``yolo11.postprocess.decode`` of the raw maps. BatchNorms are folded first.
+As Ultralytics' export, every dimension is static by default (``--batch``, default 1: ``(1, 84, 8400)`` for COCO
+at 640), which Ultralytics' runtime (``YOLO("model.onnx")``) needs to predict and validate with it; ``--dynamic``
+makes batch, height and width dynamic (``output0`` ``(batch, 4 + nc, anchors)``), as Ultralytics' ``dynamic=True``.
+``--half`` stores the weights in float16 (inputs and outputs stay float32, as Ultralytics' CPU ``half=True``).
 
 With ``--nms`` the graph ends in ONNX ``NonMaxSuppression`` instead and returns ``boxes`` ``(B, A, 4)`` xyxy input
 pixels, ``scores`` ``(B, nc, A)`` and ``selected`` ``(K, 3)`` int64 rows ``[image, class, anchor]``: per image and
 class, scores above ``--conf`` and IoU above ``--iou`` suppressed, as ``non_max_suppression(multi_label=True)``;
-but ``--max-det`` caps each class (the operator's ``max_output_boxes_per_class``), not the image total.
+but ``--max-det`` caps each class (the operator's ``max_output_boxes_per_class``), not the image total. This layout
+is for onnxruntime users; Ultralytics' runtime reads only the default graph.
 
-The ONNX model's metadata (``metadata_props``) follows Ultralytics' keys and formats, so tools that read
-Ultralytics exports read ours: ``names`` (``{0: 'person', ...}``), ``stride`` (32), ``imgsz`` (``[640, 640]``),
-``task`` (``detect``), ``batch``, ``author``, ``version`` and ``description``.
+The ONNX model's metadata (``metadata_props``) has Ultralytics' keys and formats, so tools that read Ultralytics
+exports read ours (Ultralytics' ``AutoBackend`` reads ``stride``, ``batch``, ``imgsz``, ``names``, ``task``,
+``args``, ``channels``, ``end2end``): ``names`` (``{0: 'person', ...}``), ``stride`` (32), ``imgsz``
+(``[640, 640]``), ``task`` (``detect``), ``head`` (``Detect``), ``batch``, ``channels`` (3), ``end2end`` (False),
+``args`` (``{'batch': 1, 'half': False, 'dynamic': False, 'nms': False, 'opset': 17}``), ``author``, ``version``,
+``license``, ``date`` and ``description``.
 
-The legacy TorchScript-based exporter (``dynamo=False``) is used: it handles this graph and a dynamic batch axis
-in torch 2.14 without extra dependencies.
+``--format pt`` writes an Ultralytics checkpoint (``yolo11.weights.ultralytics_writer``); it needs the ultralytics
+package importable, see there.
+
+The legacy TorchScript-based exporter (``dynamo=False``) is used: it handles this graph and dynamic axes in
+torch 2.14 without extra dependencies.
 """
 
 from __future__ import annotations
@@ -97,8 +109,10 @@ class NmsDetector(nn.Module):
         return boxes, scores, selected
 
 
-def onnx_metadata(model: nn.Module, imgsz: int, dynamic_batch: bool) -> dict[str, str]:
-    """Ultralytics' metadata keys, each value as Ultralytics writes it (``str`` of the Python value)."""
+def onnx_metadata(model: nn.Module, imgsz: int, batch: int, dynamic: bool, half: bool, nms: bool,
+                  opset: int) -> dict[str, str]:
+    """Ultralytics' metadata keys, each value as Ultralytics writes it (``str`` of the Python value, read back
+    with ``ast.literal_eval``); ``args`` holds the export settings its runtime looks up (``dynamic``, ``nms``)."""
     config = getattr(model, "config", {})
     names = getattr(model, "names", None) or [str(k) for k in range(model.num_classes)]
     try:
@@ -108,45 +122,74 @@ def onnx_metadata(model: nn.Module, imgsz: int, dynamic_batch: bool) -> dict[str
     return {
         "description": f"{config.get('name', 'YOLO11')} object detector exported by yolo11-accelerate",
         "author": "yolo11-accelerate",
-        "date": datetime.date.today().isoformat(),
+        "date": datetime.datetime.now().astimezone().isoformat(),
         "version": version,
-        "task": "detect",
+        "license": "Apache-2.0",
         "stride": str(max(model.strides)),
-        "batch": str(1),
-        "dynamic": str(dynamic_batch),
+        "task": "detect",
+        "head": "Detect",
+        "batch": str(batch),
         "imgsz": str([imgsz, imgsz]),
         "names": str(dict(enumerate(names))),
+        "args": str({"batch": batch, "half": half, "dynamic": dynamic, "nms": nms, "opset": opset}),
+        "channels": "3",
+        "end2end": "False",
     }
 
 
-def export_onnx(model: nn.Module, output: Path, imgsz: int = 640, opset: int = OPSET, dynamic_batch: bool = True,
-                nms: tuple[float, float, int] | None = None) -> Path:
+def _dynamic_axes(outputs: list[str]) -> dict[str, dict[int, str]]:
+    """Ultralytics' ``dynamic=True`` axes: batch, height and width in, batch and anchors out."""
+    axes = {"images": {0: "batch", 2: "height", 3: "width"}}
+    if outputs == ["output0"]:
+        return axes | {"output0": {0: "batch", 2: "anchors"}}
+    return axes | {"boxes": {0: "batch", 1: "anchors"}, "scores": {0: "batch", 2: "anchors"},
+                   "selected": {0: "detections"}}
+
+
+def export_onnx(model: nn.Module, output: Path, imgsz: int = 640, opset: int = OPSET, *, batch: int = 1,
+                dynamic: bool = False, half: bool = False, nms: tuple[float, float, int] | None = None) -> Path:
     """Write ``output`` (.onnx) for square ``imgsz`` inputs (a multiple of 32), with ``onnx_metadata``; returns
     the path.
 
-    ``nms`` = (conf, iou, max_det) ends the graph in ONNX NonMaxSuppression (see the module docstring).
+    Static ``(batch, 3, imgsz, imgsz)`` input unless ``dynamic``; ``half`` stores float16 weights with float32
+    inputs and outputs; ``nms`` = (conf, iou, max_det) ends the graph in ONNX NonMaxSuppression (see the module
+    docstring).
     """
     if imgsz % MAX_STRIDE:
         raise ValueError(f"--imgsz must be a multiple of {MAX_STRIDE}, got {imgsz}")
-    metadata = onnx_metadata(model, imgsz, dynamic_batch)
+    if batch < 1:
+        raise ValueError(f"--batch must be at least 1, got {batch}")
+    metadata = onnx_metadata(model, imgsz, batch, dynamic, half, nms is not None, opset)
     fused = model.fuse() if hasattr(model, "fuse") else model
     wrapped = (DecodedDetector(fused) if nms is None else NmsDetector(fused, *nms)).eval()
-    outputs = ["output"] if nms is None else ["boxes", "scores", "selected"]
-    example = torch.zeros(1, 3, imgsz, imgsz)
+    outputs = ["output0"] if nms is None else ["boxes", "scores", "selected"]
+    example = torch.zeros(batch, 3, imgsz, imgsz)
     output = Path(output)
     output.parent.mkdir(parents=True, exist_ok=True)
-    dynamic_axes = {name: {0: "batch"} for name in ["images", *outputs] if name != "selected"} | (
-        {"selected": {0: "detections"}} if nms else {})
+    dynamic_axes = _dynamic_axes(outputs) if dynamic else {"selected": {0: "detections"}} if nms else None
     with torch.no_grad(), warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="You are using the legacy TorchScript-based ONNX export")
-        # NMS settings and anchor grids are constants of the graph by design (only the batch axis is dynamic)
+        # NMS settings and (static exports) anchor grids are constants of the graph by design
         warnings.filterwarnings("ignore", category=torch.jit.TracerWarning)
         torch.onnx.export(wrapped, (example,), str(output), input_names=["images"], output_names=outputs,
-                          opset_version=opset, dynamic_axes=dynamic_axes if dynamic_batch else None, dynamo=False)
+                          opset_version=opset, dynamic_axes=dynamic_axes, dynamo=False)
     graph = onnx.load(str(output))
+    if nms is None:  # the class split is traced from a shape: say 4 + nc, as Ultralytics' (1, 84, 8400)
+        graph.graph.output[0].type.tensor_type.shape.dim[1].dim_value = 4 + model.num_classes
+    if half:
+        graph = _to_float16(graph)
     onnx.helper.set_model_props(graph, metadata)
     onnx.save(graph, str(output))
     return output
+
+
+def _to_float16(graph: onnx.ModelProto) -> onnx.ModelProto:
+    """float16 weights and arithmetic, float32 inputs and outputs (Ultralytics' CPU ``half=True`` conversion)."""
+    try:
+        from onnxruntime.transformers import float16
+    except ImportError as error:
+        raise SystemExit("error: --half needs onnxruntime (pip install onnxruntime)") from error
+    return float16.convert_float_to_float16(graph, keep_io_types=True)
 
 
 def check_onnx(model: nn.Module, path: Path, imgsz: int, batch: int = 2, seed: int = 0) -> tuple[float, float]:
@@ -161,28 +204,36 @@ def check_onnx(model: nn.Module, path: Path, imgsz: int, batch: int = 2, seed: i
     with torch.no_grad():
         expected = DecodedDetector(model).eval()(images).numpy()
     session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    (got,) = session.run(["output"], {"images": images.numpy()})
+    (got,) = session.run(["output0"], {"images": images.numpy()})
     difference = np.abs(got - expected)
     return float(difference[:, :4].max()), float(difference[:, 4:].max())
 
 
-def default_output(ref: str) -> Path:
-    """``best.safetensors`` -> ``best.onnx`` beside it; a Hub reference -> ``<its last part>.onnx`` here."""
+def default_output(ref: str, suffix: str = ".onnx") -> Path:
+    """``best.safetensors`` -> ``best.onnx`` (or ``suffix``) beside it; a Hub reference -> ``<its last part>.onnx``
+    here."""
     local = Path(ref)
     if local.exists():
-        return local.with_suffix(".onnx") if local.is_file() else local.with_name(local.name + ".onnx")
-    return Path(Path(ref.rstrip("/")).name).with_suffix(".onnx")
+        return local.with_suffix(suffix) if local.is_file() else local.with_name(local.name + suffix)
+    return Path(Path(ref.rstrip("/")).name).with_suffix(suffix)
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("weights", help="our .safetensors file or folder, an Ultralytics .pt, hf://owner/repo/file, "
                                         "a Hub repo owner/name, or yolo11n.pt ... yolo11x.pt")
+    parser.add_argument("--format", choices=("onnx", "pt"), default="onnx",
+                        help="onnx, or pt: an Ultralytics checkpoint for YOLO(...) (needs ultralytics installed)")
     parser.add_argument("--output", type=Path, default=None,
-                        help="ONNX file (default: the weights name + .onnx, in the current folder for Hub weights)")
+                        help="output file (default: the weights name + .onnx/.pt, in the current folder for Hub "
+                             "weights)")
     parser.add_argument("--imgsz", type=int, default=640, help="square input size in pixels, multiple of 32")
+    parser.add_argument("--batch", type=int, default=1, help="the static ONNX batch size, as Ultralytics' export")
+    parser.add_argument("--dynamic", action="store_true",
+                        help="ONNX with dynamic batch, height and width (Ultralytics' dynamic=True)")
+    parser.add_argument("--static-batch", action="store_true", help=argparse.SUPPRESS)  # the default since 2026-12
+    parser.add_argument("--half", action="store_true", help="float16 weights (ONNX inputs and outputs stay float32)")
     parser.add_argument("--opset", type=int, default=OPSET, help="ONNX opset (>= 17)")
-    parser.add_argument("--static-batch", action="store_true", help="fix the batch axis to 1")
     parser.add_argument("--check", action="store_true", help="compare onnxruntime with PyTorch after export")
     parser.add_argument("--nms", action="store_true", help="end the graph in ONNX NonMaxSuppression")
     parser.add_argument("--conf", type=float, default=0.25, help="--nms score threshold")
@@ -196,16 +247,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     if args.opset < OPSET:
         raise SystemExit(f"error: --opset must be >= {OPSET}, got {args.opset}")
+    if args.format == "pt" and (args.nms or args.dynamic or args.check):
+        raise ValueError("--nms, --dynamic and --check are ONNX options, not for --format pt")
     model = load_weights(args.weights).eval()
-    output = args.output or default_output(args.weights)
+    output = args.output or default_output(args.weights, f".{args.format}")
+    if args.format == "pt":
+        from yolo11.weights.ultralytics_writer import save_ultralytics
+
+        path = save_ultralytics(model, output, imgsz=args.imgsz, half=args.half)
+        print(f"{args.weights} -> {path}: an Ultralytics checkpoint (YOLO({str(path)!r}).predict/val)")
+        return 0
     nms_settings = (args.conf, args.iou, args.max_det) if args.nms else None
-    path = export_onnx(model, output, args.imgsz, args.opset, dynamic_batch=not args.static_batch, nms=nms_settings)
+    path = export_onnx(model, output, args.imgsz, args.opset, batch=args.batch, dynamic=args.dynamic,
+                       half=args.half, nms=nms_settings)
     anchors = sum((args.imgsz // s) ** 2 for s in model.strides)
-    shapes = f"output (B, {4 + model.num_classes}, {anchors})" if not args.nms else \
-        f"boxes (B, {anchors}, 4), scores (B, {model.num_classes}, {anchors}), selected (K, 3)"
-    print(f"{args.weights} -> {path}: images (B, 3, {args.imgsz}, {args.imgsz}) -> {shapes}")
+    batch, side = ("batch", "H") if args.dynamic else (args.batch, args.imgsz)
+    shapes = f"output0 ({batch}, {4 + model.num_classes}, {anchors if not args.dynamic else 'anchors'})" \
+        if not args.nms else f"boxes ({batch}, A, 4), scores ({batch}, {model.num_classes}, A), selected (K, 3)"
+    print(f"{args.weights} -> {path}: images ({batch}, 3, {side}, {side if not args.dynamic else 'W'}) -> {shapes}")
     if args.check and not args.nms:
-        boxes, scores = check_onnx(model, path, args.imgsz)
+        boxes, scores = check_onnx(model, path, args.imgsz, batch=2 if args.dynamic else args.batch)
         print(f"onnxruntime vs PyTorch: max |difference| boxes {boxes:.2e} px, scores {scores:.2e}")
     return 0
 

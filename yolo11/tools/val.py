@@ -55,7 +55,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--predictions-json", type=Path, default=None,
                         help="also write the predictions as COCO results (category = class + 1)")
     parser.add_argument("--plots-dir", type=Path, default=None,
-                        help="write PR_curve.png and confusion_matrix.png here")
+                        help="write the PR/F1/P/R curves and confusion matrices (Ultralytics' file names) here")
     return parser.parse_args(argv)
 
 
