@@ -138,7 +138,9 @@ class DataConfig(_SelfValidating):
     hsv_on_device: bool | None = _opt(None, "apply the HSV augmentation to whole batches on the training device "
                                             "instead of in the loader workers (default: on CUDA, where the "
                                             "workers are the limit of a compiled step)")
-    max_boxes: int | None = _opt(None, "pad targets to this many boxes per image (static shapes for --compile)")
+    max_boxes: int | None = _opt(None, "pad targets to this many boxes per image (static shapes for --compile); an "
+                                       "image with more keeps its first N, the rest are not trained on. CUDA graphs "
+                                       "need no padding: they bucket box counts themselves and drop none")
     mosaic: float = _opt(_AUGMENT.mosaic, "mosaic probability")
     mixup: float = _opt(_AUGMENT.mixup, "mixup probability")
     degrees: float = _opt(_AUGMENT.degrees, "random rotation (+/- degrees)")
