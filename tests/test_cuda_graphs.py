@@ -6,6 +6,8 @@ real training loop graphed and eager and compare losses, gradients and weights, 
 from __future__ import annotations
 
 import copy
+import os
+import signal
 
 import pytest
 import torch
@@ -17,6 +19,7 @@ from yolo11.data import BatchHSV
 from yolo11.engine.checkpoint import TrainState
 from yolo11.engine.cuda_graphs import MIN_BOX_ROWS, GraphedForward, box_bucket, pad_targets
 from yolo11.engine.ema import ModelEMA
+from yolo11.engine.interrupt import StopAgreement, StopSignal
 from yolo11.engine.loop import Accumulation, TrainStep, train_one_epoch
 from yolo11.engine.optim import OptimizerChoice, WarmupSchedule, build_optimizer, lr_lambda
 from yolo11.engine.plan import decide_cuda_graphs
@@ -95,7 +98,7 @@ def test_cuda_graphs_auto_is_on_for_one_process_cuda_runs_only():
 
 # --- CUDA: the real loop, graphed against eager ---------------------------------------------------------------
 
-def cuda_batches(count: int, batch: int = 4, imgsz: int = 96, seed: int = 0) -> list[dict]:
+def cuda_batches(count: int, batch: int = 4, imgsz: int = 96, seed: int = 0, device: str = "cuda") -> list[dict]:
     """Training batches as ``DeviceFeed`` yields them: uint8 channels_last images, HSV gains, box counts that
     change bucket (and change within a bucket)."""
     g = torch.Generator().manual_seed(seed)
@@ -105,20 +108,21 @@ def cuda_batches(count: int, batch: int = 4, imgsz: int = 96, seed: int = 0) -> 
         images = torch.randint(0, 256, (batch, imgsz, imgsz, 3), dtype=torch.uint8, generator=g).permute(0, 3, 1, 2)
         boxes, labels = random_targets(batch, rows, imgsz, seed=seed * 100 + i)
         gains = torch.rand(batch, 3, generator=g, dtype=torch.float64) * 2 - 1
-        out.append({"images": images.cuda(), "boxes": boxes.cuda(), "labels": labels.cuda(), "hsv_gains": gains.cuda()})
+        out.append({"images": images.to(device), "boxes": boxes.to(device), "labels": labels.to(device),
+                    "hsv_gains": gains.to(device)})
     return out
 
 
 def train(batches, graphs: bool, model=None, state: TrainState | None = None, optimizer_state=None, ema_state=None,
-          mixed_precision: str = "no", accumulation: int = 2, ramp: int = 4):
+          mixed_precision: str = "no", accumulation: int = 2, ramp: int = 4, stop=None, cpu: bool = False):
     """``train_one_epoch`` over ``batches`` as the trainer builds it on CUDA (fused AdamW, channels_last, EMA,
     warmup ramp of the accumulation and the lr); returns model, optimizer, EMA, state and result."""
     reset_accelerate_state()
-    accelerator = Accelerator(mixed_precision=mixed_precision)
+    accelerator = Accelerator(mixed_precision=mixed_precision, cpu=cpu)
     if model is None:
         torch.manual_seed(0)
         model = yolo11.create_model("yolo11n", num_classes=5)
-    model = model.cuda().to(memory_format=torch.channels_last)
+    model = model.to(accelerator.device).to(memory_format=torch.channels_last)
     ema = ModelEMA(model)
     optimizer = build_optimizer(model, OptimizerChoice("AdamW", 0.002, 0.9), 5e-4)
     schedule = WarmupSchedule(optimizer, lr_lambda("linear", 10, 0.01), ramp, 0.1, 0.8, 0.937)
@@ -129,12 +133,13 @@ def train(batches, graphs: bool, model=None, state: TrainState | None = None, op
         ema.load_state_dict(ema_state)
     step = TrainStep(accelerator=accelerator, model=model, criterion=DetectionLoss(5), optimizer=optimizer,
                      schedule=schedule, ema=ema, accumulation=Accumulation(accumulation, ramp), clip_grad=10.0,
-                     channels_last=True, batch_hsv=BatchHSV().cuda(),
-                     progress=Progress(accelerator, interval=1, epochs=1, batches_per_epoch=len(batches), bars=False),
-                     cuda_graphs=graphs)
+                     channels_last=True, batch_hsv=BatchHSV().to(accelerator.device),
+                     progress=Progress(accelerator, interval=1, epochs=1, batches_per_epoch=8, bars=False),
+                     cuda_graphs=graphs, stop=StopAgreement(accelerator, stop) if stop is not None else None)
     state = state or TrainState()
     result = train_one_epoch(step, batches, state, epoch=0)
-    torch.cuda.synchronize()
+    if not cpu:
+        torch.cuda.synchronize()
     return step, state, result
 
 
@@ -225,3 +230,31 @@ def test_graphed_validation_forward_follows_the_weights_in_place():
             for a, b in zip(got, expected, strict=True):
                 torch.testing.assert_close(a.float(), b.float(), rtol=2e-2, atol=2e-2)
     assert len(forward.graphs) == len(shapes)
+
+
+def signalled_after(batches: list[dict], count: int):
+    """The batches, with SIGTERM sent to this process once ``count`` of them were handed out."""
+    for i, batch in enumerate(batches):
+        if i == count:
+            os.kill(os.getpid(), signal.SIGTERM)
+        yield batch
+
+
+@pytest.mark.parametrize("graphs", [pytest.param(False, id="cpu-eager"),
+                                    pytest.param(True, id="cuda-graphs", marks=[cuda, pytest.mark.gpu])])
+def test_a_signal_stops_the_graphed_loop_at_a_step_boundary(graphs, deterministic):
+    """SIGTERM while batch 4 is handed out (accumulation 2: the second of a pair): the loop finishes that
+    optimizer step and stops there, every micro-batch it ran applied; the weights equal a run over those 4
+    batches to the bit."""
+    device = "cuda" if graphs else "cpu"
+    batches = cuda_batches(8, seed=5, device=device)
+    stop = StopSignal().install()
+    try:
+        step, state, result = train(signalled_after(batches, 3), graphs=graphs, stop=stop, cpu=not graphs, ramp=-1)
+    finally:
+        stop.uninstall()
+    assert result.interrupted and stop.signum == signal.SIGTERM
+    assert (state.batches_in_epoch, state.optimizer_steps) == (4, 2)  # a step boundary: nothing half-accumulated
+    reference, _, _ = train(batches[:4], graphs=graphs, cpu=not graphs, ramp=-1)
+    for a, b in zip(step.model.parameters(), reference.model.parameters(), strict=True):
+        assert torch.equal(a, b)
