@@ -2,6 +2,8 @@
 
 Semantics follow Ultralytics 8.4 (``Detect`` inference output and ``utils.nms.non_max_suppression``), classes
 separated as it does, by offsetting each class's boxes ``max_wh`` pixels apart for one ``torchvision.ops.nms`` call.
+YOLO26's one-to-one maps are decoded without NMS (``end2end_topk``, Ultralytics' ``Detect.postprocess``); its
+one-to-many maps go through ``decode`` (``reg_max=1``) and NMS like YOLO11's.
 The geometry (anchors, box formats, ``scale_boxes``) is ``yolo11.geometry``'s.
 """
 
@@ -24,21 +26,74 @@ from yolo11.geometry import (
 )
 
 
+def _decode_cells(feats: Sequence[Tensor], strides: Sequence[int], reg_max: int) -> tuple[Tensor, Tensor, Tensor]:
+    """Raw maps -> xyxy boxes ``(B, A, 4)`` in grid cells, strides ``(A, 1)`` in pixels, logits ``(B, C, A)``."""
+    raw = flatten_levels(feats)  # (B, 4 * reg_max + C, A)
+    dist, logits = raw.split((4 * reg_max, raw.shape[1] - 4 * reg_max), dim=1)
+    points, stride = make_anchors([f.shape[2:] for f in feats], strides, raw.dtype, raw.device)
+    dist = dist.transpose(1, 2)
+    # reg_max 1 (YOLO26): the channel is the distance itself (Ultralytics' dfl is an nn.Identity), no softmax
+    distances = dist if reg_max == 1 else dfl_expectation(dist, reg_max)
+    return ltrb_to_xyxy(distances, points), stride, logits
+
+
 def decode(feats: Sequence[Tensor], strides: Sequence[int] = (8, 16, 32), reg_max: int = 16) -> Tensor:
     """Raw maps -> boxes and class probabilities for every anchor (Ultralytics' inference output).
 
     Args:
-        feats: per level ``(B, 4 * reg_max + C, H / s, W / s)``, box-distribution channels first.
+        feats: per level ``(B, 4 * reg_max + C, H / s, W / s)``, box-distribution channels first (``reg_max`` 1:
+            YOLO26's direct distances).
 
     Returns:
         ``(B, 4 + C, A)``: rows 0-3 are ``xywh`` in input pixels, rows 4.. the sigmoid class scores.
     """
-    raw = flatten_levels(feats)  # (B, 4 * reg_max + C, A)
-    dist, logits = raw.split((4 * reg_max, raw.shape[1] - 4 * reg_max), dim=1)
-    points, stride = make_anchors([f.shape[2:] for f in feats], strides, raw.dtype, raw.device)
-    boxes = ltrb_to_xyxy(dfl_expectation(dist.transpose(1, 2), reg_max), points)  # grid cells
+    boxes, stride, logits = _decode_cells(feats, strides, reg_max)
     xywh = xyxy_to_xywh(boxes) * stride  # pixels; scaling after the conversion, as Ultralytics
     return torch.cat((xywh.transpose(1, 2), logits.sigmoid()), dim=1)
+
+
+def end2end_topk(
+    feats: Sequence[Tensor],
+    strides: Sequence[int] = (8, 16, 32),
+    reg_max: int = 1,
+    max_det: int = 300,
+    agnostic: bool = False,
+) -> Tensor:
+    """YOLO26's NMS-free output from its one-to-one maps: the ``max_det`` best (anchor, class) pairs per image.
+
+    As Ultralytics' ``Detect.postprocess``: the ``k = min(max_det, A)`` anchors with the highest best-class score,
+    then the ``k`` highest scores among their ``k * C`` (anchor, class) pairs, so an anchor may appear once per
+    class; ``agnostic`` keeps one (its best) class per anchor instead.
+
+    Args:
+        feats: ``End2EndMaps.one2one``, per level ``(B, 4 * reg_max + C, H / s, W / s)``.
+
+    Returns:
+        ``(B, k, 6)`` rows ``[x1, y1, x2, y2, score, class]`` in input pixels, by decreasing score; every row is
+        kept (no confidence threshold: ``end2end_detections`` applies it).
+    """
+    boxes, stride, logits = _decode_cells(feats, strides, reg_max)
+    boxes = boxes * stride  # xyxy pixels, scaled after decoding as Ultralytics' end-to-end path
+    scores = logits.sigmoid().transpose(1, 2)  # (B, A, C)
+    anchors, num_classes = scores.shape[1:]
+    k = min(max_det, anchors)
+    if agnostic:
+        best, labels = scores.max(dim=-1)
+        top, index = best.topk(k, dim=1)
+        labels = labels.gather(1, index)
+    else:
+        candidates = scores.max(dim=-1)[0].topk(k, dim=1)[1]  # (B, k) anchors
+        pairs = scores.gather(1, candidates[..., None].expand(-1, -1, num_classes)).flatten(1)  # (B, k * C)
+        top, pair = pairs.topk(k, dim=1)
+        labels, index = pair % num_classes, candidates.gather(1, pair // num_classes)
+    picked = boxes.gather(1, index[..., None].expand(-1, -1, 4))
+    return torch.cat((picked, top[..., None], labels[..., None].to(top.dtype)), dim=-1)
+
+
+def end2end_detections(topk: Tensor, conf: float = 0.001, max_det: int = 300) -> list[Tensor]:
+    """``end2end_topk``'s rows per image with a score strictly above ``conf``, at most ``max_det`` (Ultralytics'
+    ``non_max_suppression`` with ``end2end=True``: no suppression)."""
+    return [rows[rows[:, 4] > conf][:max_det] for rows in topk]
 
 
 def non_max_suppression(
@@ -119,10 +174,13 @@ class Postprocessor:
         strides: Sequence[int] = (8, 16, 32),
         reg_max: int = 16,
         max_nms: int = 30000,
+        end2end: bool = False,
     ) -> None:
+        """``end2end``: the maps given are YOLO26's one-to-one maps, decoded by ``end2end_topk`` without NMS
+        (``iou``, ``multi_label`` and ``max_nms`` unused); otherwise decoded with NMS."""
         self.conf, self.iou, self.max_det = conf, iou, max_det
         self.multi_label, self.agnostic, self.max_nms = multi_label, agnostic, max_nms
-        self.strides, self.reg_max = tuple(strides), reg_max
+        self.strides, self.reg_max, self.end2end = tuple(strides), reg_max, end2end
 
     @torch.no_grad()
     def __call__(
@@ -135,10 +193,15 @@ class Postprocessor:
             ratio_pad: ``(B, 4)`` letterbox parameters per image; with ``orig_sizes (B, 2)`` boxes are mapped to
                 original pixels, otherwise they stay in input pixels.
         """
-        decoded = decode([f.float() for f in feats], self.strides, self.reg_max)
-        detections = non_max_suppression(
-            decoded, self.conf, self.iou, self.max_det, self.multi_label, self.agnostic, self.max_nms
-        )
+        feats = [f.float() for f in feats]
+        if self.end2end:
+            topk = end2end_topk(feats, self.strides, self.reg_max, self.max_det, self.agnostic)
+            detections = end2end_detections(topk, self.conf, self.max_det)
+        else:
+            decoded = decode(feats, self.strides, self.reg_max)
+            detections = non_max_suppression(
+                decoded, self.conf, self.iou, self.max_det, self.multi_label, self.agnostic, self.max_nms
+            )
         if ratio_pad is None or orig_sizes is None:
             return detections
         return to_original_pixels(detections, ratio_pad, orig_sizes)

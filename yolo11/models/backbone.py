@@ -1,8 +1,10 @@
-"""The native YOLO11 backbone (Ultralytics layers 0-10), registered in timm as ``yolo11{n,s,m,l,x}_backbone``.
+"""The native YOLO11 / YOLO26 backbone (Ultralytics layers 0-10), registered in timm as
+``yolo11{n,s,m,l,x}_backbone`` and ``yolo26{n,s,m,l,x}_backbone``.
 
 Layer ``i`` here is Ultralytics' ``model.i``: ``layers.i.cv1.conv.weight`` <-> ``model.i.cv1.conv.weight``.
 ``timm.create_model("yolo11n_backbone", features_only=True)`` returns the P3/P4/P5 maps (reductions 8/16/32),
-taken after layers 4, 6 and 10 exactly where the Ultralytics neck reads them.
+taken after layers 4, 6 and 10 exactly where the Ultralytics neck reads them. The two families differ here only in
+layer 9 (YOLO26's residual SPPF, ``Family.sppf_residual``).
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from timm.models import build_model_with_cfg, generate_default_cfgs, register_mo
 from torch import nn
 
 from yolo11.models.blocks import C2PSA, SPPF, C3k2, Conv
-from yolo11.models.scales import Scale, get_scale
+from yolo11.models.scales import FAMILIES, Family, Scale, split_name
 
 # Indices of the layers whose outputs feed the neck, with their reductions.
 FEATURE_LAYERS = {4: 8, 6: 16, 10: 32}
@@ -24,7 +26,7 @@ class YOLO11Backbone(nn.Module):
     ``forward(images (B, 3, H, W)) -> [P3 (B, C3, H/8, W/8), P4 (B, C4, H/16, W/16), P5 (B, C5, H/32, W/32)]``.
     """
 
-    def __init__(self, scale: Scale, in_chans: int = 3) -> None:
+    def __init__(self, scale: Scale, in_chans: int = 3, family: Family = FAMILIES["yolo11"]) -> None:
         super().__init__()
         ch, rep = scale.channels, scale.repeats
         self.layers = nn.Sequential(
@@ -37,7 +39,7 @@ class YOLO11Backbone(nn.Module):
             C3k2(ch(512), ch(512), rep(2), c3k=True),  # 6
             Conv(ch(512), ch(1024), 3, 2),  # 7: P5/32
             C3k2(ch(1024), ch(1024), rep(2), c3k=True),  # 8
-            SPPF(ch(1024), ch(1024), 5),  # 9
+            SPPF(ch(1024), ch(1024), 5, residual=family.sppf_residual),  # 9
             C2PSA(ch(1024), ch(1024), rep(2)),  # 10
         )
         out_channels = {4: ch(512), 6: ch(512), 10: ch(1024)}
@@ -56,16 +58,16 @@ class YOLO11Backbone(nn.Module):
 
 
 def _cfg(**kwargs) -> dict:
-    # No hosted weights: YOLO11 weights come from an Ultralytics checkpoint (yolo11.weights), not the HF Hub.
+    # No hosted weights: YOLO11/YOLO26 weights come from an Ultralytics checkpoint (yolo11.weights), not the HF Hub.
     return dict(url="", input_size=(3, 640, 640), mean=(0.0, 0.0, 0.0), std=(1.0, 1.0, 1.0), **kwargs)
 
 
 # timm requires the default configs to exist before the @register_model functions.
-default_cfgs = generate_default_cfgs({f"yolo11{key}_backbone": _cfg() for key in "nsmlx"})
+default_cfgs = generate_default_cfgs({f"{family}{key}_backbone": _cfg() for family in FAMILIES for key in "nsmlx"})
 
 
 def _create(variant: str, pretrained: bool, **kwargs) -> YOLO11Backbone:
-    scale = get_scale(variant.removesuffix("_backbone"))
+    family, scale = split_name(variant.removesuffix("_backbone"))
     return build_model_with_cfg(
         YOLO11Backbone,
         variant,
@@ -73,6 +75,7 @@ def _create(variant: str, pretrained: bool, **kwargs) -> YOLO11Backbone:
         feature_cfg=dict(flatten_sequential=True, out_indices=(0, 1, 2)),
         kwargs_filter=("num_classes",),  # timm passes its default classifier size; a backbone has no classifier
         scale=scale,
+        family=family,
         **kwargs,
     )
 
@@ -100,3 +103,28 @@ def yolo11l_backbone(pretrained: bool = False, **kwargs) -> YOLO11Backbone:
 @register_model
 def yolo11x_backbone(pretrained: bool = False, **kwargs) -> YOLO11Backbone:
     return _create("yolo11x_backbone", pretrained, **kwargs)
+
+
+@register_model
+def yolo26n_backbone(pretrained: bool = False, **kwargs) -> YOLO11Backbone:
+    return _create("yolo26n_backbone", pretrained, **kwargs)
+
+
+@register_model
+def yolo26s_backbone(pretrained: bool = False, **kwargs) -> YOLO11Backbone:
+    return _create("yolo26s_backbone", pretrained, **kwargs)
+
+
+@register_model
+def yolo26m_backbone(pretrained: bool = False, **kwargs) -> YOLO11Backbone:
+    return _create("yolo26m_backbone", pretrained, **kwargs)
+
+
+@register_model
+def yolo26l_backbone(pretrained: bool = False, **kwargs) -> YOLO11Backbone:
+    return _create("yolo26l_backbone", pretrained, **kwargs)
+
+
+@register_model
+def yolo26x_backbone(pretrained: bool = False, **kwargs) -> YOLO11Backbone:
+    return _create("yolo26x_backbone", pretrained, **kwargs)

@@ -1,4 +1,4 @@
-"""The YOLO11 building blocks, under Ultralytics' published names.
+"""The YOLO11 and YOLO26 building blocks, under Ultralytics' published names.
 
 Submodule names (``conv``, ``bn``, ``cv1``, ``cv2``, ``cv3``, ``m``, ``qkv``, ``proj``, ``pe``, ``attn``, ``ffn``)
 are the ones Ultralytics uses, so an Ultralytics state-dict key such as ``model.4.m.0.cv1.conv.weight`` maps onto
@@ -108,7 +108,8 @@ class C3k(nn.Module):
 class C3k2(nn.Module):
     """YOLO11's C2f-style block: split, ``num_blocks`` inner blocks chained on one half, concat all, 1x1 Conv.
 
-    The inner block is a C3k (two Bottlenecks) when ``c3k`` (scales m/l/x) else a Bottleneck.
+    The inner block is a Bottleneck then a PSABlock when ``attn`` (YOLO26's last neck layer), else a C3k (two
+    Bottlenecks) when ``c3k`` (scales m/l/x), else a Bottleneck.
     """
 
     def __init__(
@@ -119,15 +120,23 @@ class C3k2(nn.Module):
         c3k: bool = False,
         expansion: float = 0.5,
         shortcut: bool = True,
+        attn: bool = False,
     ) -> None:
         super().__init__()
         self.hidden = int(out_channels * expansion)
         self.cv1 = Conv(in_channels, 2 * self.hidden)
         self.cv2 = Conv((2 + num_blocks) * self.hidden, out_channels)
-        self.m = nn.ModuleList(
-            C3k(self.hidden, self.hidden, 2, shortcut) if c3k else Bottleneck(self.hidden, self.hidden, shortcut)
-            for _ in range(num_blocks)
-        )
+        self.m = nn.ModuleList(self._inner_block(c3k, shortcut, attn) for _ in range(num_blocks))
+
+    def _inner_block(self, c3k: bool, shortcut: bool, attn: bool) -> nn.Module:
+        if attn:  # Ultralytics' precedence: attn wins over c3k (YOLO26 m/l/x set both)
+            return nn.Sequential(
+                Bottleneck(self.hidden, self.hidden, shortcut),
+                PSABlock(self.hidden, attn_ratio=0.5, num_heads=max(self.hidden // 64, 1)),
+            )
+        if c3k:
+            return C3k(self.hidden, self.hidden, 2, shortcut)
+        return Bottleneck(self.hidden, self.hidden, shortcut)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = list(self.cv1(x).chunk(2, 1))
@@ -137,20 +146,29 @@ class C3k2(nn.Module):
 
 
 class SPPF(nn.Module):
-    """Spatial pyramid pooling (fast): three chained ``kernel_size`` max-pools, concat, 1x1 Conv."""
+    """Spatial pyramid pooling (fast): ``num_pools`` chained ``kernel_size`` max-pools, concat, 1x1 Conv.
 
-    def __init__(self, in_channels: int, out_channels: int, kernel_size: int = 5) -> None:
+    ``residual`` is YOLO26's variant (``SPPF [1024, 5, 3, True]``): the first 1x1 conv has no activation and the
+    block adds its input when the widths agree. YOLO11's rows (no ``shortcut`` argument) keep the SiLU.
+    """
+
+    def __init__(
+        self, in_channels: int, out_channels: int, kernel_size: int = 5, num_pools: int = 3, residual: bool = False
+    ) -> None:
         super().__init__()
         hidden = in_channels // 2
-        self.cv1 = Conv(in_channels, hidden)
-        self.cv2 = Conv(hidden * 4, out_channels)
+        self.cv1 = Conv(in_channels, hidden, act=not residual)
+        self.cv2 = Conv(hidden * (num_pools + 1), out_channels)
         self.m = nn.MaxPool2d(kernel_size, stride=1, padding=kernel_size // 2)
+        self.num_pools = num_pools
+        self.add = residual and in_channels == out_channels
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = [self.cv1(x)]
-        for _ in range(3):
+        for _ in range(self.num_pools):
             y.append(self.m(y[-1]))
-        return self.cv2(torch.cat(y, 1))
+        out = self.cv2(torch.cat(y, 1))
+        return out + x if self.add else out
 
 
 class Attention(nn.Module):

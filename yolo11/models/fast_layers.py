@@ -142,17 +142,18 @@ class DenseSplitC2PSA(C2PSA):
 
 
 class SeparablePoolSPPF(SPPF):
-    """``SPPF`` whose three max-pools are ``separable_max_pool2d`` (its ``m``, an ``nn.MaxPool2d``, stays for the
-    kernel size and for the module tree)."""
+    """``SPPF`` whose max-pools are ``separable_max_pool2d`` (its ``m``, an ``nn.MaxPool2d``, stays for the
+    kernel size and for the module tree); YOLO26's residual variant keeps its residual."""
 
     def __init__(self, plain: SPPF) -> None:
         adopt(self, plain)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = [self.cv1(x)]
-        for _ in range(3):
+        for _ in range(self.num_pools):
             y.append(separable_max_pool2d(y[-1], self.m.kernel_size))
-        return self.cv2(torch.cat(y, 1))
+        out = self.cv2(torch.cat(y, 1))
+        return out + x if self.add else out
 
 
 class RepeatUpsample2x(nn.Module):

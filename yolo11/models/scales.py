@@ -1,8 +1,10 @@
-"""The YOLO11 scales (n/s/m/l/x) as data, and Ultralytics' rules that turn them into widths and repeats.
+"""The model families (YOLO11, YOLO26) and scales (n/s/m/l/x) as data, and Ultralytics' rules that turn them into
+widths and repeats.
 
 The published model YAML lists every layer for a 1.0-width, 1.0-depth model; a scale shrinks it:
 ``channels = ceil(min(c, max_channels) * width / 8) * 8`` and ``repeats = max(round(n * depth), 1)``.
-Scales m/l/x also switch every C3k2 to its C3k inner block.
+Scales m/l/x also switch every C3k2 to its C3k inner block. YOLO26 (``yolo26.yaml``) uses the same five scales;
+what differs from YOLO11 is a ``Family``: a handful of layer options and the head.
 """
 
 from __future__ import annotations
@@ -34,6 +36,34 @@ SCALES: dict[str, Scale] = {
     "l": Scale(depth=1.00, width=1.00, max_channels=512, c3k=True),
     "x": Scale(depth=1.00, width=1.50, max_channels=512, c3k=True),
 }
+
+
+@dataclass(frozen=True)
+class Family:
+    """What sets one published architecture apart from the other, layer for layer (same scales for both)."""
+
+    name: str
+    sppf_residual: bool  # SPPF: unactivated hidden 1x1 conv, output + input (YOLO26's `SPPF [1024, 5, 3, True]`)
+    neck_c3k: bool  # neck C3k2 layers 13/16/19 use C3k inner blocks at every scale (YOLO26's `C3k2 [c, True]`)
+    neck_p5_attention: bool  # layer 22's C3k2 inner blocks are Bottleneck + PSABlock (YOLO26's `attn=True`)
+    reg_max: int  # bins per box side; 1 = a direct distance, no DFL
+    end2end: bool  # a second, one-to-one head (NMS-free) beside the one-to-many head
+
+
+FAMILIES: dict[str, Family] = {
+    "yolo11": Family("yolo11", sppf_residual=False, neck_c3k=False, neck_p5_attention=False, reg_max=16,
+                     end2end=False),
+    "yolo26": Family("yolo26", sppf_residual=True, neck_c3k=True, neck_p5_attention=True, reg_max=1, end2end=True),
+}
+MODEL_NAMES = tuple(family + key for family in FAMILIES for key in SCALES)
+
+
+def split_name(name: str) -> tuple[Family, Scale]:
+    """``"yolo26n"`` -> (the YOLO26 family, scale n); unknown names raise."""
+    family, key = name[:-1], name[-1:]
+    if family not in FAMILIES or key not in SCALES:
+        raise ValueError(f"unknown model {name!r}; expected one of {', '.join(MODEL_NAMES)}")
+    return FAMILIES[family], SCALES[key]
 
 
 def get_scale(name: str) -> Scale:
