@@ -1,8 +1,11 @@
-"""Import of Ultralytics YOLO11 ``.pt`` checkpoints, without importing ultralytics or running pickled code.
+"""Import of Ultralytics YOLO11 and YOLO26 ``.pt`` checkpoints, without importing ultralytics or running pickled
+code.
 
-Key mapping (everything after the layer index is identical, see ``yolo11.models.blocks``):
+Key mapping (everything after the layer index is identical, see ``yolo11.models.blocks``), the same for both:
 ``model.0-10.*`` -> ``backbone.layers.0-10.*``; ``model.13/16/17/19/20/22.*`` -> ``neck.<name>.*``
-(``yolo11.models.neck.ULTRALYTICS_LAYERS``); ``model.23.*`` -> ``head.*``.
+(``yolo11.models.neck.ULTRALYTICS_LAYERS``); ``model.23.*`` -> ``head.*`` (YOLO26's one-to-one branch
+``model.23.one2one_cv2/cv3.*`` -> ``head.one2one_cv2/cv3.*``). The family is read from the head: ``reg_max`` 16
+and no one-to-one branch is YOLO11, ``reg_max`` 1 with one is YOLO26.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import torch
 from yolo11.gate import FileRefusedError, check_finite, check_tensors, read_torch_file, tensor_layout
 from yolo11.models.detector import YOLO11Detector, create_model
 from yolo11.models.neck import ULTRALYTICS_LAYERS
-from yolo11.models.scales import SCALES
+from yolo11.models.scales import FAMILIES, SCALES
 from yolo11.weights import safe_pickle
 from yolo11.weights.safe_pickle import StubModule
 
@@ -77,21 +80,26 @@ def class_names(model: StubModule) -> list[str] | None:
 
 
 def infer_model_args(state: dict[str, torch.Tensor]) -> dict[str, Any]:
-    """``{"name": "yolo11?", "num_classes": nc}`` from the stem width, the layer-2 block count and the head."""
-    # Layer 10 is C2PSA and layer 23 Detect only in YOLO11 detection models (YOLOv8 has Detect at 22).
+    """``{"name": "yolo11?" or "yolo26?", "num_classes": nc}`` from the head (family), the stem width and the
+    layer-2 block count (scale)."""
+    # Layer 10 is C2PSA and layer 23 Detect only in YOLO11/YOLO26 detection models (YOLOv8 has Detect at 22).
     required = ["model.0.conv.weight", "model.10.m.0.attn.qkv.conv.weight", f"model.{HEAD_LAYER}.cv3.0.2.weight"]
     missing = [key for key in required if key not in state]
     if missing:
-        raise ValueError(f"not a YOLO11 detection checkpoint: no {', '.join(missing)}")
+        # the message's start is what callers match on; YOLO26 needs the same layers
+        raise ValueError(f"not a YOLO11 detection checkpoint: no {', '.join(missing)} (nor a YOLO26 one)")
+    reg_max = state[f"model.{HEAD_LAYER}.cv2.0.2.weight"].shape[0] // 4
+    end2end = f"model.{HEAD_LAYER}.one2one_cv2.0.2.weight" in state
+    families = [f for f in FAMILIES.values() if (f.reg_max, f.end2end) == (reg_max, end2end)]
+    if len(families) != 1:
+        raise ValueError(f"a head with reg_max {reg_max} and {'a' if end2end else 'no'} one-to-one branch is neither "
+                         "YOLO11's (reg_max 16, none) nor YOLO26's (reg_max 1, one)")
     stem_width = state["model.0.conv.weight"].shape[0]
     blocks = len({key.split(".")[3] for key in state if key.startswith("model.2.m.")})
-    names = [f"yolo11{k}" for k, s in SCALES.items() if s.channels(64) == stem_width and s.repeats(2) == blocks]
-    if len(names) != 1:
-        raise ValueError(f"no YOLO11 scale has stem width {stem_width} and {blocks} blocks in layer 2")
-    reg_max = state[f"model.{HEAD_LAYER}.cv2.0.2.weight"].shape[0] // 4
-    if reg_max != 16:
-        raise ValueError(f"only reg_max 16 is supported, the checkpoint has {reg_max}")
-    return {"name": names[0], "num_classes": state[f"model.{HEAD_LAYER}.cv3.0.2.weight"].shape[0]}
+    keys = [k for k, s in SCALES.items() if s.channels(64) == stem_width and s.repeats(2) == blocks]
+    if len(keys) != 1:
+        raise ValueError(f"no {families[0].name} scale has stem width {stem_width} and {blocks} blocks in layer 2")
+    return {"name": families[0].name + keys[0], "num_classes": state[f"model.{HEAD_LAYER}.cv3.0.2.weight"].shape[0]}
 
 
 def map_key(key: str) -> str:
@@ -106,7 +114,7 @@ def map_key(key: str) -> str:
         return f"neck.{ULTRALYTICS_LAYERS[layer]}.{rest}"
     if layer == HEAD_LAYER:
         return f"head.{rest}"
-    raise KeyError(f"Ultralytics layer {layer} has no parameters in YOLO11: {key}")
+    raise KeyError(f"Ultralytics layer {layer} has no parameters in YOLO11/YOLO26: {key}")
 
 
 def ultralytics_key(key: str) -> str:
@@ -121,11 +129,11 @@ def ultralytics_key(key: str) -> str:
         return f"model.{layer}.{rest}"
     if part == "head":
         return f"model.{HEAD_LAYER}.{rest}"
-    raise KeyError(f"not a native YOLO11 key: {key}")
+    raise KeyError(f"not a native YOLO11/YOLO26 key: {key}")
 
 
 def load_ultralytics(path: str | Path) -> YOLO11Detector:
-    """Build the matching ``YOLO11Detector`` and load the checkpoint's weights into it (strict); the class
+    """Build the matching ``YOLO11Detector`` (a ``YOLO26Detector`` for a YOLO26 checkpoint) and load the checkpoint's weights into it (strict); the class
     names are the checkpoint's (dropped, with a missing count, only if they do not fit the head). Half-precision
     floats (as Ultralytics stores them) become float32; any other dtype, shape or NaN/inf is refused."""
     stored = _stored_model(read_checkpoint(path), path)
@@ -134,7 +142,7 @@ def load_ultralytics(path: str | Path) -> YOLO11Detector:
         state = {map_key(k): v for k, v in ultralytics_state.items()}
         args = infer_model_args(ultralytics_state)
     except (ValueError, KeyError, AttributeError, TypeError, RecursionError) as err:  # a crafted module tree
-        raise FileRefusedError(path, f"not a YOLO11 checkpoint ({err})") from None
+        raise FileRefusedError(path, f"not a YOLO11 or YOLO26 checkpoint ({err})") from None
     names = class_names(stored)
     model = create_model(**args, names=names if names and len(names) == args["num_classes"] else None)
     check_tensors(path, tensor_layout(state), model.state_dict())
