@@ -54,6 +54,8 @@ class TaskAlignedAssigner(nn.Module):
       ``strides[1]`` pixels (16 for YOLO11) is first widened to ``strides[1]`` around its centre, for the candidate
       test only (Ultralytics 8.4's ``stride_val``, so tiny and zero-size boxes still get anchors);
     - an anchor picked by several GTs keeps the GT with the highest CIoU over *all* GTs it is inside;
+    - with ``topk2`` (YOLO26's one-to-one branch: ``topk`` 7, ``topk2`` 1), each GT then keeps only its ``topk2``
+      positives of highest metric (Ultralytics' second selection, after the conflicts are resolved);
     - target scores are the alignment metric rescaled per GT so that its best anchor gets the GT's best CIoU.
 
     Padding rows (``gt_mask`` False) take no part; their box values may be anything finite.
@@ -67,10 +69,12 @@ class TaskAlignedAssigner(nn.Module):
         beta: float = 6.0,
         strides: Sequence[int] = (8, 16, 32),
         eps: float = 1e-9,
+        topk2: int | None = None,
     ) -> None:
         super().__init__()
         self.num_classes = num_classes
         self.topk = topk
+        self.topk2 = topk2 or topk  # Ultralytics' `topk2 or topk`: None (and 0) mean no second selection
         self.alpha = alpha
         self.beta = beta
         self.min_side = float(strides[1] if len(strides) > 1 else strides[0])
@@ -106,6 +110,8 @@ class TaskAlignedAssigner(nn.Module):
         overlaps, align = self.alignment(pred_scores, pred_boxes, gt_labels, gt_boxes, inside)
         positive = self.select_topk(align, valid) & inside
         positive = self.resolve_conflicts(positive, overlaps)
+        if self.topk2 != self.topk:
+            positive = self.keep_topk2(positive, align)
         foreground = positive.any(1)  # (B, A)
         gt_index = positive.to(torch.uint8).argmax(1)  # the single GT left per anchor (0 if none)
 
@@ -156,6 +162,12 @@ class TaskAlignedAssigner(nn.Module):
         top_index = align.topk(k, dim=-1).indices
         selected = torch.zeros_like(align, dtype=torch.bool).scatter_(-1, top_index, True)
         return selected & valid[..., None]
+
+    def keep_topk2(self, positive: Tensor, align: Tensor) -> Tensor:
+        """``positive`` reduced to each GT's ``topk2`` positives of highest metric (ties broken by ``torch.topk``
+        over all anchors, as Ultralytics: a GT whose positives all score 0 may keep none)."""
+        top_index = torch.where(positive, align, 0.0).topk(self.topk2, dim=-1).indices
+        return positive & torch.zeros_like(positive).scatter_(-1, top_index, True)
 
     @staticmethod
     def resolve_conflicts(positive: Tensor, overlaps: Tensor) -> Tensor:

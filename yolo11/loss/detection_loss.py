@@ -1,4 +1,5 @@
-"""YOLO11 detection loss: BCE classification, CIoU box regression and Distribution Focal Loss (Ultralytics 8.4)."""
+"""YOLO11 detection loss: BCE classification, CIoU box regression and Distribution Focal Loss (Ultralytics 8.4);
+with ``reg_max`` 1 (YOLO26) an L1 distance term replaces DFL."""
 
 from __future__ import annotations
 
@@ -38,7 +39,10 @@ class DetectionLoss(nn.Module):
 
     The three terms follow Ultralytics' ``v8DetectionLoss`` with its defaults: classification BCE over all anchors
     and classes against the assigner's soft targets, CIoU loss and DFL on foreground anchors weighted by their
-    target score; each term is divided by ``max(sum of target scores, 1)`` and multiplied by its gain.
+    target score; each term is divided by ``max(sum of target scores, 1)`` and multiplied by its gain. With
+    ``reg_max`` 1 (YOLO26: the box channels are the distances) the third term is Ultralytics' L1 loss of the side
+    distances in pixels divided by the input width (left, right) or height (top, bottom), mean over the 4 sides,
+    with the same weight, normaliser and gain (``dfl_gain``: Ultralytics' ``dfl`` gain serves both).
 
     Batch-size scaling: ``forward`` returns ``loss = parts.sum() * B`` with ``B`` the per-process batch, as
     Ultralytics does. Its trainer further multiplies by the world size under DDP (which averages gradients over
@@ -64,13 +68,15 @@ class DetectionLoss(nn.Module):
         topk: int = 10,
         alpha: float = 0.5,
         beta: float = 6.0,
+        topk2: int | None = None,
     ) -> None:
         super().__init__()
         self.num_classes = num_classes
         self.strides = tuple(strides)
         self.reg_max = reg_max
         self.gains = (box_gain, cls_gain, dfl_gain)
-        self.assigner = TaskAlignedAssigner(num_classes, topk=topk, alpha=alpha, beta=beta, strides=self.strides)
+        self.assigner = TaskAlignedAssigner(num_classes, topk=topk, alpha=alpha, beta=beta, strides=self.strides,
+                                            topk2=topk2)
 
     def forward(self, feats: list[Tensor], boxes: Tensor, labels: Tensor) -> tuple[Tensor, Tensor]:
         """Compute the loss.
@@ -81,8 +87,8 @@ class DetectionLoss(nn.Module):
             labels: ``int64 (B, M)`` class index, ``-1`` on padding rows.
 
         Returns:
-            ``loss`` scalar (``parts.sum() * B``, for backward) and ``parts (3,)`` detached ``[box, cls, dfl]``,
-            gained and normalised (Ultralytics' ``loss_items``).
+            ``loss`` scalar (``parts.sum() * B``, for backward) and ``parts (3,)`` detached ``[box, cls, dfl]``
+            (``[box, cls, l1]`` when ``reg_max`` is 1), gained and normalised (Ultralytics' ``loss_items``).
         """
         batch_size = feats[0].shape[0]
         if boxes.shape[1] == 0:  # a shape check, not a data-dependent branch: one padding row keeps shapes valid
@@ -97,7 +103,9 @@ class DetectionLoss(nn.Module):
         raw = flatten_levels_anchor_major(feats)  # (B, A, 4 * reg_max + C)
         pred_dist, pred_logits = raw.split((4 * self.reg_max, self.num_classes), dim=-1)
         points, stride = make_anchors([f.shape[2:] for f in feats], self.strides, raw.dtype, raw.device)
-        pred_boxes = ltrb_to_xyxy(dfl_expectation(pred_dist, self.reg_max), points)  # grid cells of each level
+        # reg_max 1: the channels are the distances themselves (no distribution)
+        distances = pred_dist if self.reg_max == 1 else dfl_expectation(pred_dist, self.reg_max)
+        pred_boxes = ltrb_to_xyxy(distances, points)  # grid cells of each level
 
         target = self.assigner(
             pred_logits.detach().sigmoid(),
@@ -119,9 +127,22 @@ class DetectionLoss(nn.Module):
 
         target_boxes = target.boxes / stride  # grid cells, like pred_boxes
         box_loss = ((1.0 - complete_iou(pred_boxes, target_boxes)) * weight).sum() / score_sum
-        target_ltrb = xyxy_to_ltrb(target_boxes, points, self.reg_max - 1 - 0.01)
-        dfl = distribution_focal_loss(pred_dist, target_ltrb, self.reg_max)
+        if self.reg_max == 1:
+            dfl = self._side_l1(pred_dist, target_boxes, points, stride, feats[0].shape[2:])
+        else:
+            target_ltrb = xyxy_to_ltrb(target_boxes, points, self.reg_max - 1 - 0.01)
+            dfl = distribution_focal_loss(pred_dist, target_ltrb, self.reg_max)
         dfl_loss = (dfl * weight).sum() / score_sum
 
         box_gain, cls_gain, dfl_gain = self.gains
         return torch.stack((box_loss * box_gain, cls_loss * cls_gain, dfl_loss * dfl_gain))
+
+    def _side_l1(self, distances: Tensor, target_boxes: Tensor, points: Tensor, stride: Tensor,
+                 first_level: torch.Size) -> Tensor:
+        """``(B, A)`` mean L1 over the 4 sides between predicted and target distances (unclamped), in pixels over the
+        input width (l, r) or height (t, b), as Ultralytics' ``BboxLoss`` for ``reg_max`` 1."""
+        height, width = (size * self.strides[0] for size in first_level)  # the input size, as Ultralytics derives it
+        scale = distances.new_tensor([width, height, width, height])
+        left_top, right_bottom = target_boxes.chunk(2, -1)
+        target = torch.cat((points - left_top, right_bottom - points), -1)
+        return F.l1_loss(distances * stride / scale, target * stride / scale, reduction="none").mean(-1)

@@ -1,0 +1,58 @@
+"""YOLO26's end-to-end loss: a one-to-many and a one-to-one detection loss, weighted by an epoch schedule.
+
+As Ultralytics 8.4.190's ``E2ELoss`` with ``v8DetectionLoss`` (``reg_max`` 1): the one-to-many branch is assigned
+with ``topk`` 10, the one-to-one branch with ``topk`` 7 then ``topk2`` 1 (one anchor per GT, what lets inference
+skip NMS). The total is ``one2many_weight * loss_one2many + (1 - one2many_weight) * loss_one2one``, the weight
+moving linearly from 0.8 at the first epoch to 0.1 at the last (``one2many_weight``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from torch import Tensor, nn
+
+from yolo11.loss.detection_loss import DetectionLoss
+from yolo11.models.head import End2EndMaps
+
+START_ONE2MANY = 0.8
+FINAL_ONE2MANY = 0.1
+
+
+def one2many_weight(epoch: int, epochs: int) -> float:
+    """Weight of the one-to-many loss during ``epoch`` (0-based) of ``epochs``; the one-to-one weight is
+    ``max(1 - w, 0)``. Ultralytics' ``E2ELoss.decay(updates)``, with ``updates`` = epochs finished (its trainer calls
+    ``update()`` after each epoch and sets ``updates`` so on resume)."""
+    if epoch == 0:
+        return START_ONE2MANY  # Ultralytics' initial gain, before any update (the formula gives the same value)
+    return max(1 - epoch / max(epochs - 1, 1), 0) * (START_ONE2MANY - FINAL_ONE2MANY) + FINAL_ONE2MANY
+
+
+class End2EndLoss(nn.Module):
+    """``forward(maps, boxes, labels, one2many_weight)`` -> ``(loss, parts)``; no parameters.
+
+    ``loss`` is the weighted sum of both branches' ``DetectionLoss`` (each already ``parts.sum() * B``);
+    ``parts (3,)`` are the one-to-one branch's ``[box, cls, l1]``, the loss items Ultralytics logs for YOLO26.
+    """
+
+    def __init__(
+        self,
+        num_classes: int,
+        strides: Sequence[int] = (8, 16, 32),
+        box_gain: float = 7.5,
+        cls_gain: float = 0.5,
+        l1_gain: float = 1.5,
+    ) -> None:
+        super().__init__()
+        gains = dict(box_gain=box_gain, cls_gain=cls_gain, dfl_gain=l1_gain)
+        self.one2many = DetectionLoss(num_classes, strides, reg_max=1, topk=10, **gains)
+        self.one2one = DetectionLoss(num_classes, strides, reg_max=1, topk=7, topk2=1, **gains)
+
+    def forward(
+        self, maps: End2EndMaps, boxes: Tensor, labels: Tensor, one2many_weight: float
+    ) -> tuple[Tensor, Tensor]:
+        """Args: ``maps`` the model's output; ``boxes (B, M, 4)`` xyxy input pixels and ``labels (B, M)`` (``-1`` on
+        padding rows), as ``DetectionLoss``; ``one2many_weight`` from ``one2many_weight(epoch, epochs)``."""
+        loss_many, _ = self.one2many(maps.one2many, boxes, labels)
+        loss_one, parts = self.one2one(maps.one2one, boxes, labels)
+        return loss_many * one2many_weight + loss_one * max(1.0 - one2many_weight, 0), parts
