@@ -3,6 +3,7 @@ float64, the NMS-free top-k output, and ``.pt`` import; live comparisons skip wh
 
 from __future__ import annotations
 
+import copy
 import importlib.util
 import math
 
@@ -13,6 +14,8 @@ import torch
 import yolo11
 from yolo11.geometry import flatten_levels, ltrb_to_xyxy, make_anchors
 from yolo11.models import End2EndMaps, YOLO26Detector
+from yolo11.models.fast_layers import use_fast_training_layers
+from yolo11.models.flops import count_gflops
 from yolo11.postprocess import Postprocessor, decode, end2end_detections, end2end_topk
 from yolo11.weights.ultralytics import ultralytics_key
 
@@ -240,8 +243,6 @@ def test_unknown_names_are_refused():
 def test_checkpoint_written_by_ultralytics_loads_with_equal_outputs(tmp_path):
     """A ``.pt`` as Ultralytics writes one (``save_model``'s dict with the fp16 EMA, then ``strip_optimizer``, as at
     the end of training) goes through our restricted unpickler and gate into a YOLO26Detector with equal maps."""
-    import copy
-
     from ultralytics.utils.torch_utils import strip_optimizer
 
     from yolo11.weights import load_ultralytics
@@ -285,3 +286,30 @@ def test_yolo26_key_mapping_infers_family_and_scale():
         no_one2one = {k: v for k, v in theirs.items() if "one2one" not in k}
         with pytest.raises(ValueError, match="reg_max 1 and no one-to-one branch"):
             infer_model_args(no_one2one)
+
+
+@pytest.mark.parametrize("name, published", zip(SCALE_NAMES, [6.1, 22.8, 75.4, 93.8, 209.5], strict=True))
+def test_gflops_at_640_match_ultralytics_summary(name, published):
+    """Both branches run, as in Ultralytics' count; thop's convention gives the yolo26.yaml figures."""
+    with torch.device("meta"):
+        model = yolo11.create_model(name).eval()
+    assert round(count_gflops(model, 640, 640, ultralytics=True), 1) == published
+
+
+def test_fast_training_layers_keep_outputs_and_gradients():
+    """The compile-friendly swaps (residual SPPF, attention C3k2 included) change no value of either branch."""
+    torch.manual_seed(0)
+    plain = yolo11.create_model("yolo26n", num_classes=5).double().train()
+    fast = use_fast_training_layers(copy.deepcopy(plain))
+    assert type(fast.backbone.layers[9]).__name__ == "SeparablePoolSPPF"
+    images = torch.rand(2, 3, 64, 64, dtype=torch.float64)
+    expected, maps = plain(images), fast(images)
+    for a, b in zip((*expected.one2many, *expected.one2one), (*maps.one2many, *maps.one2one), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-12)
+    upstream = [torch.randn(m.shape, dtype=torch.float64) for m in (*maps.one2many, *maps.one2one)]
+    sum((u * m).sum() for u, m in zip(upstream, (*expected.one2many, *expected.one2one), strict=True)).backward()
+    sum((u * m).sum() for u, m in zip(upstream, (*maps.one2many, *maps.one2one), strict=True)).backward()
+    for (key, a), b in zip(plain.named_parameters(), fast.parameters(), strict=True):
+        # relative to the tensor's largest entry, as tests/test_fast_layers.py: a few entries nearly cancel
+        error = (a.grad - b.grad).abs().max().item()
+        assert error <= 1e-9 * a.grad.abs().max().item() + 1e-12, (key, error)
