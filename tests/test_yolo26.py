@@ -313,3 +313,26 @@ def test_fast_training_layers_keep_outputs_and_gradients():
         # relative to the tensor's largest entry, as tests/test_fast_layers.py: a few entries nearly cancel
         error = (a.grad - b.grad).abs().max().item()
         assert error <= 1e-9 * a.grad.abs().max().item() + 1e-12, (key, error)
+
+
+@needs_ultralytics
+def test_pt_written_by_us_loads_in_ultralytics_with_equal_outputs(tmp_path):
+    """``save_ultralytics`` (``yolo11-export --format pt``) builds Ultralytics' own yolo26n: YOLO(path) gives our
+    maps."""
+    from ultralytics import YOLO
+
+    from yolo11.weights.ultralytics_writer import save_ultralytics
+
+    torch.manual_seed(8)
+    model = yolo11.create_model("yolo26n", num_classes=3, names=["ant", "bee", "cat"]).eval()
+    randomise_batchnorm(model, seed=9)
+    loaded = YOLO(str(save_ultralytics(model, tmp_path / "ours.pt"))).model.double().eval()
+    assert loaded.names == {0: "ant", 1: "bee", 2: "cat"}
+    images = torch.rand(1, 3, 64, 64, dtype=torch.float64)
+    with torch.no_grad():
+        maps = model.double()(images)
+        _, raw = loaded(images)
+    for branch in ("one2many", "one2one"):
+        boxes, scores = split(getattr(maps, branch), 3)
+        torch.testing.assert_close(boxes, raw[branch]["boxes"], rtol=0, atol=1e-10)
+        torch.testing.assert_close(scores, raw[branch]["scores"], rtol=0, atol=1e-10)
