@@ -93,6 +93,7 @@ def criterion():
 def test_end2end_loss_and_gradients_equal_ultralytics(criterion, case, seed):
     batch, boxes, labels = targets(case)
     many, one = random_maps(seed), random_maps(seed + 100)
+    criterion.one2one.hyp.epochs = 10
     for epoch in (0, 4):  # the weights before any update and after four epochs (of 10)
         criterion.updates = 0
         criterion.o2m, criterion.o2o = criterion.o2m_copy, criterion.total - criterion.o2m_copy
@@ -140,8 +141,10 @@ def test_topk2_assignment_equals_ultralytics(case):
 
 @needs_ultralytics
 @pytest.mark.parametrize("epochs", [1, 2, 10, 300])
-def test_one2many_weight_follows_ultralytics_schedule(epochs):
-    criterion = ultralytics_criterion(epochs)
+def test_one2many_weight_follows_ultralytics_schedule(criterion, epochs):
+    criterion.one2one.hyp.epochs = epochs  # decay() reads the model's args when it runs
+    criterion.updates, criterion.o2m = 0, criterion.o2m_copy
+    criterion.o2o = criterion.total - criterion.o2m
     for epoch in range(min(epochs, 12)):
         assert one2many_weight(epoch, epochs) == criterion.o2m
         assert max(1.0 - one2many_weight(epoch, epochs), 0) == criterion.o2o
