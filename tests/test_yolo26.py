@@ -1,12 +1,16 @@
 """YOLO26 beside YOLO11: Ultralytics 8.4.190's architecture layer for layer, its raw maps (both branches) in
-float64, the NMS-free top-k output, and ``.pt`` import; live comparisons skip when Ultralytics is not importable."""
+float64, the NMS-free top-k output, and ``.pt`` import; live comparisons skip when Ultralytics is not importable,
+one recorded comparison (tests/make_ultralytics_yolo26_reference.py) runs without it."""
 
 from __future__ import annotations
 
 import copy
 import importlib.util
 import math
+from pathlib import Path
 
+import make_ultralytics_yolo26_reference as reference
+import numpy as np
 import pytest
 import timm
 import torch
@@ -25,6 +29,7 @@ ULTRALYTICS_PARAMS = dict(zip(SCALE_NAMES, [2_572_280, 10_009_784, 21_896_248, 2
 
 needs_ultralytics = pytest.mark.skipif(importlib.util.find_spec("ultralytics") is None,
                                        reason="ultralytics 8.4.190 is not importable (PYTHONPATH=/work/ultra)")
+RECORDED = Path(__file__).parent / "data" / "ultralytics_yolo26_cases.npz"
 
 
 def ultralytics_model(name: str, num_classes: int):
@@ -336,3 +341,42 @@ def test_pt_written_by_us_loads_in_ultralytics_with_equal_outputs(tmp_path):
         boxes, scores = split(getattr(maps, branch), 3)
         torch.testing.assert_close(boxes, raw[branch]["boxes"], rtol=0, atol=1e-10)
         torch.testing.assert_close(scores, raw[branch]["scores"], rtol=0, atol=1e-10)
+
+
+def test_seeded_yolo26n_equals_recorded_ultralytics_outputs():
+    """Without Ultralytics: the same seeded weights (a function of each Ultralytics key) give its recorded float64
+    maps of both branches (eval and train), decoded and end-to-end outputs, and parameter gradients."""
+    recorded = np.load(RECORDED)
+    model = yolo11.create_model("yolo26n", num_classes=reference.NUM_CLASSES).double()
+    state = {key: value if key.endswith("num_batches_tracked")
+             else reference.seeded_tensor(ultralytics_key(key), tuple(value.shape))
+             for key, value in model.state_dict().items()}
+    model.load_state_dict(state)
+    images = reference.seeded_images()
+
+    def check(maps: End2EndMaps, mode: str) -> None:
+        for branch in ("one2many", "one2one"):
+            boxes, scores = split(getattr(maps, branch), reference.NUM_CLASSES)
+            for part, value in (("boxes", boxes), ("scores", scores)):
+                expected = torch.from_numpy(recorded[f"model/{mode}/{branch}/{part}"])
+                torch.testing.assert_close(value, expected, rtol=0, atol=1e-10)
+
+    with torch.no_grad():
+        maps = model.eval()(images)
+    check(maps, "eval")
+    torch.testing.assert_close(decode(maps.one2many, reg_max=1), torch.from_numpy(recorded["model/decoded"]),
+                               rtol=0, atol=1e-10)
+    torch.testing.assert_close(end2end_topk(maps.one2one), torch.from_numpy(recorded["model/topk"]), rtol=0,
+                               atol=1e-10)
+    maps = model.train()(images)
+    check(maps, "train")
+    generator = torch.Generator().manual_seed(1)
+    total = 0
+    for branch in ("one2many", "one2one"):
+        for value in split(getattr(maps, branch), reference.NUM_CLASSES):
+            total = total + (torch.rand(value.shape, generator=generator, dtype=torch.float64) * value).sum()
+    total.backward()
+    params = {ultralytics_key(key): param for key, param in model.named_parameters()}
+    for key in reference.GRAD_KEYS:
+        torch.testing.assert_close(params[key].grad, torch.from_numpy(recorded[f"model/grad/{key}"]), rtol=1e-9,
+                                   atol=1e-10)
