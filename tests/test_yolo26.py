@@ -380,3 +380,24 @@ def test_seeded_yolo26n_equals_recorded_ultralytics_outputs():
     for key in reference.GRAD_KEYS:
         torch.testing.assert_close(params[key].grad, torch.from_numpy(recorded[f"model/grad/{key}"]), rtol=1e-9,
                                    atol=1e-10)
+
+
+def test_yolo26_pt_imports_in_python_and_is_refused_by_load_weights(tmp_path):
+    """A YOLO26 ``.pt`` (Ultralytics' checkpoint structure, written without Ultralytics) loads through
+    ``load_ultralytics``; ``load_weights``, which the trainer, tools and Detector use, refuses it in one line."""
+    from ultralytics_checkpoint import write_ultralytics_checkpoint
+
+    from yolo11.gate import FileRefusedError
+    from yolo11.weights import load_ultralytics, load_weights
+
+    torch.manual_seed(0)
+    model = yolo11.create_model("yolo26n", num_classes=2, names=["ant", "bee"]).eval()
+    path = write_ultralytics_checkpoint(model, ["ant", "bee"], tmp_path / "yolo26n.pt")
+    loaded = load_ultralytics(path).eval()
+    assert isinstance(loaded, YOLO26Detector) and loaded.names == ["ant", "bee"]
+    images = torch.rand(1, 3, 64, 64)
+    with torch.no_grad():
+        for a, b in zip((*model(images).one2one,), (*loaded(images).one2one,), strict=True):
+            torch.testing.assert_close(a, b, rtol=1e-3, atol=1e-3)  # the file holds fp16, as Ultralytics'
+    with pytest.raises(FileRefusedError, match="a YOLO26 checkpoint: the trainer, tools and Detector take YOLO11"):
+        load_weights(path)

@@ -150,7 +150,11 @@ def load_weights(ref: str | Path, *, backbone: str | None = None) -> YOLO11Detec
     if path.suffix in (".pt", ".pth") or is_zip(path):  # by content too: a renamed torch file is still one
         from yolo11.weights.ultralytics import load_ultralytics
 
-        return load_ultralytics(path)
+        model = load_ultralytics(path)
+        if model.end2end:  # issue 31: YOLO26 has its model, decoding and loss, but no trainer or tool path yet
+            raise FileRefusedError(path, "a YOLO26 checkpoint: the trainer, tools and Detector take YOLO11 only so "
+                                         "far; in Python use yolo11.weights.load_ultralytics")
+        return model
     metadata = read_safetensors_header(path).metadata
     if "config" not in metadata:
         raise FileRefusedError(path, "no model config in the safetensors metadata; was it written by save_weights?")

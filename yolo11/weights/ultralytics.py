@@ -133,9 +133,10 @@ def ultralytics_key(key: str) -> str:
 
 
 def load_ultralytics(path: str | Path) -> YOLO11Detector:
-    """Build the matching ``YOLO11Detector`` (a ``YOLO26Detector`` for a YOLO26 checkpoint) and load the checkpoint's weights into it (strict); the class
-    names are the checkpoint's (dropped, with a missing count, only if they do not fit the head). Half-precision
-    floats (as Ultralytics stores them) become float32; any other dtype, shape or NaN/inf is refused."""
+    """Build the matching ``YOLO11Detector`` (a ``YOLO26Detector`` for a YOLO26 checkpoint) and load the
+    checkpoint's weights into it (strict); the class names are the checkpoint's (dropped, with a missing count, only
+    if they do not fit the head). Half-precision floats (as Ultralytics stores them) become float32; any other
+    dtype, shape or NaN/inf is refused."""
     stored = _stored_model(read_checkpoint(path), path)
     try:
         ultralytics_state = module_state_dict(stored)
