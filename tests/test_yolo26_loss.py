@@ -70,9 +70,10 @@ def test_end2end_loss_and_gradients_equal_ultralytics(criterion, case, seed):
         preds = {"one2many": reference.branch_preds(many), "one2one": reference.branch_preds(one)}
         expected, expected_items = criterion(preds, batch)
         expected_grads = torch.autograd.grad(expected.sum(), many + one)
-        weight = one2many_weight(epoch, 10)
-        assert weight == criterion.o2m
-        loss, parts = End2EndLoss(NUM_CLASSES)(End2EndMaps(many, one), boxes, labels, weight)
+        assert one2many_weight(epoch, 10) == criterion.o2m
+        ours = End2EndLoss(NUM_CLASSES)
+        ours.set_epoch(epoch, 10)
+        loss, parts = ours(End2EndMaps(many, one), boxes, labels)
         grads = torch.autograd.grad(loss, many + one)
         torch.testing.assert_close(loss, expected.sum(), rtol=2e-6, atol=1e-6)
         torch.testing.assert_close(parts, torch.stack(list(expected_items.values())), rtol=2e-6, atol=1e-6)
@@ -113,9 +114,12 @@ def test_one2many_weight_follows_ultralytics_schedule(criterion, epochs):
     criterion.one2one.hyp.epochs = epochs  # decay() reads the model's args when it runs
     criterion.updates, criterion.o2m = 0, criterion.o2m_copy
     criterion.o2o = criterion.total - criterion.o2m
+    ours = End2EndLoss(NUM_CLASSES)
     for epoch in range(min(epochs, 12)):
         assert one2many_weight(epoch, epochs) == criterion.o2m
         assert max(1.0 - one2many_weight(epoch, epochs), 0) == criterion.o2o
+        ours.set_epoch(epoch, epochs)
+        assert ours.branch_weights.tolist() == torch.tensor([criterion.o2m, criterion.o2o]).tolist()
         criterion.update()
 
 
@@ -128,7 +132,9 @@ def test_end2end_loss_equals_recorded_ultralytics(case):
         for epoch in reference.EPOCHS:
             prefix = f"loss/{case}/{seed}/{epoch}"
             many, one = reference.random_maps(seed), reference.random_maps(seed + 100)
-            loss, parts = End2EndLoss(NUM_CLASSES)(End2EndMaps(many, one), boxes, labels, one2many_weight(epoch, 10))
+            ours = End2EndLoss(NUM_CLASSES)
+            ours.set_epoch(epoch, 10)
+            loss, parts = ours(End2EndMaps(many, one), boxes, labels)
             torch.testing.assert_close(loss, torch.from_numpy(recorded[f"{prefix}/loss"]), rtol=2e-6, atol=1e-6)
             torch.testing.assert_close(parts, torch.from_numpy(recorded[f"{prefix}/items"]), rtol=2e-6, atol=1e-6)
             if (seed, epoch) == reference.GRADS_FOR:
@@ -136,3 +142,19 @@ def test_end2end_loss_equals_recorded_ultralytics(case):
                 for i, grad in enumerate(grads):
                     torch.testing.assert_close(grad, torch.from_numpy(recorded[f"{prefix}/grad{i}"]), rtol=1e-5,
                                                atol=1e-6)
+
+
+def test_end2end_loss_reads_the_branch_weights_when_called_and_has_no_state():
+    """``set_epoch`` changes the next call's weighting in place (what a compiled or graphed step needs); the
+    weights are not saved in a state dict (they follow from the epoch)."""
+    _, boxes, labels = targets("ordinary")
+    many, one = reference.random_maps(0), reference.random_maps(100)
+    loss = End2EndLoss(NUM_CLASSES)
+    assert loss.state_dict() == {}
+    branch_many, _ = loss.one2many(many, boxes, labels)
+    branch_one, _ = loss.one2one(one, boxes, labels)
+    for epoch, expected_weight in ((0, 0.8), (5, 0.1 + 0.7 * 4 / 9), (9, 0.1)):
+        loss.set_epoch(epoch, 10)
+        total, _ = loss(End2EndMaps(many, one), boxes, labels)
+        expected = branch_many * expected_weight + branch_one * (1 - expected_weight)
+        torch.testing.assert_close(total, expected, rtol=1e-6, atol=1e-6)
