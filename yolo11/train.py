@@ -16,14 +16,14 @@ from __future__ import annotations
 
 import sys
 
-from yolo11.engine.config import parse_config
+from yolo11.engine.config import parse_command_line
 
 
 def main(argv: list[str] | None = None) -> int:
-    config = parse_config(argv)  # first: --help and flag errors answer before torch and accelerate load
+    config, typed = parse_command_line(argv)  # first: --help and flag errors answer before torch loads
     from yolo11.engine.trainer import train
 
-    return train(config)
+    return train(config, typed)
 
 
 if __name__ == "__main__":

@@ -47,7 +47,7 @@ def resolve_run_dir(config: TrainConfig, state: PartialState) -> Path:
     choice: list = [None, None]  # path, error
     if state.is_main_process:
         path = base
-        if not (run.exist_ok or run.resume):
+        if not (run.exist_ok or run.resume == "auto"):  # a copied checkpoint's resume starts a new folder
             index = 2
             while path.exists():
                 path, index = base.with_name(f"{base.name}{index}"), index + 1

@@ -217,10 +217,6 @@ def resolve_resume(resume: str, run_dir: Path, missing_ok: bool = False) -> Path
     return candidate
 
 
-def run_dir_of_checkpoint(checkpoint: Path) -> Path:
-    return checkpoint.resolve().parent.parent
-
-
 def write_text_atomic(path: Path, text: str) -> None:
     """Write through a temporary file and a rename: readers see the old or the new text, never half of one."""
     tmp = path.with_name(path.name + ".tmp")

@@ -379,12 +379,21 @@ def parse_config(argv: list[str] | None = None) -> TrainConfig:
 
     Ultralytics' ``key=value`` arguments (``epochs=3 model=yolo11n.pt``) are read as ``--config`` keys are, and
     take precedence over ``--config``; a ``--flag`` given as well wins over both."""
+    return parse_command_line(argv)[0]
+
+
+def parse_command_line(argv: list[str] | None = None) -> tuple[TrainConfig, frozenset[str]]:
+    """``parse_config``, and the names of the fields the user set (typed flags, ``key=value`` arguments and
+    ``--config`` keys): what ``--resume`` compares with the checkpoint, the rest being read from it.
+
+    A bare ``resume`` (Ultralytics' ``yolo train resume model=runs/.../last.pt``) means ``resume=true``."""
     parser = build_parser()
-    argv = sys.argv[1:] if argv is None else list(argv)
+    argv = ["resume=true" if token == "resume" else token for token in (sys.argv[1:] if argv is None else argv)]
     pre, extras = parser.parse_known_args(argv)
     key_values = [token for token in extras if _KEY_VALUE.match(token)]
     argv = [token for token in argv if token not in key_values]
     notes: list[str] = []
+    typed: set[str] = set()
     if pre.config is not None:
         try:
             defaults, config_notes = _load_yaml_defaults(pre.config)
@@ -392,6 +401,7 @@ def parse_config(argv: list[str] | None = None) -> TrainConfig:
             parser.error(str(err))
         parser.set_defaults(**defaults)
         notes += config_notes
+        typed |= set(defaults)
     if key_values:
         ours = {f.name: _field_type(f.type)[1] for s in _SECTIONS.values() for f in dataclasses.fields(s)}
         values = {}
@@ -407,14 +417,26 @@ def parse_config(argv: list[str] | None = None) -> TrainConfig:
             parser.error(f"key=value arguments: {err}")
         parser.set_defaults(**defaults)
         notes += kv_notes
+        typed |= set(defaults)
     for note in notes if os.environ.get("RANK", "0") == "0" else ():  # once per job, not per process
         print(note, flush=True)
     args = vars(parser.parse_args(argv))
+    typed |= _typed_flags(argv)
     try:
-        return TrainConfig(**{name: section(**{f.name: args[f.name] for f in dataclasses.fields(section)})
-                              for name, section in _SECTIONS.items()})
+        config = TrainConfig(**{name: section(**{f.name: args[f.name] for f in dataclasses.fields(section)})
+                                for name, section in _SECTIONS.items()})
     except (TypeError, ValueError) as err:
         parser.error(str(err))
+    return config, frozenset(typed)
+
+
+def _typed_flags(argv: list[str]) -> set[str]:
+    """The fields that ``--flags`` of ``argv`` set: a parser whose every default is absent keeps only those."""
+    parser = build_parser()
+    unset = object()  # not a string: argparse would run a string default through the flag's type
+    names = [f.name for section in _SECTIONS.values() for f in dataclasses.fields(section)]
+    parser.set_defaults(**dict.fromkeys(names, unset))
+    return {name for name, value in vars(parser.parse_args(argv)).items() if name in names and value is not unset}
 
 
 def save_args_yaml(config: TrainConfig, path: Path) -> None:

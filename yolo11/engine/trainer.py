@@ -37,8 +37,6 @@ from yolo11.engine.checkpoint import (
     TrainState,
     check_resume_config,
     load_checkpoint,
-    resolve_resume,
-    run_dir_of_checkpoint,
     save_checkpoint,
 )
 from yolo11.engine.compile import CompiledLoss, compile_model, use_compile_cache
@@ -52,6 +50,7 @@ from yolo11.engine.optim import build_optimizer
 from yolo11.engine.plan import LaunchError, RunPlan, check_launch, cpu_fallback_warning, plan_run
 from yolo11.engine.profiling import StepProfiler
 from yolo11.engine.progress import Progress, print_summary
+from yolo11.engine.resume import Resume, prepare_resume
 from yolo11.engine.run_outputs import RunOutputs
 from yolo11.loss import DetectionLoss
 from yolo11.weights import UnsafeCheckpointError, resolve_weights
@@ -88,8 +87,10 @@ class Run:
     last_checkpoint: float = dataclasses.field(default_factory=time.monotonic)  # --save-period auto's clock
 
 
-def train(config: TrainConfig) -> int:
-    """Train as ``config`` says; returns the process's exit code (2: a user error, printed on one line)."""
+def train(config: TrainConfig, typed: frozenset[str] | None = None) -> int:
+    """Train as ``config`` says; returns the process's exit code (2: a user error, printed on one line).
+    ``typed``: the flags the user set (``parse_command_line``); a resume reads the others from the checkpoint
+    (None: every flag counts as set)."""
     # As AcceleratorState would: the process group is created here, once, for the Accelerator built later.
     launch = PartialState(cpu=parse_flag_from_env("ACCELERATE_USE_CPU"))
     try:
@@ -97,13 +98,14 @@ def train(config: TrainConfig) -> int:
         warning = cpu_fallback_warning(launch.device.type)
         if warning and launch.is_main_process:
             print(warning, file=sys.stderr, flush=True)
-        run_dir, train_source, val_source = locate_inputs(config, launch)
+        config, resume = prepare_resume(config, typed)
+        run_dir, train_source, val_source = locate_inputs(config, launch, resume)
         needed = 0 if config.data.cache_images is not None else sum(  # only auto weighs the RAM
             cache_bytes(source.dataset, config.data.imgsz) for source in (train_source, val_source))
         plan = plan_run(config, launch.num_processes, len(train_source.dataset), len(train_source.class_names),
                         launch.device.type, cache_bytes=needed, available_ram=available_memory())
-        run = build_run(config, plan, run_dir, train_source, val_source)
-        start_run(run, val_source)
+        run = build_run(config, plan, run_dir, train_source, val_source, resume)
+        start_run(run, val_source, resume)
     except USER_ERRORS as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -121,28 +123,36 @@ def train(config: TrainConfig) -> int:
     return exit_code or (0 if pushed else 1)
 
 
-def locate_inputs(config: TrainConfig, launch: PartialState) -> tuple[Path, DetectionSource, DetectionSource]:
-    """The train and val sources and the run folder (this run's, or the one ``--resume`` names); a new run
-    folder is made only once the inputs are known to be good."""
-    resumed = None
-    if config.run.resume and config.run.resume != "auto":
-        resumed = run_dir_of_checkpoint(resolve_resume(config.run.resume, Path(config.run.resume)))
+def locate_inputs(config: TrainConfig, launch: PartialState,
+                  resume: Resume | None) -> tuple[Path, DetectionSource, DetectionSource]:
+    """The train and val sources and the run folder (the run that owns the ``--resume`` checkpoint, else
+    ``--output-dir/--name``); a new run folder is made only once the inputs are known to be good."""
     data = config.data
     options = {"cache_dir": data.cache_dir, "images": data.images, "bbox_format": data.bbox_format}
     train_source = load_source(data.data, split=data.train_split, split_flag="--train-split", **options)
     val_source = load_source(data.data, split=data.val_split, fallback_splits=VAL_FALLBACKS, split_flag="--val-split",
                              **options)
     report_same_data(train_source, val_source)
-    if config.model.weights:  # downloaded now, so that missing weights fail before the run folder is made
-        resolve_weights(config.model.weights)
-    return resumed or resolve_run_dir(config, launch), train_source, val_source
+    if config.model.weights and not initial_weights_replaced(resume):
+        resolve_weights(config.model.weights)  # downloaded now, so that missing weights fail before the folder
+    run_dir = resume.run_dir if resume is not None and resume.run_dir is not None else None
+    return run_dir or resolve_run_dir(config, launch), train_source, val_source
+
+
+def initial_weights_replaced(resume: Resume | None) -> bool:
+    """A resume whose checkpoint names its architecture replaces every tensor: ``--weights`` and ``--pretrained``
+    (files or downloads the resumed machine may not have) are not loaded."""
+    return resume is not None and resume.checkpoint is not None and resume.architecture_saved
 
 
 def build_run(config: TrainConfig, plan: RunPlan, run_dir: Path, train_source: DetectionSource,
-              val_source: DetectionSource) -> Run:
+              val_source: DetectionSource, resume: Resume | None = None) -> Run:
     """Model, accelerator, EMA, loss, optimizer, schedule, loaders and validator, prepared for training."""
     set_seed(config.run.seed)
-    model = build_model(config.model, train_source.class_names, config.data.data)
+    model_config = config.model
+    if initial_weights_replaced(resume):
+        model_config = dataclasses.replace(model_config, weights=None, pretrained=False, partial_weights=False)
+    model = build_model(model_config, train_source.class_names, config.data.data)
     model_name, backbone = model.config["name"], model.config.get("backbone")
     accelerator = build_accelerator(plan, run_dir, tracking.resolve_report_to(config.run.report_to))
     model = maybe_sync_batchnorm(model, config.run.sync_bn, accelerator)
@@ -183,12 +193,10 @@ def build_run(config: TrainConfig, plan: RunPlan, run_dir: Path, train_source: D
     return Run(config, plan, run_dir, train_source, step, train_loader, validator, TrainState(), stop)
 
 
-def start_run(run: Run, val_source: DetectionSource) -> None:
+def start_run(run: Run, val_source: DetectionSource, resume: Resume | None = None) -> None:
     """Resume (or preview the first batch), save the config, open the outputs, say what runs."""
     accelerator, config, plan = run.step.accelerator, run.config, run.plan
-    resume_from = None
-    if config.run.resume:
-        resume_from = resolve_resume(config.run.resume, run.run_dir, missing_ok=config.run.resume == "auto")
+    resume_from = resume.checkpoint if resume is not None else None
     if resume_from is not None:
         for change in check_resume_config(resume_from, config.to_dict(), config.run.allow_changes):
             accelerator.print(f"resume: {change}")

@@ -90,6 +90,9 @@ def read_ultralytics_keys(values: dict[str, Any], ours: dict[str, bool]) -> tupl
     ``ours``: our field names -> whether the field accepts ``None``. Raises ``ValueError`` for a key that is
     neither ours nor Ultralytics', a task other than detection, and two keys that set the same flag.
     """
+    if values.get("resume") is True and PurePath(str(values.get("model"))).suffix in (".pt", ".safetensors"):
+        # `yolo train resume model=runs/.../weights/last.pt`: the model names the run to resume, not new weights
+        values = {**{k: v for k, v in values.items() if k != "model"}, "resume": values["model"]}
     out: dict[str, Any] = {}
     origin: dict[str, str] = {}
     mapped, ignored, at_default = [], [], 0
