@@ -21,8 +21,11 @@ from yolo11.engine.config import parse_command_line
 
 def main(argv: list[str] | None = None) -> int:
     config, typed = parse_command_line(argv)  # first: --help and flag errors answer before torch loads
-    from yolo11.engine.trainer import train
-
+    try:
+        from yolo11.engine.trainer import train
+    except KeyboardInterrupt:  # Ctrl-C while torch loads (seconds): nothing started, nothing to say but that
+        print("interrupted while starting: nothing to save", file=sys.stderr)
+        return 130
     return train(config, typed)
 
 

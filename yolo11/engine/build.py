@@ -39,12 +39,13 @@ def build_schedule(config: TrainConfig, plan: RunPlan, optimizer: torch.optim.Op
                           warmup_bias_lr, optim.warmup_momentum, optim.momentum)
 
 
-def resolve_run_dir(config: TrainConfig, state: PartialState) -> Path:
-    """``output_dir/name``, or ``name2``, ``name3`` ... when it exists; made by the main process, and the choice (or
-    the error, so that no rank waits for a folder that will not come) given to every rank."""
+def resolve_run_dir(config: TrainConfig, state: PartialState) -> tuple[Path, Path | None]:
+    """``output_dir/name``, or ``name2``, ``name3`` ... when it exists, and the top folder made for it now (None when
+    it existed); made by the main process, and the choice (or the error, so that no rank waits for a folder that
+    will not come) given to every rank."""
     run = config.run
     base = Path(run.output_dir) / run.name
-    choice: list = [None, None]  # path, error
+    choice: list = [None, None, None]  # path, error, the top folder made now (path or a parent; None: none)
     if state.is_main_process:
         path = base
         if not (run.exist_ok or run.resume == "auto"):  # a copied checkpoint's resume starts a new folder
@@ -52,15 +53,16 @@ def resolve_run_dir(config: TrainConfig, state: PartialState) -> Path:
             while path.exists():
                 path, index = base.with_name(f"{base.name}{index}"), index + 1
         try:
+            top = next((folder for folder in reversed([path, *path.parents]) if not folder.exists()), None)
             path.mkdir(parents=True, exist_ok=True)
-            choice = [str(path), None]
+            choice = [str(path), None, None if top is None else str(top)]
         except OSError as err:  # a file where a folder should be, no permission, a full disk
-            choice = [None, f"--output-dir {run.output_dir}: cannot make the run folder {path}: {err.strerror}"]
+            choice = [None, f"--output-dir {run.output_dir}: cannot make the run folder {path}: {err.strerror}", None]
     if state.num_processes > 1:
         broadcast_object_list(choice, from_process=0)
     if choice[1] is not None:
         raise ValueError(choice[1])
-    return Path(choice[0])
+    return Path(choice[0]), None if choice[2] is None else Path(choice[2])
 
 
 def build_accelerator(plan: RunPlan, run_dir: Path, log_with: list[str]) -> Accelerator:

@@ -148,6 +148,8 @@ def check_resume_config(checkpoint: Path, current: dict, allow_changes: bool) ->
     changes, refused = [], []
     for section, values in current.items():
         for key, value in values.items():
+            if key in ("resume", "allow_changes"):  # how this resume was asked for, not a change of the run
+                continue
             before = saved.get(section, {}).get(key, value)
             if before != value:
                 line = f"--{key.replace('_', '-')}: {before!r} in the checkpoint, {value!r} now"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import itertools
+from collections.abc import Callable
 
 from accelerate import Accelerator
 from accelerate.utils import AutocastKwargs, broadcast
@@ -16,7 +17,7 @@ from yolo11.engine.config import TrainConfig
 from yolo11.engine.cuda_graphs import GraphedForward
 from yolo11.engine.device_feed import DeviceFeed, TimedIterable
 from yolo11.engine.plan import RunPlan
-from yolo11.evaluation import CocoEvaluator, EvaluationResult, predict_and_score
+from yolo11.evaluation import CocoEvaluator, EvaluationResult, ValidationStopped, predict_and_score
 from yolo11.evaluation.coco import evaluation_device
 from yolo11.postprocess import Postprocessor
 
@@ -62,7 +63,7 @@ class Validator:
         self._batches = None
 
     def run(self, model: nn.Module, criterion: nn.Module, plots: bool = True, images: bool = True,
-            all_stats: bool = True) -> EvaluationResult:
+            all_stats: bool = True, stop: Callable[[], bool] | None = None) -> EvaluationResult:
         """Validate ``model`` (the EMA's or the trained one, wrapped or not) with ``criterion`` for the losses.
         ``plots``: the metrics carry the data of the plots (PR curve, confusion matrix); ``images``: the result
         carries sample images with their predictions; ``all_stats``: the 12 COCO stats, not only the headline
@@ -74,7 +75,9 @@ class Validator:
 
         With several processes, every process first takes the main process's buffers: each one's BatchNorm
         running statistics (and so its EMA's) follow its own batches, DDP re-syncs them only at the next forward,
-        and the checkpoint holds the main process's, which ``yolo11-val`` scores."""
+        and the checkpoint holds the main process's, which ``yolo11-val`` scores.
+
+        ``stop``: this process's stop request; raises ``ValidationStopped`` on every process when one asked."""
         model = self.accelerator.unwrap_model(model, keep_torch_compile=False)
         if self.accelerator.num_processes > 1:
             broadcast(list(model.buffers()), from_process=0)
@@ -89,8 +92,12 @@ class Validator:
             if forward is None:
                 autocast = functools.partial(self.accelerator.autocast, AutocastKwargs(cache_enabled=False))
                 forward = self._graphed[id(model)] = GraphedForward(model, autocast, self.accelerator.device)
-        result = predict_and_score(self.accelerator, model, one_pass, self.postprocessor, self.evaluator,
-                                   criterion=criterion, channels_last=self.channels_last,
-                                   num_samples=self.num_samples if images else 0, batches=batches, plot_data=plots,
-                                   all_stats=all_stats, forward=forward)
+        try:
+            result = predict_and_score(self.accelerator, model, one_pass, self.postprocessor, self.evaluator,
+                                       criterion=criterion, channels_last=self.channels_last,
+                                       num_samples=self.num_samples if images else 0, batches=batches,
+                                       plot_data=plots, all_stats=all_stats, forward=forward, stop=stop)
+        except ValidationStopped:
+            self._batches = None  # part of a pass was taken: a later validation starts a fresh one
+            raise
         return dataclasses.replace(result, data_seconds=one_pass.seconds)

@@ -42,9 +42,22 @@ class RunPlan:
         return self.per_process_batch * self.num_processes * self.accumulation_steps
 
 
+# Process counts of MPI launchers, the only way Accelerate runs several processes from a CPU (use_cpu) config.
+MPI_SIZES = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_SIZE")
+
+
 def check_launch(state: PartialState) -> None:
-    """Refuse N processes that each think they are alone (FIELD-NOTES: a MULTI_GPU config on a CPU-only host)."""
-    launched = int(os.environ.get("WORLD_SIZE", "1"))
+    """Refuse N processes that each think they are alone (FIELD-NOTES: a MULTI_GPU config on a CPU-only host), and
+    one process where several were asked for: ``--num_processes 2`` with a ``use_cpu`` config and no mpirun
+    starts one (FIELD-NOTES); Accelerate's launcher then sets ``MASTER_ADDR`` but no ``WORLD_SIZE``."""
+    env = os.environ
+    if (env.get("ACCELERATE_USE_CPU", "").lower() in ("true", "1", "yes") and "MASTER_ADDR" in env
+            and "WORLD_SIZE" not in env and not any(name in env for name in MPI_SIZES)):
+        raise LaunchError(
+            "several processes were asked for with a CPU config (use_cpu: true), but Accelerate starts one "
+            "without mpirun; for 2 CPU processes: ACCELERATE_USE_CPU=1 accelerate launch --config_file "
+            "accelerate_configs/cpu_2proc.yaml ... (or --num_processes 1)")
+    launched = int(env.get("WORLD_SIZE", "1"))
     if launched != state.num_processes:
         raise LaunchError(
             f"{launched} processes were launched (WORLD_SIZE={launched}) but this one sees a world of "

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import shutil
+import signal
 import sys
 import time
 from dataclasses import dataclass
@@ -44,7 +46,7 @@ from yolo11.engine.config import TrainConfig, save_args_yaml, save_config
 from yolo11.engine.ema import ModelEMA
 from yolo11.engine.evaluate import Validator
 from yolo11.engine.guard import NonFiniteLossError
-from yolo11.engine.interrupt import StopAgreement, StopSignal
+from yolo11.engine.interrupt import StopAgreement, StopRequested, StopSignal, tell_launcher
 from yolo11.engine.loop import Accumulation, TrainStep, train_one_epoch
 from yolo11.engine.optim import build_optimizer
 from yolo11.engine.plan import LaunchError, RunPlan, check_launch, cpu_fallback_warning, plan_run
@@ -52,6 +54,7 @@ from yolo11.engine.profiling import StepProfiler
 from yolo11.engine.progress import Progress, print_summary
 from yolo11.engine.resume import Resume, prepare_resume
 from yolo11.engine.run_outputs import RunOutputs
+from yolo11.evaluation import ValidationStopped
 from yolo11.loss import DetectionLoss
 from yolo11.weights import UnsafeCheckpointError, resolve_weights
 
@@ -88,45 +91,72 @@ class Run:
 
 
 def train(config: TrainConfig, typed: frozenset[str] | None = None) -> int:
-    """Train as ``config`` says; returns the process's exit code (2: a user error, printed on one line).
-    ``typed``: the flags the user set (``parse_command_line``); a resume reads the others from the checkpoint
-    (None: every flag counts as set)."""
+    """Train as ``config`` says; returns the process's exit code (2: a user error, printed on one line; 130 or 143:
+    stopped by SIGINT or SIGTERM, the same on every rank). ``typed``: the flags the user set
+    (``parse_command_line``); a resume reads the others from the checkpoint (None: every flag counts as set)."""
     # As AcceleratorState would: the process group is created here, once, for the Accelerator built later.
     launch = PartialState(cpu=parse_flag_from_env("ACCELERATE_USE_CPU"))
+    stop = StopSignal().install()  # until training starts, a signal ends the start-up at once
     try:
+        return _train(config, typed, launch, stop)
+    finally:
+        stop.uninstall()
+
+
+def _train(config: TrainConfig, typed: frozenset[str] | None, launch: PartialState, stop: StopSignal) -> int:
+    made: list[Path] = []  # a run folder this start made: removed again when the start fails
+    try:
+        stop.enter("startup", launch.process_index)
         check_launch(launch)
         warning = cpu_fallback_warning(launch.device.type)
         if warning and launch.is_main_process:
             print(warning, file=sys.stderr, flush=True)
         config, resume = prepare_resume(config, typed)
-        run_dir, train_source, val_source = locate_inputs(config, launch, resume)
+        stop.enter("conversion", launch.process_index)
+        run_dir, train_source, val_source = locate_inputs(config, launch, resume, made)
         needed = 0 if config.data.cache_images is not None else sum(  # only auto weighs the RAM
             cache_bytes(source.dataset, config.data.imgsz) for source in (train_source, val_source))
         plan = plan_run(config, launch.num_processes, len(train_source.dataset), len(train_source.class_names),
                         launch.device.type, cache_bytes=needed, available_ram=available_memory())
-        run = build_run(config, plan, run_dir, train_source, val_source, resume)
+        run = build_run(config, plan, run_dir, train_source, val_source, resume, stop)
         start_run(run, val_source, resume)
     except USER_ERRORS as err:
-        print(f"error: {err}", file=sys.stderr)
+        remove_unused(made, launch)
+        if launch.is_main_process:  # the same error on every rank: said once
+            print(f"error: {err}", file=sys.stderr, flush=True)
         return 2
-    except KeyboardInterrupt:
-        print("interrupted before training started: nothing to save", file=sys.stderr)
-        return 130
+    except (StopRequested, KeyboardInterrupt) as stopped:
+        remove_unused(made, launch)
+        signum = stopped.signum if isinstance(stopped, StopRequested) else signal.SIGINT
+        tell_launcher(signum)
+        return 128 + signum
+    except BaseException:
+        remove_unused(made, launch)
+        raise
+    stop.defer()  # from here a signal is honoured at the next step, validation batch or the end of a save
     start = time.perf_counter()
     startup = process_age()
-    run.stop.install()
-    try:
-        exit_code, images_seen = fit(run)
-    finally:
-        run.stop.uninstall()
+    exit_code, images_seen = fit(run)
     pushed = finish(run, time.perf_counter() - start, images_seen, push=exit_code == 0, startup_seconds=startup)
+    if run.step.stop.signum is not None:  # agreed by every rank in fit or finish
+        if run.step.accelerator.is_local_main_process:
+            tell_launcher(run.step.stop.signum)
+        return run.step.stop.exit_code
     return exit_code or (0 if pushed else 1)
 
 
-def locate_inputs(config: TrainConfig, launch: PartialState,
-                  resume: Resume | None) -> tuple[Path, DetectionSource, DetectionSource]:
+def remove_unused(made: list[Path], launch: PartialState) -> None:
+    """A start that failed or was stopped leaves no run folder behind that it made (nothing trained is in it)."""
+    if launch.is_main_process:
+        for folder in made:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def locate_inputs(config: TrainConfig, launch: PartialState, resume: Resume | None,
+                  made: list[Path]) -> tuple[Path, DetectionSource, DetectionSource]:
     """The train and val sources and the run folder (the run that owns the ``--resume`` checkpoint, else
-    ``--output-dir/--name``); a new run folder is made only once the inputs are known to be good."""
+    ``--output-dir/--name``); a new run folder is made only once the inputs are known to be good, and appended
+    to ``made``."""
     data = config.data
     options = {"cache_dir": data.cache_dir, "images": data.images, "bbox_format": data.bbox_format}
     train_source = load_source(data.data, split=data.train_split, split_flag="--train-split", **options)
@@ -135,8 +165,12 @@ def locate_inputs(config: TrainConfig, launch: PartialState,
     report_same_data(train_source, val_source)
     if config.model.weights and not initial_weights_replaced(resume):
         resolve_weights(config.model.weights)  # downloaded now, so that missing weights fail before the folder
-    run_dir = resume.run_dir if resume is not None and resume.run_dir is not None else None
-    return run_dir or resolve_run_dir(config, launch), train_source, val_source
+    if resume is not None and resume.run_dir is not None and resume.run_dir.is_dir():
+        return resume.run_dir, train_source, val_source
+    run_dir, made_now = resolve_run_dir(config, launch)
+    if made_now is not None:
+        made.append(made_now)
+    return run_dir, train_source, val_source
 
 
 def initial_weights_replaced(resume: Resume | None) -> bool:
@@ -146,7 +180,7 @@ def initial_weights_replaced(resume: Resume | None) -> bool:
 
 
 def build_run(config: TrainConfig, plan: RunPlan, run_dir: Path, train_source: DetectionSource,
-              val_source: DetectionSource, resume: Resume | None = None) -> Run:
+              val_source: DetectionSource, resume: Resume | None = None, stop: StopSignal | None = None) -> Run:
     """Model, accelerator, EMA, loss, optimizer, schedule, loaders and validator, prepared for training."""
     set_seed(config.run.seed)
     model_config = config.model
@@ -178,7 +212,7 @@ def build_run(config: TrainConfig, plan: RunPlan, run_dir: Path, train_source: D
         ema.module.to(accelerator.device)
     # DeepSpeed divides the loss by its own fixed accumulation count: no warmup ramp there.
     ramp = plan.warmup_iters if accelerator.distributed_type != DistributedType.DEEPSPEED else -1
-    stop = StopSignal()
+    stop = stop or StopSignal()
     step = TrainStep(
         accelerator=accelerator, model=model, criterion=criterion, optimizer=optimizer, schedule=schedule, ema=ema,
         accumulation=Accumulation(plan.accumulation_steps, ramp), clip_grad=config.optim.clip_grad,
@@ -265,23 +299,32 @@ def fit(run: Run) -> tuple[int, int]:
     accelerator, images_seen = step.accelerator, 0
     run.train_loader.set_epoch(state.epoch, state.batches_in_epoch)
     stream = iter(run.train_loader)  # every remaining epoch: the workers run ahead across epoch boundaries
+    run.stop.enter("training", accelerator.process_index)
     try:
         for epoch in range(state.epoch, config.epochs):
             if state.epoch != epoch or not state.batches_in_epoch:
                 state.start_epoch(epoch)
+            # a checkpoint taken during validation resumes here with every batch done: no batch, then validation
             loader = itertools.islice(stream, run.plan.batches_per_epoch - state.batches_in_epoch)
             result = train_one_epoch(step, loader, state, epoch, config.max_steps)
             images_seen += result.images
             run.train_seconds += result.seconds
             if result.interrupted or (result.reached_max_steps and state.batches_in_epoch < run.plan.batches_per_epoch):
                 return stop_mid_epoch(run, result), images_seen
-            state.start_epoch(epoch + 1)
-            if end_epoch(run, epoch, result) or result.reached_max_steps:
+            try:
+                stop_training, saved = end_epoch(run, epoch, result)
+            except ValidationStopped:
+                checkpoint(run)  # the trained epoch, before its validation
+                accelerator.print(f"stopped by a signal during the validation of epoch {epoch + 1}; the checkpoint "
+                                  "holds the trained epoch; resume with --resume auto (it validates the epoch again)")
+                return step.stop.exit_code, images_seen
+            if stop_training or result.reached_max_steps:
                 break
-            if step.stop.agreed_now():  # a signal during validation or the checkpoint
-                checkpoint(run)
+            if step.stop.agreed_now():  # a signal during the epoch's outputs or its checkpoint
+                if not saved:
+                    checkpoint(run)
                 accelerator.print(f"stopped by a signal after epoch {epoch + 1}; resume with --resume auto")
-                return run.stop.exit_code, images_seen
+                return step.stop.exit_code, images_seen
     except NonFiniteLossError as err:
         return stop_non_finite(run, err), images_seen
     return 0, images_seen
@@ -294,7 +337,7 @@ def stop_mid_epoch(run: Run, result) -> int:
     if result.interrupted:
         step.accelerator.print(f"stopped by a signal at step {run.state.optimizer_steps}; checkpoint saved, resume "
                                "with --resume auto")
-        return run.stop.exit_code
+        return step.stop.exit_code
     step.accelerator.print(f"stopped after --max-steps {config.max_steps}; resume with --resume auto")
     return 0
 
@@ -312,8 +355,10 @@ def stop_non_finite(run: Run, err: NonFiniteLossError) -> int:
     return 1
 
 
-def end_epoch(run: Run, epoch: int, result) -> bool:
-    """Validate when due, record the epoch, checkpoint when due; returns whether training stops here."""
+def end_epoch(run: Run, epoch: int, result) -> tuple[bool, bool]:
+    """Validate when due, record the epoch, checkpoint when due; returns whether training stops here and whether
+    a checkpoint was written. Raises ``ValidationStopped`` (every rank) when a stop request cut the validation
+    short: the state is then still the trained epoch's, with nothing of the epoch recorded."""
     config, state, step = run.config.run, run.state, run.step
     last_epoch = epoch + 1 == config.epochs or result.reached_max_steps
     model = step.ema.module if step.ema is not None else step.model
@@ -323,21 +368,24 @@ def end_epoch(run: Run, epoch: int, result) -> bool:
         # plots); other epochs log the headline metrics; trackers get sample images every validation
         final = last_epoch or run.outputs.may_stop(epoch)
         plots = config.plots and final
+        run.stop.enter("validation", step.accelerator.process_index)
         start = time.perf_counter()
         validation = run.validator.run(model, step.criterion, plots=plots, images=plots or bool(run.outputs.report_to),
-                                       all_stats=final)
+                                       all_stats=final, stop=lambda: run.stop.requested)
         val_seconds = time.perf_counter() - start
         run.val_seconds += val_seconds
         run.score_seconds += validation.score_seconds
         run.val_data_seconds += validation.data_seconds
+    state.start_epoch(epoch + 1)
     start = time.perf_counter()
     outcome = run.outputs.end_epoch(epoch, result, step.schedule.lrs(), validation, model, state.optimizer_steps,
                                     final=last_epoch, val_seconds=val_seconds)
     run.saving_seconds += time.perf_counter() - start
     state.best_fitness, state.best_epoch = outcome.best_fitness, outcome.best_epoch
-    if last_epoch or outcome.stop or checkpoint_due(run, epoch):
+    due = last_epoch or outcome.stop or checkpoint_due(run, epoch)
+    if due:
         checkpoint(run)
-    return outcome.stop
+    return outcome.stop, due
 
 
 def checkpoint_due(run: Run, epoch: int) -> bool:
@@ -356,6 +404,7 @@ def checkpoint_due(run: Run, epoch: int) -> bool:
 def checkpoint(run: Run) -> None:
     """A resumable checkpoint of the run as it stands (every rank), with the resolved config."""
     step, start = run.step, time.perf_counter()
+    run.stop.enter("checkpoint", step.accelerator.process_index)  # a signal now: the write completes first
     save_checkpoint(step.accelerator, run.run_dir, run.state, run.config.run.keep_checkpoints, step.model, step.ema,
                     run.config.to_dict())
     run.last_checkpoint = time.monotonic()
@@ -373,8 +422,10 @@ def process_age() -> float | None:
 
 def finish(run: Run, seconds: float, images_seen: int, push: bool, startup_seconds: float | None = None) -> bool:
     """Summary, plots, trackers closed; ``--push-to-hub`` when ``push`` (a run that ended normally), from the main
-    process. Returns False when the push failed."""
+    process. Returns False when the push failed. A stop request (now or before) skips the plots and the push: the
+    last checkpoint is whole, and a resume draws them."""
     step, config = run.step, run.config
+    run.stop.enter("finish", step.accelerator.process_index)
     if step.profiler is not None:
         step.profiler.close(run.state.optimizer_steps)
     # the epoch-end outputs, timed as saving, drew the final plots too: reported on their own
@@ -382,12 +433,19 @@ def finish(run: Run, seconds: float, images_seen: int, push: bool, startup_secon
                   run.outputs.best_summary(), startup_seconds, run.saving_seconds - run.outputs.plot_seconds,
                   run.outputs.plot_seconds, run.score_seconds, run.val_data_seconds)
     run.validator.close()
+    stopping = step.stop.agreed_now()
     table = run.outputs.class_table(run.validator.evaluator.ground_truth)
     if table and step.accelerator.is_main_process:
         print(table)
-    run.outputs.finish(run.validator.evaluator.ground_truth)
     pushed = True
-    if push and config.run.push_to_hub:
-        pushed = run.outputs.push_to_hub(config.run.push_to_hub, config.data.data, config.to_dict())
+    if stopping:
+        step.accelerator.print("stopped by a signal: the final plots and any --push-to-hub are skipped (the last "
+                               "checkpoint is complete)")
+    else:
+        run.outputs.finish(run.validator.evaluator.ground_truth)
+        if push and config.run.push_to_hub:
+            pushed = run.outputs.push_to_hub(config.run.push_to_hub, config.data.data, config.to_dict())
+    step.stop.agreed_now()  # a signal during the plots: every rank exits with its code
+    step.accelerator.wait_for_everyone()
     step.accelerator.end_training()
     return pushed

@@ -17,6 +17,10 @@ from yolo11.evaluation.coco import CocoEvaluator, gather_predictions
 from yolo11.postprocess import Postprocessor, to_original_pixels
 
 
+class ValidationStopped(Exception):
+    """A stop request cut the validation short (on every process alike); no metrics."""
+
+
 @dataclass
 class EvaluationResult:
     metrics: dict  # COCO stats, per-class AP, precision/recall; identical on every process
@@ -42,6 +46,7 @@ def predict_and_score(
     plot_data: bool = True,
     all_stats: bool = True,
     forward: Callable[[torch.Tensor], list[torch.Tensor]] | None = None,
+    stop: Callable[[], bool] | None = None,
 ) -> EvaluationResult:
     """Run ``model`` in eval mode over ``loader`` (this process's batches on its device: a prepared loader, or
     a pass of the training run's validation stream) and score all processes' predictions, mapped to original
@@ -58,12 +63,24 @@ def predict_and_score(
         all_stats: all 12 COCO stats; False: the headline ones (see ``CocoEvaluator.compute``).
         forward: runs ``model`` on a batch in its mixed precision (training's ``GraphedForward``); default: the
             model under ``accelerator.autocast()``.
+        stop: this process's stop request, read before each batch: the loop ends at once and, when any
+            process asked, every process raises ``ValidationStopped`` (one all-reduce after the loop: processes
+            may hold different batch counts, so none runs per batch).
 
     ``gather_predictions`` drops the samples that ``even_batches`` duplicated on the last batch, so the metrics
     equal a single-process evaluation whatever the number of processes.
     """
     was_training = model.training
     model.eval()
+    try:
+        return _predict_and_score(accelerator, model, loader, postprocessor, evaluator, criterion, channels_last,
+                                  num_samples, batches, plot_data, all_stats, forward, stop)
+    finally:
+        model.train(was_training)
+
+
+def _predict_and_score(accelerator, model, loader, postprocessor, evaluator, criterion, channels_last, num_samples,
+                       batches, plot_data, all_stats, forward, stop) -> EvaluationResult:
     loss_sum = torch.zeros(3, device=accelerator.device)
     batches_run = 0
     per_image: list[tuple[int, torch.Tensor]] = []
@@ -72,6 +89,8 @@ def predict_and_score(
     bar = tqdm(loader, desc="validation", unit="batch", file=sys.stdout, leave=False, dynamic_ncols=True,
                total=batches, disable=not (accelerator.is_main_process and sys.stdout.isatty()))
     for batch in bar:
+        if stop is not None and stop():
+            break
         images = model_input(batch["images"], channels_last)
         if forward is not None:
             feats = forward(images)
@@ -90,6 +109,9 @@ def predict_and_score(
         per_image.extend((int(i), det.clone()) for i, det in zip(batch["image_ids"], on_host, strict=True))
         if len(samples) < num_samples:
             samples.extend(_samples(batch, detections, num_samples - len(samples)))
+    bar.close()
+    if stop is not None and _anyone(accelerator, stop()):
+        raise ValidationStopped("validation stopped by a signal")
     predictions = gather_predictions(accelerator, per_image)
     started = time.perf_counter()
     metrics = evaluator.compute(predictions, accelerator, plot_data=plot_data, all_stats=all_stats)
@@ -98,8 +120,13 @@ def predict_and_score(
     if criterion is not None:  # the mean over all processes' batches, whatever each one's count
         totals = accelerator.reduce(torch.cat([loss_sum, loss_sum.new_tensor([batches_run])]), reduction="sum")
         losses = totals[:3] / totals[3].clamp(min=1)
-    model.train(was_training)
     return EvaluationResult(metrics, predictions, losses, samples, score_seconds)
+
+
+def _anyone(accelerator: Accelerator, flag: bool) -> bool:
+    if accelerator.num_processes == 1:
+        return flag
+    return bool(accelerator.reduce(torch.tensor([float(flag)], device=accelerator.device), reduction="sum").item())
 
 
 def _samples(batch: dict, detections: list[torch.Tensor], limit: int) -> list[dict]:

@@ -14,6 +14,7 @@ import hashlib
 import json
 import os
 import shutil
+import signal
 import tempfile
 from collections import Counter
 from collections.abc import Sequence
@@ -95,9 +96,14 @@ def _convert_and_save(cache_root: Path, folder: Path, convert) -> None:
     del rows  # the Arrow table holds the same data: do not keep both at COCO scale
     cache_root.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=cache_root))
-    # an empty dataset would be saved as no shard at all, which load_from_disk cannot read back
-    dataset.save_to_disk(os.fspath(tmp / "data"), num_shards=None if len(dataset) else 1)
-    (tmp / "yolo11_source.json").write_text(json.dumps({"class_names": class_names, "summary": summary.to_dict()}))
+    try:
+        # an empty dataset would be saved as no shard at all, which load_from_disk cannot read back
+        dataset.save_to_disk(os.fspath(tmp / "data"), num_shards=None if len(dataset) else 1)
+        (tmp / "yolo11_source.json").write_text(json.dumps({"class_names": class_names,
+                                                            "summary": summary.to_dict()}))
+    except BaseException:  # an error or a stop request (Ctrl-C): no half-written folder left in the cache
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     try:
         tmp.rename(folder)
     except OSError:  # another machine sharing this folder finished the same conversion first: use theirs
@@ -126,16 +132,19 @@ def _cached(cache_root: Path, name: str, fingerprint: str, convert) -> tuple[dat
                 error_file.unlink(missing_ok=True)
                 try:
                     _convert_and_save(cache_root, folder, convert)
-                except Exception as err:
+                except BaseException as err:  # a stop request too: the waiting processes stop with it
                     if state is not None:
                         cache_root.mkdir(parents=True, exist_ok=True)
-                        error_file.write_text(json.dumps({"type": type(err).__name__, "message": str(err)}))
+                        error_file.write_text(json.dumps({"type": type(err).__name__, "message": str(err),
+                                                          "signum": getattr(err, "signum", None)}))
                     raise
     finally:
         if state is not None and converter:
             state.wait_for_everyone()
     if not meta_file.is_file():  # only a waiting process gets here: the local main process failed
         error = json.loads(error_file.read_text()) if error_file.is_file() else {"type": "", "message": "no reason"}
+        if error.get("signum") is not None:  # the converting process was stopped by a signal: so is this one
+            signal.raise_signal(error["signum"])
         message = f"{name}: the local main process could not convert this source: {error['message']}"
         raise DataSourceError(message) if error["type"] == "DataSourceError" else RuntimeError(message)
     meta = json.loads(meta_file.read_text())
