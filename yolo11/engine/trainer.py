@@ -101,6 +101,9 @@ def train(config: TrainConfig, typed: frozenset[str] | None = None) -> int:
         return _train(config, typed, launch, stop)
     finally:
         stop.uninstall()
+        if stop.requested:  # leaving: a launcher's forwarded signal now ends the exit quietly, not in a traceback
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                signal.signal(signum, signal.SIG_DFL)
 
 
 def _train(config: TrainConfig, typed: frozenset[str] | None, launch: PartialState, stop: StopSignal) -> int:

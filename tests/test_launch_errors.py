@@ -1,0 +1,124 @@
+"""What a user sees when a launched run fails to start: one error line and the trainer's exit code through
+``yolo11-launch`` (``accelerate launch -q``: the line, exit 1), no run folder left, and a CPU config asked for more
+processes than it can start refused."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from engine_helpers import ACCELERATE, CONFIGS, ROOT, TINY_FLAGS, describe
+
+FLAGS = [*TINY_FLAGS, "--batch-size", "4", "--epochs", "1"]
+
+
+def job(args: list[str], *, config: str = "cpu.yaml", wrapper: bool = True, launch_args: tuple[str, ...] = (),
+        env: dict | None = None, cpu_ddp: bool = False) -> subprocess.CompletedProcess:
+    environment = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1", **(env or {})}
+    environment.pop("ACCELERATE_USE_CPU", None)
+    if cpu_ddp:
+        environment["ACCELERATE_USE_CPU"] = "1"
+    launcher = [sys.executable, "-m", "yolo11.launch"] if wrapper else [ACCELERATE, "launch"]
+    command = [*launcher, "--config_file", str(CONFIGS / config), *launch_args, str(ROOT / "train_accelerate.py"),
+               *args]
+    return subprocess.run(command, capture_output=True, text=True, env=environment, cwd=ROOT, timeout=300)
+
+
+def one_error_line(result: subprocess.CompletedProcess, text: str) -> None:
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and text in errors[0], describe(result)
+    assert "Traceback" not in result.stderr and "CalledProcessError" not in result.stderr, describe(result)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("processes", [1, 2])
+def test_a_user_error_is_one_line_and_exit_2_through_yolo11_launch(tmp_path, processes):
+    config = "cpu_2proc.yaml" if processes == 2 else "cpu.yaml"
+    result = job([*FLAGS, "--data", str(tmp_path / "nowhere.yaml"), "--output-dir", str(tmp_path / "out")],
+                 config=config, cpu_ddp=processes == 2)
+    assert result.returncode == 2, describe(result)
+    one_error_line(result, "nowhere.yaml")
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow
+def test_accelerate_launch_quiet_shows_the_line_without_the_launcher_traceback(tmp_path):
+    result = job([*FLAGS, "--data", str(tmp_path / "nowhere.yaml")], wrapper=False, launch_args=("-q",))
+    assert result.returncode == 1, describe(result)  # accelerate maps every failure to 1
+    one_error_line(result, "nowhere.yaml")
+
+
+@pytest.mark.slow
+def test_two_processes_from_the_cpu_config_are_refused(tmp_path):
+    """``--num_processes 2`` with ``cpu.yaml`` starts one process (no mpirun): refused instead of training alone."""
+    result = job([*FLAGS, "--output-dir", str(tmp_path / "out")], launch_args=("--num_processes", "2"))
+    assert result.returncode == 2, describe(result)
+    one_error_line(result, "cpu_2proc.yaml")
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow
+def test_cpu_2proc_config_runs_two_processes(tmp_path):
+    result = job([*FLAGS, "--batch-size", "8", "--max-steps", "1", "--output-dir", str(tmp_path)],
+                 config="cpu_2proc.yaml", cpu_ddp=True)
+    assert result.returncode == 0 and "2 process(es) x batch 4" in result.stdout, describe(result)
+
+
+@pytest.mark.slow
+def test_a_failed_start_after_the_run_folder_leaves_none_and_says_it_once(tmp_path):
+    """An offline ``--pretrained`` timm backbone fails after the run folder was made: the folder goes again."""
+    result = job([*FLAGS, "--backbone", "resnet18", "--pretrained", "--output-dir", str(tmp_path / "out")],
+                 env={"HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")})
+    assert result.returncode == 2, describe(result)
+    one_error_line(result, "resnet18")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_conversion_stopped_while_saving_leaves_no_folder_in_the_cache(tmp_path, monkeypatch):
+    import datasets
+
+    from yolo11.data import sources
+
+    def interrupted(self, path, **kwargs):
+        Path(path).mkdir(parents=True)
+        (Path(path) / "half.arrow").write_bytes(b"half")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(datasets.Dataset, "save_to_disk", interrupted)
+    rows = [{"image_id": 1, "image": {"bytes": b"", "path": "a.jpg"}, "width": 8, "height": 8,
+             "objects": {"id": [], "area": [], "bbox": [], "category": []}}]
+    summary = type("Summary", (), {"to_dict": lambda self: {}})()
+    with pytest.raises(KeyboardInterrupt):
+        sources._convert_and_save(tmp_path, tmp_path / "synthetic-train-abc", lambda: (rows, ["a"], summary))
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_waiting_process_stops_with_the_converting_one(tmp_path, monkeypatch):
+    """The converting process was stopped by SIGTERM: the waiting one gets the same signal, not an error."""
+    from yolo11.data import sources
+
+    class Waiting:
+        is_local_main_process = False
+
+        def wait_for_everyone(self) -> None:
+            (tmp_path / ".synthetic-train-abc.error").write_text(json.dumps(
+                {"type": "StopRequested", "message": "SIGTERM", "signum": int(signal.SIGTERM)}))
+
+    class Stopped(BaseException):
+        pass
+
+    def handler(signum, frame):
+        raise Stopped(signum)
+
+    monkeypatch.setattr(sources, "_launch_state", lambda: Waiting())
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        with pytest.raises(Stopped):
+            sources._cached(tmp_path, "synthetic-train", "abc", lambda: pytest.fail("a waiting process converted"))
+    finally:
+        signal.signal(signal.SIGTERM, previous)
