@@ -80,11 +80,14 @@ def test_a_stop_in_each_phase_exits_with_the_signal_and_resumes_bitwise(tmp_path
     cache, run = tmp_path / "cache", tmp_path / "run"
     common = [*FLAGS, "--output-dir", str(tmp_path), "--name", "run"]
 
-    # start-up and dataset conversion: out at once, no run folder, no cache (whole or half)
+    # start-up and dataset conversion: out at once, no run folder, no half-written cache (a rank that had not seen
+    # the signal yet may have finished converting: a whole cache is kept)
     for phase in ("startup", "conversion"):
         stopped = run_job(common, processes, f"{phase}:{signame}:{where}", cache=cache)
         assert stopped.returncode == code, describe(stopped)
-        assert not run.exists() and not (cache.exists() and any(cache.iterdir())), phase
+        assert not run.exists(), phase
+        for folder in cache.iterdir() if cache.exists() else ():  # (a stopped conversion's note is a file)
+            assert folder.is_file() or (folder / "yolo11_source.json").is_file(), f"{phase}: half a cache {folder}"
         assert "Traceback" not in stopped.stderr, describe(stopped)
 
     # training: every rank stops after the same step, inside the first epoch

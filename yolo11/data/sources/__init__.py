@@ -125,7 +125,12 @@ def _cached(cache_root: Path, name: str, fingerprint: str, convert) -> tuple[dat
     state = _launch_state()
     converter = state is None or state.is_local_main_process
     if state is not None and not converter:
-        state.wait_for_everyone()
+        try:
+            state.wait_for_everyone()
+        except RuntimeError:  # the converting process is gone: stopped by a signal (then so is this one) or failed
+            _stop_as_recorded(error_file)
+            raise
+    stopped = False
     try:
         with _quiet_datasets():
             if converter and not meta_file.is_file():
@@ -133,6 +138,7 @@ def _cached(cache_root: Path, name: str, fingerprint: str, convert) -> tuple[dat
                 try:
                     _convert_and_save(cache_root, folder, convert)
                 except BaseException as err:  # a stop request too: the waiting processes stop with it
+                    stopped = not isinstance(err, Exception)
                     if state is not None:
                         cache_root.mkdir(parents=True, exist_ok=True)
                         error_file.write_text(json.dumps({"type": type(err).__name__, "message": str(err),
@@ -140,17 +146,26 @@ def _cached(cache_root: Path, name: str, fingerprint: str, convert) -> tuple[dat
                     raise
     finally:
         if state is not None and converter:
-            state.wait_for_everyone()
+            # stopped: the others may be gone already (stopped too), and the barrier then fails; the stop goes on
+            with contextlib.suppress(RuntimeError) if stopped else contextlib.nullcontext():
+                state.wait_for_everyone()
     if not meta_file.is_file():  # only a waiting process gets here: the local main process failed
+        _stop_as_recorded(error_file)
         error = json.loads(error_file.read_text()) if error_file.is_file() else {"type": "", "message": "no reason"}
-        if error.get("signum") is not None:  # the converting process was stopped by a signal: so is this one
-            signal.raise_signal(error["signum"])
         message = f"{name}: the local main process could not convert this source: {error['message']}"
         raise DataSourceError(message) if error["type"] == "DataSourceError" else RuntimeError(message)
     meta = json.loads(meta_file.read_text())
     with _quiet_datasets():
         dataset = datasets.load_from_disk(os.fspath(folder / "data"))
     return dataset, meta["class_names"], meta["summary"]
+
+
+def _stop_as_recorded(error_file: Path) -> None:
+    """When the converting process recorded a stop signal, this process gets the same signal (its handler, the
+    trainer's, stops it as it stopped the converter)."""
+    error = json.loads(error_file.read_text()) if error_file.is_file() else {}
+    if error.get("signum") is not None:
+        signal.raise_signal(error["signum"])
 
 
 def _looks_like_path(spec: str) -> bool:
