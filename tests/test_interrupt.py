@@ -141,7 +141,8 @@ def test_crafted_checkpoint_folder_is_refused_by_the_trainer(tmp_path):
     payload = f"cos\nsystem\n(S'touch {marker}'\ntR.".encode()  # a protocol-0 pickle calling os.system
     (latest / "custom_checkpoint_0.pkl").write_bytes(payload)
     result = launch([*common, "--resume", str(latest)])
-    # accelerate launch reports the trainer's exit 2 as its own failure (exit 1, with its own traceback)
+    # accelerate launch reports the trainer's exit 2 as its own failure (exit 1, with its own traceback;
+    # yolo11-launch passes the 2 on: tests/test_launch_errors.py)
     assert result.returncode != 0 and "error:" in result.stderr and "custom_checkpoint_0.pkl" in result.stderr
     assert 'train.py", line' not in result.stderr and not marker.exists()
 
@@ -178,7 +179,8 @@ def test_saving_an_iteration_again_never_deletes_before_latest_moves(tmp_path, m
 
 def test_a_second_signal_after_the_grace_window_ends_the_process_at_once():
     script = ("import os, signal, time\nfrom yolo11.engine.interrupt import GRACE_SECONDS, StopSignal\n"
-              "stop = StopSignal().install()\nos.kill(os.getpid(), signal.SIGINT)\n"
+              "stop = StopSignal().install()\nstop.defer()  # training has started\n"
+              "os.kill(os.getpid(), signal.SIGINT)\n"
               "assert stop.requested and stop.exit_code == 130\n"
               "os.kill(os.getpid(), signal.SIGTERM)  # a launcher passing the request on: the same request\n"
               "os.kill(os.getpid(), signal.SIGINT)\nassert stop.exit_code == 130\nprint('survived', flush=True)\n"
@@ -187,6 +189,16 @@ def test_a_second_signal_after_the_grace_window_ends_the_process_at_once():
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert "survived" in result.stdout and "not reached" not in result.stdout
     assert result.returncode == -signal.SIGINT
+
+
+def test_before_training_a_signal_ends_the_start_at_once():
+    """Start-up (and dataset conversion): the first signal raises StopRequested where the code is, so the trainer
+    exits without waiting for the start to finish."""
+    script = ("import os, signal, time\nfrom yolo11.engine.interrupt import StopRequested, StopSignal\n"
+              "stop = StopSignal().install()\ntry:\n    os.kill(os.getpid(), signal.SIGTERM)\n    time.sleep(5)\n"
+              "    print('not reached')\nexcept StopRequested as stopped:\n    print('stopped', stopped.signum)\n")
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert f"stopped {int(signal.SIGTERM)}" in result.stdout and "not reached" not in result.stdout, result.stderr
 
 
 @pytest.mark.slow
