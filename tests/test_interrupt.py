@@ -195,7 +195,8 @@ def test_before_training_a_signal_ends_the_start_at_once():
     """Start-up (and dataset conversion): the first signal raises StopRequested where the code is, so the trainer
     exits without waiting for the start to finish."""
     script = ("import os, signal, time\nfrom yolo11.engine.interrupt import StopRequested, StopSignal\n"
-              "stop = StopSignal().install()\ntry:\n    os.kill(os.getpid(), signal.SIGTERM)\n    time.sleep(5)\n"
+              "stop = StopSignal(raise_first=True).install()\n"
+              "try:\n    os.kill(os.getpid(), signal.SIGTERM)\n    time.sleep(5)\n"
               "    print('not reached')\nexcept StopRequested as stopped:\n    print('stopped', stopped.signum)\n")
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert f"stopped {int(signal.SIGTERM)}" in result.stdout and "not reached" not in result.stdout, result.stderr

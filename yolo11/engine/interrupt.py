@@ -49,14 +49,15 @@ class StopRequested(BaseException):
 
 
 class StopSignal:
-    """Catches SIGINT and SIGTERM while installed (main thread only). Until ``defer()``, the first signal raises
-    ``StopRequested``; after it, the first signal only sets a flag that the run checks at safe points."""
+    """Catches SIGINT and SIGTERM while installed (main thread only). The first signal sets a flag that the run
+    checks at safe points; with ``raise_first`` it raises ``StopRequested`` instead until ``defer()`` (the
+    trainer's start-up, where there is nothing to save and no reason to wait)."""
 
-    def __init__(self):
+    def __init__(self, raise_first: bool = False):
         self.signum: int | None = None
         self._first_at = 0.0
         self._previous: dict[int, object] = {}
-        self._deferred = False
+        self._deferred = not raise_first
 
     def install(self) -> StopSignal:
         for signum in SIGNALS:

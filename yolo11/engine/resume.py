@@ -15,12 +15,12 @@ Every flag the user did not type is read from the checkpoint's saved config; onl
 from __future__ import annotations
 
 import dataclasses
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 from yolo11.engine.checkpoint import CONFIG_FILE, checkpoint_root, resolve_resume
 from yolo11.engine.config import TrainConfig
+from yolo11.gate import read_json
 
 RUN_CONFIG = "config.yaml"  # written by the trainer into every run folder at start
 # Where a run lives, how this resume is asked for, and where this invocation stops (a smoke run's --max-steps would
@@ -66,10 +66,7 @@ def saved_config(checkpoint: Path) -> dict | None:
     path = checkpoint / CONFIG_FILE
     if not path.is_file():
         return None
-    try:
-        values = json.loads(path.read_text())
-    except (OSError, ValueError) as err:
-        raise ValueError(f"--resume: {path}: unreadable config ({err})") from None
+    values = read_json(path)  # the loading gate: one line naming the file for anything it refuses
     if not isinstance(values, dict) or not all(isinstance(v, dict) for v in values.values()):
         raise ValueError(f"--resume: {path}: expected a mapping of config sections")
     return values

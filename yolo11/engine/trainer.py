@@ -96,7 +96,7 @@ def train(config: TrainConfig, typed: frozenset[str] | None = None) -> int:
     (``parse_command_line``); a resume reads the others from the checkpoint (None: every flag counts as set)."""
     # As AcceleratorState would: the process group is created here, once, for the Accelerator built later.
     launch = PartialState(cpu=parse_flag_from_env("ACCELERATE_USE_CPU"))
-    stop = StopSignal().install()  # until training starts, a signal ends the start-up at once
+    stop = StopSignal(raise_first=True).install()  # until training starts, a signal ends the start-up at once
     try:
         return _train(config, typed, launch, stop)
     finally:
