@@ -155,8 +155,8 @@ def remove_unused(made: list[Path], launch: PartialState) -> None:
             shutil.rmtree(folder, ignore_errors=True)
 
 
-def locate_inputs(config: TrainConfig, launch: PartialState, resume: Resume | None,
-                  made: list[Path]) -> tuple[Path, DetectionSource, DetectionSource]:
+def locate_inputs(config: TrainConfig, launch: PartialState, resume: Resume | None = None,
+                  made: list[Path] | None = None) -> tuple[Path, DetectionSource, DetectionSource]:
     """The train and val sources and the run folder (the run that owns the ``--resume`` checkpoint, else
     ``--output-dir/--name``); a new run folder is made only once the inputs are known to be good, and appended
     to ``made``."""
@@ -171,7 +171,7 @@ def locate_inputs(config: TrainConfig, launch: PartialState, resume: Resume | No
     if resume is not None and resume.run_dir is not None and resume.run_dir.is_dir():
         return resume.run_dir, train_source, val_source
     run_dir, made_now = resolve_run_dir(config, launch)
-    if made_now is not None:
+    if made_now is not None and made is not None:
         made.append(made_now)
     return run_dir, train_source, val_source
 
