@@ -4,6 +4,7 @@ import pytest
 import yaml
 
 from yolo11.engine.config import TrainConfig, parse_config, save_config
+from yolo11.preflight import SAMPLE_DATA
 
 
 def test_defaults_are_ultralytics_recipe():
@@ -22,7 +23,6 @@ def test_flags_types_and_booleans():
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--imgsz", "100"], "multiple of 32"),
     (["--mosaic", "1.5"], "probability"),
     (["--optimizer", "Lion"], "invalid choice"),
     (["--epochs", "0"], ">= 1"),
@@ -36,7 +36,7 @@ def test_invalid_flags_exit_with_message(argv, message, capsys):
 
 
 @pytest.mark.parametrize("flag, value", [
-    ("--imgsz", "0"), ("--imgsz", "-32"), ("--imgsz", "100"),
+    ("--imgsz", "0"), ("--imgsz", "-32"),
     ("--lr0", "nan"), ("--lr0", "inf"), ("--lr0", "0"), ("--lr0", "-0.01"),
     ("--lrf", "0"), ("--lrf", "1.5"), ("--lrf", "nan"),
     ("--momentum", "1"), ("--momentum", "-0.1"), ("--momentum", "nan"),
@@ -153,7 +153,9 @@ def test_ultralytics_args_yaml_maps_known_keys_and_lists_the_ignored_ones(tmp_pa
     assert (config.run.batch_size, config.run.output_dir, config.run.name, config.run.epochs) == (8, "runs/ultra",
                                                                                                "exp", 5)
     assert (config.optim.schedule, config.optim.lr0, config.run.val_interval) == ("cosine", 0.02, 0)
-    assert (config.data.imgsz, config.data.data, config.data.cache_images) == (64, "coco8.yaml", True)
+    # coco8.yaml is no file here: it names the copy shipped in yolo11/assets
+    assert (config.data.imgsz, config.data.data, config.data.cache_images) == (64, str(SAMPLE_DATA["coco8.yaml"]),
+                                                                               True)
     assert (config.run.save_period, config.run.channels_last) == (None, True)  # -1 and null: our defaults (auto)
     out = capsys.readouterr().out
     assert "batch -> --batch-size" in out and "model: yolo11s.pt -> --model yolo11s --weights yolo11s.pt" in out
@@ -182,7 +184,8 @@ def test_ultralytics_key_value_arguments_read_as_its_keys(tmp_path, capsys):
     path.write_text("epochs: 7\nimgsz: 96\n")
     config = parse_config(["--config", str(path), "data=coco8.yaml", "model=yolo11s.pt", "epochs=3", "lr0=1e-3",
                            "batch=8", "plots=false", "cos_lr=true", "--imgsz", "128", "--name", "a=b"])
-    assert (config.data.data, config.model.model, config.model.weights) == ("coco8.yaml", "yolo11s", "yolo11s.pt")
+    assert (config.data.data, config.model.model, config.model.weights) == (str(SAMPLE_DATA["coco8.yaml"]), "yolo11s",
+                                                                           "yolo11s.pt")
     assert (config.run.epochs, config.optim.lr0, config.run.batch_size, config.run.plots) == (3, 1e-3, 8, False)
     assert (config.optim.schedule, config.data.imgsz, config.run.name) == ("cosine", 128, "a=b")
     assert "model: yolo11s.pt -> --model yolo11s --weights yolo11s.pt" in capsys.readouterr().out

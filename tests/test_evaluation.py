@@ -257,6 +257,7 @@ def test_training_validation_and_the_val_tool_share_one_runner(tmp_path, monkeyp
     and give the same predictions and metrics; only training's adds the validation losses and samples."""
     from accelerate import Accelerator
 
+    import yolo11.evaluation
     from yolo11 import create_model
     from yolo11.data import load_source
     from yolo11.engine import evaluate
@@ -273,7 +274,7 @@ def test_training_validation_and_the_val_tool_share_one_runner(tmp_path, monkeyp
         return runner.predict_and_score(*args, **kwargs)
 
     monkeypatch.setattr(evaluate, "predict_and_score", spy)
-    monkeypatch.setattr(val, "predict_and_score", spy)
+    monkeypatch.setattr(yolo11.evaluation, "predict_and_score", spy)  # val imports it when it runs
     spec = "synthetic:num_images=4,num_val=6,imgsz=64"
     source = load_source(spec, split="val", cache_dir=tmp_path)
     torch.manual_seed(0)

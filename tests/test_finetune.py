@@ -144,7 +144,8 @@ def test_ultralytics_checkpoint_to_finetuned_hub_model(tmp_path, monkeypatch, ca
     assert [c[0] for c in FakeHfApi.calls] == ["create_repo", "upload_folder"]
     assert sorted(p.name for p in uploaded.iterdir()) == ["README.md", "config.json", "model.safetensors"]
     card = (uploaded / "README.md").read_text()
-    assert "mAP50-95" in card and str(COCO8) in card and "0: person, 1: bicycle" in card
+    assert "mAP50-95" in card and "0: person, 1: bicycle" in card
+    assert f"`{COCO8.name}`" in card and str(COCO8.parent) not in card  # the dataset by name, not the local path
     pretrained = hub.from_pretrained(uploaded).eval()
     assert pretrained.names == coco8_names
     images = torch.rand(2, 3, 64, 64, generator=torch.Generator().manual_seed(0))

@@ -182,8 +182,28 @@ def test_save_pretrained_writes_the_hub_conventions(tmp_path):
 
 
 def test_local_dataset_is_named_but_not_linked(tmp_path):
-    card = (save_pretrained(_model(), tmp_path, dataset="../data/coco8.yaml") / "README.md").read_text()
-    assert "datasets" not in _front_matter(card) and "`../data/coco8.yaml`" in card
+    """A local dataset is shown by its name only (not the training machine's path), in the text, the model-index
+    and the training config; the card has a license and an install line."""
+    train_config = {"data": {"data": "/home/me/secret/coco8.yaml", "images": None}, "run": {"epochs": 3}}
+    card = (save_pretrained(_model(), tmp_path, dataset="/home/me/secret/coco8.yaml", metrics=METRICS,
+                            train_config=train_config) / "README.md").read_text()
+    meta = _front_matter(card)
+    assert "datasets" not in meta and "`coco8.yaml`" in card and "/home/me" not in card
+    assert meta["license"] == "apache-2.0" and "## License" in card and "pip install" in card
+
+
+def test_weights_files_honour_the_umask(tmp_path):
+    """safetensors writes 0600 through its temporary file; ours are 0666 less the umask, as any file."""
+    import os
+
+    old = os.umask(0o022)
+    try:
+        weights = save_weights(_model(), tmp_path / "w.safetensors")
+        folder = save_pretrained(_model(), tmp_path / "m")
+    finally:
+        os.umask(old)
+    assert oct(weights.stat().st_mode & 0o777) == oct(0o644)
+    assert oct((folder / "model.safetensors").stat().st_mode & 0o777) == oct(0o644)
 
 
 class FakeHfApi:
@@ -253,3 +273,30 @@ def test_val_says_which_class_count_is_whose(tmp_path, capsys):
     assert capsys.readouterr().err.strip() == (
         f"error: {weights} predicts 3 classes (cat, dog, bird); --data {data} has 6 classes (circle, square, "
         "triangle, cross, ...)")
+
+
+def test_failed_push_keeps_the_finished_run_exit_0(tmp_path, monkeypatch, capsys):
+    """--push-to-hub offline: a warning with the command that uploads later, exit 0, the hub folder kept; the
+    run's weights and checkpoint files honour the umask (0644 here)."""
+    import os
+
+    from yolo11 import train
+
+    def offline(*args, **kwargs):
+        raise OSError("the Hub cannot be reached")
+
+    monkeypatch.setattr(hub, "push_to_hub", offline)
+    old = os.umask(0o022)
+    try:
+        assert train.main(["--data", "synthetic:num_images=8,num_val=4,imgsz=64", "--imgsz", "64", "--epochs", "1",
+                           "--batch-size", "4", "--workers", "0", "--plots", "false", "--val-images", "0",
+                           "--cache-dir", str(tmp_path / "cache"), "--output-dir", str(tmp_path), "--name", "p",
+                           "--push-to-hub", "me/yolo11n-offline"]) == 0
+    finally:
+        os.umask(old)
+    err = capsys.readouterr().err
+    assert "warning: --push-to-hub me/yolo11n-offline failed" in err and "hf upload me/yolo11n-offline" in err
+    run = tmp_path / "p"
+    assert (run / "hub" / "model.safetensors").is_file()
+    files = [run / "weights" / "last.safetensors", *sorted((run / "checkpoints").glob("checkpoint-*/*.safetensors"))]
+    assert len(files) >= 2 and {oct(f.stat().st_mode & 0o777) for f in files} == {oct(0o644)}, files

@@ -36,9 +36,10 @@ def test_progress_line_restarts_its_window_in_each_epoch(capsys):
     progress.batch(TrainState(optimizer_steps=10), report(2, 5, images=32, seconds=2.0, data_seconds=0.5))
     lines = epoch_lines(capsys.readouterr().out)
     assert len(lines) == 2
-    assert lines[0].startswith("epoch 2/3 batch 5/8 step 5 | box 1.0000 cls 2.0000 dfl 3.0000 |")
-    assert "| 4.0 img/s | data 25% |" in lines[0]
-    assert "| 16.0 img/s | data 25% |" in lines[1]  # 32 images in 2 s, 0.5 s of them waiting
+    assert lines[0].startswith("epoch 2/3 batch 5/8 step 5 | box 1.000 cls 2.000 dfl 3.000 |")
+    assert "| 4.0 img/s data 25% |" in lines[0]
+    assert "| 16.0 img/s data 25% |" in lines[1]  # 32 images in 2 s, 0.5 s of them waiting
+    assert "| RSS " in lines[0] and "| RSS 0.0G" not in lines[0]  # the process's peak memory on the CPU
 
 
 def test_lines_every_interval_batches_and_at_each_epochs_end(capsys):
@@ -58,7 +59,7 @@ def test_a_terminal_gets_a_bar_instead_of_lines(capsys):
         progress.batch(TrainState(), report(0, batch, 4 * batch, batch, 0.0, last=batch == 3))
     progress.end_epoch()
     out = capsys.readouterr().out
-    assert not any(" batch " in line and "step" in line for line in out.splitlines())
+    assert not any(" step " in line and "img/s data" in line for line in out.splitlines())
     final = out.split("\r")[-1]
     assert final.startswith("epoch 1/2 100%|") and "3/3" in final
     assert "box 1.0000 cls 2.0000 dfl 3.0000" in final and "img/s" in final and "data 0%" in final
@@ -73,3 +74,21 @@ def test_summary_gives_training_throughput_apart_from_validation(capsys):
     assert ("time: start-up 6.0 s, training 40.0 s, validation 25.0 s (data 2.5 s, scoring 10.0 s), saving 3.0 s, "
             "plots 1.5 s, other 0.5 s") in out
     assert "best: epoch 3, fitness 0.5000" in out
+
+
+def test_log_lines_fit_120_columns(capsys):
+    """The widest line we promise (9999 batches an epoch, 99,999 steps, losses below 10, 10,000 img/s, an ETA of
+    hours) and the epoch summary."""
+    from yolo11.engine.run_outputs import RunOutputs
+
+    progress = Progress(Accelerator(cpu=True), interval=1, epochs=300, batches_per_epoch=9999, bars=False)
+    big = BatchReport(299, 9999, torch.tensor([9.3456, 9.5678, 9.789]), 1, [0.00123456], 99999, 10.0, 1.0, True)
+    progress.batch(TrainState(optimizer_steps=99999), big)
+    row = {"epoch": 300, "time": 36000.0, **{f"{split}/{name}_loss": 12.3456 for split in ("train", "val")
+                                             for name in ("box", "cls", "dfl")},
+           **{f"metrics/{key}(B)": 0.5 for key in ("mAP50-95", "mAP50", "precision", "recall")}}
+    outputs = RunOutputs.__new__(RunOutputs)  # only epoch_line's attribute
+    outputs.epochs = 300
+    lines = capsys.readouterr().out.splitlines() + outputs.epoch_line(row, 36000.0, val_seconds=3600.0).splitlines()
+    assert len(lines) == 3
+    assert max(map(len, lines)) <= 120, "\n".join(f"{len(line)} {line}" for line in lines)

@@ -44,10 +44,12 @@ def test_export_onnx_matches_pytorch_with_dynamic_batch(tmp_path):
         assert np.abs(got[:, :4] - expected[:, :4]).max() <= 1e-4 * 64  # boxes, pixels: relative to the image
 
 
-def test_export_rejects_bad_sizes(tmp_path, capsys):
+def test_export_rounds_sizes_up_as_ultralytics(tmp_path, capsys):
     weights = save_weights(create_model("yolo11n", num_classes=2), tmp_path / "w.safetensors")
-    assert export.main([str(weights), "--imgsz", "100"]) == 2
-    assert "multiple of 32" in capsys.readouterr().err
+    assert export.main([str(weights), "--imgsz", "40", "--output", str(tmp_path / "w.onnx")]) == 0
+    captured = capsys.readouterr()
+    assert "--imgsz 40 must be a multiple of the largest stride 32, updating to 64" in captured.err
+    assert "images (1, 3, 64, 64)" in captured.out
 
 
 @needs_data
@@ -69,7 +71,8 @@ def test_predict_cli_outputs_match_ultralytics_detections(tmp_path):
     files = [DATA / "coco128" / "images" / "train2017" / f"{stem}.jpg" for stem in meta["images_for_outputs"]]
     out = tmp_path / "predict"
     # the reference outputs are of 640 x 640 inputs
-    assert predict.main([str(CHECKPOINT), *map(str, files), "--output", str(out), "--save-txt", "--no-rect"]) == 0
+    assert predict.main([str(CHECKPOINT), *map(str, files), "--output", str(out), "--save-txt", "--save-conf",
+                         "--no-rect"]) == 0
     records = json.loads((out / "predictions.json").read_text())
     assert [Path(r["file"]).stem for r in records] == meta["images_for_outputs"]
     for i, (record, path) in enumerate(zip(records, files, strict=True)):

@@ -17,6 +17,10 @@ _MODULE_OF = {"SCALES": "yolo11.models", "YOLO11Detector": "yolo11.models", "cre
               "Detector": "yolo11.predictor", "Detections": "yolo11.predictor"}
 
 
+def __dir__() -> list[str]:  # the public API, lazy exports included, for dir(yolo11) and completion
+    return sorted({*__all__, *(name for name in globals() if name.startswith("__"))})
+
+
 def __getattr__(name: str) -> Any:
     if name in _MODULE_OF:
         return getattr(importlib.import_module(_MODULE_OF[name]), name)

@@ -36,6 +36,8 @@ ImageInput = str | Path | np.ndarray | Any
 
 def read_rgb(path: str | Path) -> np.ndarray:
     """(H, W, 3) uint8 RGB of an image file (OpenCV applies its EXIF orientation)."""
+    if not Path(path).is_file():  # cv2.imread returns None alike for a missing and a corrupt file
+        raise FileNotFoundError(f"no such file: {path}")
     image = cv2.imread(str(path), cv2.IMREAD_COLOR)
     if image is None:
         raise ValueError(f"cannot read image {path}")
@@ -169,6 +171,39 @@ class Detections:
         # draw_detections indexes the names by class id: the class map's list, not the per-box names
         class_list = [self.names.get(k, str(k)) for k in range(max(self.names, default=-1) + 1)]
         return draw_detections(image, self.boxes, self.class_ids, class_list, scores=self.scores)
+
+    # Ultralytics' Results.boxes views: normalised by the image size (xyxyn, xywhn) and centre-size pixels (xywh).
+    @property
+    def xyxyn(self) -> np.ndarray:
+        """``(N, 4)`` float32 ``x1, y1, x2, y2`` divided by the image's width and height."""
+        height, width = self.image_size
+        return (self.boxes / np.array([width, height, width, height], np.float32)).astype(np.float32)
+
+    @property
+    def xywh(self) -> np.ndarray:
+        """``(N, 4)`` float32 centre ``x, y``, width and height in the image's pixels."""
+        x1, y1, x2, y2 = self.boxes.T
+        return np.stack([(x1 + x2) / 2, (y1 + y2) / 2, x2 - x1, y2 - y1], axis=1).astype(np.float32).reshape(-1, 4)
+
+    @property
+    def xywhn(self) -> np.ndarray:
+        """``xywh`` divided by the image's width and height."""
+        height, width = self.image_size
+        return (self.xywh / np.array([width, height, width, height], np.float32)).astype(np.float32)
+
+    def save(self, path: str | Path) -> Path:
+        """Write ``plot()`` to ``path`` (any format OpenCV writes, by its suffix); returns the path."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if not cv2.imwrite(str(path), cv2.cvtColor(self.plot(), cv2.COLOR_RGB2BGR)):
+            raise OSError(f"cannot write {path} (an image suffix OpenCV knows: .jpg, .png ...)")
+        return path
+
+    def show(self) -> None:
+        """Open ``plot()`` in the system's image viewer (PIL's ``Image.show``, as Ultralytics' ``Results.show``)."""
+        from PIL import Image
+
+        Image.fromarray(self.plot()).show()
 
 
 def default_device() -> str:

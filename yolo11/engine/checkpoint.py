@@ -33,7 +33,7 @@ from torch import nn
 from yolo11.engine.ema import ModelEMA
 from yolo11.engine.resume_check import CheckpointError, apply_rng_state, check_checkpoint
 from yolo11.gate import read_json
-from yolo11.weights.safetensors_io import host_copies, non_finite_flag
+from yolo11.weights.safetensors_io import honour_umask, host_copies, non_finite_flag
 
 STATE_FILE, EMA_FILE, CONFIG_FILE = "train_state.json", "ema.safetensors", "config.json"
 _CHECKPOINT_NAME = re.compile(r"checkpoint-\d+(\.\d+)?")  # what save_checkpoint names a checkpoint
@@ -103,6 +103,7 @@ def save_checkpoint(accelerator: Accelerator, run_dir: Path, state: TrainState, 
     accelerator.save_state(str(tmp))
     if accelerator.is_main_process:
         _write_own_state(tmp, state, ema)
+        honour_umask(*(path for path in tmp.iterdir() if path.is_file()))  # safetensors leaves them 0600
         if config is not None:  # the resolved config the state was trained with
             (tmp / CONFIG_FILE).write_text(json.dumps(config, indent=1) + "\n")
     accelerator.wait_for_everyone()

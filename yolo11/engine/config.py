@@ -25,8 +25,9 @@ from typing import Any
 import yaml
 
 from yolo11.data.augment_params import AugmentParams
-from yolo11.engine.ultralytics_args import FLAG_ALIASES, read_ultralytics_keys
+from yolo11.engine.ultralytics_args import FLAG_ALIASES, ArgumentParser, read_ultralytics_keys
 from yolo11.gate import read_yaml
+from yolo11.preflight import MAX_STRIDE, check_report_to, check_weights, resolve_data, round_imgsz
 
 _AUGMENT = AugmentParams()  # the augmentation defaults (Ultralytics' values) live with the transforms
 _HUB_REPO = re.compile(r"[\w.-]+/[\w.-]+")
@@ -156,8 +157,6 @@ class DataConfig(_SelfValidating):
     close_mosaic: int = _opt(10, "train the last N epochs without mosaic and mixup")
 
     def _check(self) -> None:
-        from yolo11.geometry import MAX_STRIDE  # here, not above: geometry loads torch, and --help must not
-
         if self.imgsz < MAX_STRIDE or self.imgsz % MAX_STRIDE:
             raise ValueError(f"--imgsz must be a positive multiple of {MAX_STRIDE} (the largest stride), "
                              f"got {self.imgsz}")
@@ -330,8 +329,8 @@ def _aliases(name: str) -> tuple[str, ...]:
 
 def build_parser(description: str | None = None) -> argparse.ArgumentParser:
     # allow_abbrev=False: a typo such as --epoch must not silently set --epochs
-    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-                                     allow_abbrev=False)
+    parser = ArgumentParser(description=description, formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+                            allow_abbrev=False)
     parser.add_argument("--config", type=Path, default=None,
                         help="YAML file of defaults: flat keys named as the flags, or an Ultralytics cfg / args.yaml")
     for section_name, section in _SECTIONS.items():
@@ -418,9 +417,18 @@ def parse_command_line(argv: list[str] | None = None) -> tuple[TrainConfig, froz
         parser.set_defaults(**defaults)
         notes += kv_notes
         typed |= set(defaults)
-    for note in notes if os.environ.get("RANK", "0") == "0" else ():  # once per job, not per process
-        print(note, flush=True)
     args = vars(parser.parse_args(argv))
+    try:  # before torch loads: a wrong path or name answers at once
+        args["imgsz"], imgsz_note = round_imgsz(args["imgsz"])
+        args["data"], data_note = resolve_data(args["data"])
+        check_report_to(args["report_to"])
+        if args["weights"]:
+            check_weights(args["weights"])
+    except (ValueError, FileNotFoundError) as err:
+        parser.error(str(err))
+    for note in [*notes, imgsz_note, data_note] if os.environ.get("RANK", "0") == "0" else ():  # once per job
+        if note:
+            print(note, flush=True)
     typed |= _typed_flags(argv)
     try:
         config = TrainConfig(**{name: section(**{f.name: args[f.name] for f in dataclasses.fields(section)})

@@ -23,9 +23,15 @@ BAR_REFRESH_SECONDS = 1.0  # a terminal bar reads the losses (a host sync) at mo
 
 
 def peak_memory_gb(device: torch.device) -> float:
+    """CUDA: the device's peak allocated memory; elsewhere the process's peak resident memory (RSS), GiB."""
     if device.type == "cuda":
         return torch.cuda.max_memory_allocated(device) / 2**30
-    return 0.0
+    try:
+        import resource
+    except ImportError:  # Windows
+        return 0.0
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / (2**30 if sys.platform == "darwin" else 2**20)  # bytes on macOS, KiB on Linux
 
 
 def format_duration(seconds: float) -> str:
@@ -97,11 +103,16 @@ class Progress:
                        "epoch": report.epoch})
         self.accelerator.log(values, step=state.optimizer_steps)
         if self.accelerator.is_main_process and not self.bars:
-            loss_text = " ".join(f"{name.split('_')[0]} {value:.4f}" for name, value in zip(LOSS_NAMES, losses))
+            loss_text = " ".join(f"{name.split('_')[0]} {value:#.4g}" for name, value in zip(LOSS_NAMES, losses))
             eta = format_duration(self._eta(report))
+            # under 120 columns up to 9999 batches an epoch, 99,999 steps and losses below 10 (a log line that wraps
+            # is hard to scan): the learning rate goes to the trackers only, as Ultralytics' bar leaves it out;
+            # the memory is the GPU's peak, or on the CPU the process's peak RSS
+            memory_label = "mem" if self.accelerator.device.type == "cuda" else "RSS"
             print(f"epoch {report.epoch + 1}/{self.epochs} batch {report.batch}/{self.batches_per_epoch} "
-                  f"step {state.optimizer_steps} | {loss_text} | lr {report.lrs[0]:.6f} | {throughput:.1f} img/s | "
-                  f"data {data_share:.0%} | mem {memory:.2f} GiB | ETA {eta}", flush=True)
+                  f"step {state.optimizer_steps} | {loss_text} | "
+                  f"{throughput:.{0 if throughput >= 100 else 1}f} img/s data {data_share:.0%} | "
+                  f"{memory_label} {memory:.1f}G ETA {eta}", flush=True)
 
     def end_epoch(self) -> None:
         """Close the epoch's bar (the loop also ends an epoch early: ``--max-steps``, a stop signal)."""

@@ -120,21 +120,19 @@ class RunOutputs:
         return self.patience > 0 and self.best_epoch >= 0 and epoch - self.best_epoch >= self.patience
 
     def epoch_line(self, row: dict, epoch_seconds: float, val_seconds: float = 0.0) -> str:
-        """``epoch 3/100 done in 0:01:02 (validation 0:00:05) | train box .. cls .. dfl .. | val box .. |
-        mAP50-95 .. mAP50 .. P .. R ..``"""
+        """``epoch 3/100 done in 0:01:02 (validation 0:00:05) | mAP50-95 .. mAP50 .. P .. R ..`` and, on a second
+        line, ``  losses box cls dfl: train .. .. .. | val .. .. ..``: each under 120 columns (one line was 165)."""
         def losses(split: str) -> str:
-            return " ".join(f"{name.split('_')[0]} {row[f'{split}/{name}']:.4f}" for name in LOSS_NAMES)
+            return " ".join(f"{row[f'{split}/{name}']:.4f}" for name in LOSS_NAMES)
 
-        took = f"epoch {row['epoch']}/{self.epochs} done in {format_duration(epoch_seconds)}"
-        if "metrics/mAP50-95(B)" in row:
-            took += f" (validation {format_duration(val_seconds)})"
-        parts = [took,
-                 f"train {losses('train')}"]
-        if "metrics/mAP50-95(B)" in row:
-            parts += [f"val {losses('val')}",
-                      f"mAP50-95 {row['metrics/mAP50-95(B)']:.4f} mAP50 {row['metrics/mAP50(B)']:.4f} "
-                      f"P {row['metrics/precision(B)']:.4f} R {row['metrics/recall(B)']:.4f}"]
-        return " | ".join(parts)
+        head = f"epoch {row['epoch']}/{self.epochs} done in {format_duration(epoch_seconds)}"
+        loss_line = f"  losses {' '.join(name.split('_')[0] for name in LOSS_NAMES)}: train {losses('train')}"
+        if "metrics/mAP50-95(B)" not in row:
+            return f"{head}\n{loss_line}"
+        head += (f" (validation {format_duration(val_seconds)}) | mAP50-95 {row['metrics/mAP50-95(B)']:.4f} "
+                 f"mAP50 {row['metrics/mAP50(B)']:.4f} P {row['metrics/precision(B)']:.4f} "
+                 f"R {row['metrics/recall(B)']:.4f}")
+        return f"{head}\n{loss_line} | val {losses('val')}"
 
     def best_summary(self) -> dict | None:
         if self.best_epoch < 0:
@@ -188,8 +186,9 @@ class RunOutputs:
         try:
             url = push_to_hub(folder, repo_id, commit_message=f"Upload {weights.name} of {self.run_dir.name}")
         except Exception as err:  # offline, no token, no permission: the folder stays for a later upload
-            print(f"error: --push-to-hub {repo_id} failed ({type(err).__name__}: {err}); the model folder is "
-                  f"{folder}; upload it later with: hf upload {repo_id} {folder} .", file=sys.stderr)
+            print(f"warning: --push-to-hub {repo_id} failed ({type(err).__name__}: {err}); the run itself finished "
+                  f"and its model folder is {folder}: upload it later with `hf upload {repo_id} {folder} .` or "
+                  f"yolo11.hub.push_to_hub(\"{folder}\", \"{repo_id}\")", file=sys.stderr)
             return False
         print(f"pushed {weights} to {url}")
         return True

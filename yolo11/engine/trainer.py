@@ -140,12 +140,13 @@ def _train(config: TrainConfig, typed: frozenset[str] | None, launch: PartialSta
     start = time.perf_counter()
     startup = process_age()
     exit_code, images_seen = fit(run)
-    pushed = finish(run, time.perf_counter() - start, images_seen, push=exit_code == 0, startup_seconds=startup)
+    # a failed upload (offline, no token) does not fail the finished run: the warning says how to push it later
+    finish(run, time.perf_counter() - start, images_seen, push=exit_code == 0, startup_seconds=startup)
     if run.step.stop.signum is not None:  # agreed by every rank in fit or finish
         if run.step.accelerator.is_local_main_process:
             tell_launcher(run.step.stop.signum)
         return run.step.stop.exit_code
-    return exit_code or (0 if pushed else 1)
+    return exit_code
 
 
 def remove_unused(made: list[Path], launch: PartialState) -> None:

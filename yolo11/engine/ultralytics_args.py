@@ -9,8 +9,11 @@ Ultralytics' defaults. A key that is neither ours nor Ultralytics' is an error. 
 
 from __future__ import annotations
 
+import argparse
+import difflib
+import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import PurePath
 from typing import Any
 
@@ -117,7 +120,8 @@ def read_ultralytics_keys(values: dict[str, Any], ours: dict[str, bool]) -> tupl
             else:
                 ignored.append(f"{key}={value}" + (f" ({REASONS[key]})" if key in REASONS else ""))
         else:
-            raise ValueError(f"unknown key {key!r} (neither a flag of this trainer nor an Ultralytics argument)")
+            hint = did_you_mean(key, [*ours, *RENAMED, *TRANSLATED, *ULTRALYTICS_DEFAULTS])
+            raise ValueError(f"unknown key {key!r}{hint} (neither a flag of this trainer nor an Ultralytics argument)")
         for name, item in result.items():
             if name in out:
                 raise ValueError(f"{origin[name]!r} and {key!r} both set {_flag(name)}")
@@ -134,3 +138,71 @@ def read_ultralytics_keys(values: dict[str, Any], ours: dict[str, bool]) -> tupl
 
 def _flag(name: str) -> str:
     return "--" + name.replace("_", "-")
+
+
+def did_you_mean(word: str, candidates: Iterable[str]) -> str:
+    """`` (did you mean --epochs?)`` for the closest candidate, or ``""``; argparse 3.11 suggests nothing."""
+    close = difflib.get_close_matches(word, list(dict.fromkeys(candidates)), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]}?)" if close else ""
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse with Ultralytics' ``key=value`` arguments read as flags (``read_key_values``) and a "did you mean"
+    for an unknown flag (``--epoch`` -> ``--epochs``) or key (``epoch=3`` -> ``epochs``)."""
+
+    def error(self, message: str) -> None:  # argparse's hook for every usage error
+        prefix = "unrecognized arguments: "
+        if message.startswith(prefix):
+            flags = [option for action in self._actions for option in action.option_strings]
+            hints = [did_you_mean(token.partition("=")[0], flags) for token in message[len(prefix):].split()
+                     if token.startswith("--")]
+            message += "".join(dict.fromkeys(hints))
+        super().error(message)
+
+
+_TOOL_KEY_VALUE = re.compile(r"^(?P<key>[A-Za-z_][A-Za-z0-9_-]*)=(?P<value>.*)$", re.DOTALL)
+
+
+def read_key_values(parser: argparse.ArgumentParser, argv: Sequence[str],
+                    positionals: dict[str, str] | None = None) -> tuple[list[str], list[str]]:
+    """``argv`` with the ``key=value`` tokens of a tool (``yolo val`` style) turned into its flags, and notes.
+
+    A key that is a flag's name (``imgsz=320``, ``save_txt=true``) becomes that flag (a switch is given for a true
+    value and left out for a false one, ``rect=false`` -> ``--no-rect``); ``positionals`` maps Ultralytics' keys to
+    positional arguments (``model`` -> the weights); another Ultralytics key is ignored with a note; anything else
+    is an error with the closest name. A token naming an existing file is left alone.
+    """
+    import yaml  # a light import, here so that the module stays import-cheap for --help
+
+    positionals = positionals or {}
+    by_key = {action.dest: action for action in parser._actions if action.option_strings}  # no public listing
+    flags, heads, ignored = [], {name: [] for name in positionals.values()}, []
+    rest = []
+    for token in argv:
+        match = _TOOL_KEY_VALUE.match(token)
+        if match is None or os.path.exists(token):
+            rest.append(token)
+            continue
+        key, text = match.group("key").replace("-", "_"), match.group("value")
+        value = yaml.safe_load(text) if text else None
+        if key in positionals:
+            heads[positionals[key]].append(text)
+        elif key in by_key:
+            action = by_key[key]
+            if action.nargs == 0 or isinstance(action, argparse.BooleanOptionalAction):  # a switch
+                if not isinstance(value, bool):
+                    parser.error(f"{key}={text}: expected true or false")
+                negative = [option for option in action.option_strings if option.startswith("--no-")]
+                if value:
+                    flags.append(action.option_strings[0])
+                elif negative:
+                    flags.append(negative[0])
+            else:
+                flags += [action.option_strings[0], text]
+        elif key in ULTRALYTICS_DEFAULTS:
+            ignored.append(f"{key}={text}")
+        else:
+            parser.error(f"unknown key {key!r}{did_you_mean(key, [*by_key, *positionals, *ULTRALYTICS_DEFAULTS])} "
+                         f"(neither a flag of {parser.prog} nor an Ultralytics argument)")
+    notes = [f"Ultralytics keys not implemented by {parser.prog}, ignored: {', '.join(ignored)}"] if ignored else []
+    return [*(item for name in positionals.values() for item in heads[name]), *rest, *flags], notes

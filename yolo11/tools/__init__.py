@@ -1,4 +1,6 @@
-"""The user CLIs: ``yolo11-val``, ``yolo11-predict``, ``yolo11-export``, ``yolo11-convert``."""
+"""The user CLIs: ``yolo11-val``, ``yolo11-predict``, ``yolo11-export``, ``yolo11-convert`` (and ``yolo11``, all of
+them as subcommands). Each parses and checks its arguments before torch loads, so ``--help`` and a wrong flag or
+path answer in well under a second."""
 
 from __future__ import annotations
 
@@ -6,12 +8,18 @@ import functools
 import sys
 from collections.abc import Callable, Sequence
 
-from yolo11.data.schema import DataSourceError
-from yolo11.weights import UnsafeCheckpointError
-
 # What a user can get wrong (paths, flags, weights, data): one ``error:`` line and exit 2, no traceback.
-USER_ERRORS = (ValueError, FileNotFoundError, NotADirectoryError, IsADirectoryError, UnsafeCheckpointError,
-               DataSourceError, MemoryError)
+USER_ERRORS = (ValueError, FileNotFoundError, NotADirectoryError, IsADirectoryError, MemoryError)
+# The same for our own error classes, named by module so that catching them loads nothing (torch, datasets): an
+# error of a module that was never imported cannot have been raised.
+_USER_ERROR_CLASSES = {"yolo11.data.schema": "DataSourceError", "yolo11.weights.safe_pickle": "UnsafeCheckpointError"}
+
+
+def is_user_error(err: BaseException) -> bool:
+    if isinstance(err, USER_ERRORS):
+        return True
+    return any(isinstance(err, getattr(sys.modules[module], name))
+               for module, name in _USER_ERROR_CLASSES.items() if module in sys.modules)
 
 
 def cli(main: Callable[[Sequence[str] | None], int]) -> Callable[[Sequence[str] | None], int]:
@@ -21,7 +29,9 @@ def cli(main: Callable[[Sequence[str] | None], int]) -> Callable[[Sequence[str] 
     def wrapper(argv: Sequence[str] | None = None) -> int:
         try:
             return main(argv)
-        except USER_ERRORS as err:
+        except Exception as err:
+            if not is_user_error(err):
+                raise
             print(f"error: {err}", file=sys.stderr)
             return 2
 

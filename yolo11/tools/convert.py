@@ -13,23 +13,30 @@ imported and no pickled code runs; a checkpoint naming any other global is refus
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Sequence
 
+from yolo11.engine.ultralytics_args import ArgumentParser
+from yolo11.preflight import check_weights
 from yolo11.tools import cli
-from yolo11.weights import load_weights, save_pretrained
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("checkpoint", help="Ultralytics .pt file, e.g. yolo11n.pt or runs/detect/train/weights/best.pt"
                                            ", or hf://owner/repo/file.pt")
     parser.add_argument("output", help="folder to write model.safetensors, config.json and README.md into")
-    return parser.parse_args(argv)
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    # before torch loads, so that a wrong path answers at once (one error: line, from cli)
+    check_weights(args.checkpoint)
+    return args
 
 
 @cli
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    from yolo11.weights import load_weights, save_pretrained  # torch: after the arguments are checked
+
     model = load_weights(args.checkpoint)
     directory = save_pretrained(model, args.output)
     params = sum(p.numel() for p in model.parameters())

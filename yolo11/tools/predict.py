@@ -18,7 +18,7 @@ Outputs go to ``runs/predict``, or ``runs/predict2``, ``predict3``... when it ex
 - ``predictions.json``: ``[{"file", "frame" (videos only, from 1), "width", "height", "detections": [{"box":
   [x1, y1, x2, y2] px, "score", "class", "name"}]}]``;
 - with ``--save-txt``: ``labels/<stem>.txt`` (``labels/<stem>_<frame>.txt`` for videos), lines
-  ``class xc yc w h score`` normalised by the image size.
+  ``class xc yc w h`` normalised by the image size, ``... score`` with ``--save-conf`` (Ultralytics' defaults).
 
 An input that cannot be read (a corrupt image, a failed download, a video OpenCV cannot open) is reported by name
 and skipped; the tool fails only when nothing could be read, or a webcam cannot be opened (``predictions.json``
@@ -32,10 +32,10 @@ import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import cv2
-
-from yolo11.predictor import Detections, Detector, default_device
+from yolo11.engine.ultralytics_args import ArgumentParser, read_key_values
+from yolo11.preflight import check_weights, round_imgsz
 from yolo11.tools import cli
 from yolo11.tools.predict_sources import (
     Source,
@@ -47,6 +47,11 @@ from yolo11.tools.predict_sources import (
     video_fps,
 )
 
+if TYPE_CHECKING:  # torch and OpenCV load in main, after the arguments and sources are checked (--help is instant)
+    import cv2
+
+    from yolo11.predictor import Detections, Detector
+
 
 def numbered_dir(base: Path, exist_ok: bool = False) -> Path:
     """``base`` if it does not exist (or ``exist_ok``), else the first free ``base2``, ``base3``... (Ultralytics'
@@ -57,14 +62,15 @@ def numbered_dir(base: Path, exist_ok: bool = False) -> Path:
     return path
 
 
-def yolo_txt_lines(detections: Detections) -> list[str]:
-    """``class xc yc w h score`` lines, coordinates normalised by the image size."""
+def yolo_txt_lines(detections: Detections, save_conf: bool = False) -> list[str]:
+    """``class xc yc w h`` lines (``... score`` with ``save_conf``, as Ultralytics' ``save_conf``), coordinates
+    normalised by the image size: without scores the files are YOLO labels, reusable as pseudo-labels."""
     height, width = detections.image_size
     lines = []
     for (x1, y1, x2, y2), score, cls in zip(detections.boxes.tolist(), detections.scores.tolist(),
                                             detections.class_ids.tolist(), strict=True):
         xc, yc, w, h = (x1 + x2) / 2 / width, (y1 + y2) / 2 / height, (x2 - x1) / width, (y2 - y1) / height
-        lines.append(f"{cls} {xc:.6f} {yc:.6f} {w:.6f} {h:.6f} {score:.5f}")
+        lines.append(f"{cls} {xc:.6f} {yc:.6f} {w:.6f} {h:.6f}" + (f" {score:.5f}" if save_conf else ""))
     return lines
 
 
@@ -80,8 +86,8 @@ class PredictionWriter:
     """Writes one run's outputs into ``directory`` (made at the first output): drawn images and videos, txt
     labels, and ``predictions.json`` at ``finish``."""
 
-    def __init__(self, directory: Path, draw: bool = True, save_txt: bool = False) -> None:
-        self.directory, self.draw, self.save_txt = directory, draw, save_txt
+    def __init__(self, directory: Path, draw: bool = True, save_txt: bool = False, save_conf: bool = False) -> None:
+        self.directory, self.draw, self.save_txt, self.save_conf = directory, draw, save_txt, save_conf
         self.records: list[dict] = []
         self.images = self.frames = self.skipped = 0
         self._stems: set[str] = set()
@@ -109,10 +115,12 @@ class PredictionWriter:
         if self.save_txt:
             name = stem if frame is None else f"{stem}_{frame}"
             (self._folder("labels") / f"{name}.txt").write_text("".join(f"{line}\n" for line in
-                                                                        yolo_txt_lines(detections)))
+                                                                        yolo_txt_lines(detections, self.save_conf)))
 
     def write_image(self, detections: Detections, stem: str, suffix: str) -> None:
         if self.draw:
+            import cv2
+
             path = self._folder() / f"{stem}{suffix}"
             if not cv2.imwrite(str(path), cv2.cvtColor(detections.plot(), cv2.COLOR_RGB2BGR)):
                 raise OSError(f"cannot write {path}")
@@ -121,6 +129,8 @@ class PredictionWriter:
         """A video writer for ``<stem>.mp4`` of frames ``size`` (height, width); ``None`` when not drawing."""
         if not self.draw:
             return None
+        import cv2
+
         path = self._folder() / f"{stem}.mp4"
         video = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*"mp4v"), fps, (size[1], size[0]))
         if not video.isOpened():
@@ -157,6 +167,8 @@ def predict_images(detector: Detector, sources: Sequence[Source], writer: Predic
 def predict_video(detector: Detector, source: Source, writer: PredictionWriter) -> None:
     """Detect every frame of a video, stream or webcam, ``detector.batch`` frames at a time (one for a webcam, to
     keep up with it), writing an annotated video."""
+    import cv2
+
     try:
         capture = open_video(source)
     except UnreadableSource as err:
@@ -197,7 +209,7 @@ def predict_sources(detector: Detector, sources: Sequence[Source], writer: Predi
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("weights", help="our .safetensors file or folder, or an Ultralytics .pt")
     parser.add_argument("sources", nargs="+",
                         help="image or video files, folders, quoted globs, http(s)/rtsp URLs, webcam indices (0)")
@@ -215,20 +227,32 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--batch", type=int, default=8, help="images or video frames per forward pass")
     parser.add_argument("--names", default=None, help="class names: a comma list or a data YAML")
     parser.add_argument("--save-txt", action="store_true", help="also write YOLO txt files under labels/")
+    parser.add_argument("--save-conf", action="store_true", help="end each --save-txt line with the score")
     parser.add_argument("--no-draw", action="store_true", help="do not write drawn images and videos")
-    parser.add_argument("--device", default=None, help=f"torch device (default: {default_device()})")
-    return parser.parse_args(argv)
+    parser.add_argument("--device", default=None, help="torch device (default: cuda when available, else cpu)")
+    argv, notes = read_key_values(parser, sys.argv[1:] if argv is None else argv,
+                                  {"model": "weights", "source": "sources"})
+    args = parser.parse_args(argv)
+    # before torch loads, so that a wrong path answers at once (one error: line, from cli)
+    check_weights(args.weights)
+    args.imgsz, imgsz_note = round_imgsz(args.imgsz)
+    for note in (*notes, imgsz_note):
+        if note:
+            print(note, file=sys.stderr)
+    return args
 
 
 @cli
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    sources = expand_sources(args.sources)  # a missing file is reported before the model loads
+    from yolo11.predictor import Detector
+
     detector = Detector.from_pretrained(args.weights, names=args.names, device=args.device, imgsz=args.imgsz,
                                         conf=args.conf, iou=args.iou, max_det=args.max_det, rect=args.rect,
                                         batch=args.batch)
-    sources = expand_sources(args.sources)
     directory = args.output or numbered_dir(args.project / args.name, args.exist_ok)
-    writer = PredictionWriter(directory, draw=not args.no_draw, save_txt=args.save_txt)
+    writer = PredictionWriter(directory, draw=not args.no_draw, save_txt=args.save_txt, save_conf=args.save_conf)
     status = 0
     try:
         predict_sources(detector, sources, writer)

@@ -12,12 +12,12 @@ import urllib.request
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
-import cv2
-import numpy as np
-
-from yolo11.predictor import read_rgb
+if TYPE_CHECKING:  # OpenCV and numpy load when an input is opened: expand_sources runs before them (--help too)
+    import cv2
+    import numpy as np
 
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff"}
 # Ultralytics' video formats: read frame by frame with OpenCV's FFmpeg backend
@@ -120,11 +120,16 @@ def download(url: str, timeout: float = DOWNLOAD_TIMEOUT_S) -> bytes:
 
 def read_image(source: Source) -> np.ndarray:
     """(H, W, 3) uint8 RGB of an image file or URL."""
+    import cv2
+    import numpy as np
+
     if source.kind == "url":
         image = cv2.imdecode(np.frombuffer(download(source.location), np.uint8), cv2.IMREAD_COLOR)
         if image is None:
             raise UnreadableSource(f"{source.location} is not an image OpenCV can decode")
         return cv2.cvtColor(image, cv2.COLOR_BGR2RGB)
+    from yolo11.predictor import read_rgb  # torch: only once predicting (the sources are checked before)
+
     try:
         return read_rgb(source.location)
     except ValueError as err:
@@ -134,6 +139,8 @@ def read_image(source: Source) -> np.ndarray:
 def open_video(source: Source) -> cv2.VideoCapture:
     """An opened capture. A camera that does not open is an error (a ``ValueError``: nothing else to predict);
     a video file or stream that does not open is an ``UnreadableSource``."""
+    import cv2
+
     if source.kind == "webcam":
         # OpenCV logs a warning per backend it tries; the error below says it in one line
         level = cv2.utils.logging.getLogLevel()
@@ -153,12 +160,16 @@ def open_video(source: Source) -> cv2.VideoCapture:
 
 def video_fps(capture: cv2.VideoCapture, default: float = 30.0) -> float:
     """Frames per second the capture reports; cameras and some streams report 0 or nonsense."""
+    import cv2
+
     fps = capture.get(cv2.CAP_PROP_FPS)
     return fps if 0 < fps <= 1000 else default
 
 
 def frame_chunks(capture: cv2.VideoCapture, size: int) -> Iterator[list[np.ndarray]]:
     """The capture's frames as (H, W, 3) uint8 RGB, ``size`` at a time (the last chunk may be shorter)."""
+    import cv2
+
     chunk: list[np.ndarray] = []
     while True:
         ok, frame = capture.read()

@@ -13,26 +13,29 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
-from accelerate import Accelerator, DataLoaderConfiguration
-from torch import nn
-
-from yolo11.data import DetectionSource, LoaderConfig, build_dataloader, load_source
-from yolo11.data.sources import BBOX_FORMATS, VAL_FALLBACKS
-from yolo11.evaluation import CocoEvaluator, plots, predict_and_score
-from yolo11.evaluation.coco import BACKENDS, coco_results, evaluation_device
-from yolo11.evaluation.table import format_table
-from yolo11.postprocess import Postprocessor
+from yolo11.engine.ultralytics_args import ArgumentParser, read_key_values
+from yolo11.preflight import check_weights, resolve_data, round_imgsz
 from yolo11.tools import cli
-from yolo11.weights import load_weights
 
+if TYPE_CHECKING:  # torch and the data stack load in main, after the arguments are checked (--help is instant)
+    import torch
+    from accelerate import Accelerator
+    from torch import nn
+
+    from yolo11.data import DetectionSource
+
+# yolo11.data.sources.BBOX_FORMATS and yolo11.evaluation.coco.BACKENDS, which load torch (tests check they agree)
+BBOX_FORMATS = ("auto", "xywh", "xyxy")
+BACKENDS = ("fast", "pycocotools", "faster_coco_eval")
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("weights", help="our .safetensors file or folder, an Ultralytics .pt, hf://owner/repo/file, "
                                         "a Hub repo owner/name, or yolo11n.pt ... yolo11x.pt")
     parser.add_argument("--data", required=True, help="source: data YAML, COCO json, save_to_disk folder, Hub id")
@@ -56,7 +59,16 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                         help="also write the predictions as COCO results (category = class + 1)")
     parser.add_argument("--plots-dir", type=Path, default=None,
                         help="write the PR/F1/P/R curves and confusion matrices (Ultralytics' file names) here")
-    return parser.parse_args(argv)
+    argv, notes = read_key_values(parser, sys.argv[1:] if argv is None else argv, {"model": "weights"})
+    args = parser.parse_args(argv)
+    # before torch loads, so that a wrong path answers at once (one error: line, from cli)
+    check_weights(args.weights)
+    args.data, data_note = resolve_data(args.data)
+    args.imgsz, imgsz_note = round_imgsz(args.imgsz)
+    for note in (*notes, data_note, imgsz_note):
+        if note:
+            print(note, file=sys.stderr)
+    return args
 
 
 def evaluate_weights(accelerator: Accelerator, model: nn.Module, source: DetectionSource, *, imgsz: int,
@@ -68,6 +80,11 @@ def evaluate_weights(accelerator: Accelerator, model: nn.Module, source: Detecti
     With ``rect``, batches are formed per process (``batch // num_processes`` images): the padding, hence the
     predictions, are those of a single process with that batch size.
     """
+    from yolo11.data import LoaderConfig, build_dataloader
+    from yolo11.evaluation import CocoEvaluator, predict_and_score
+    from yolo11.evaluation.coco import evaluation_device
+    from yolo11.postprocess import Postprocessor
+
     if model.num_classes != len(source.class_names):
         raise ValueError(f"the weights predict {_classes(getattr(model, 'names', None), model.num_classes)}, "
                          f"the dataset has {_classes(source.class_names, len(source.class_names))}")
@@ -91,6 +108,15 @@ def _classes(names: list[str] | None, count: int, limit: int = 4) -> str:
 @cli
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    from accelerate import Accelerator, DataLoaderConfiguration
+
+    from yolo11.data import load_source
+    from yolo11.data.sources import VAL_FALLBACKS
+    from yolo11.evaluation import plots
+    from yolo11.evaluation.coco import coco_results
+    from yolo11.evaluation.table import format_table
+    from yolo11.weights import load_weights
+
     # No even_batches padding: a rect batch padded with images of the first batch would mix letterbox shapes, and
     # ranks with one batch fewer are fine here (the only collective is the gather after the loop).
     accelerator = Accelerator(dataloader_config=DataLoaderConfiguration(even_batches=False))

@@ -14,6 +14,7 @@ import yaml
 from huggingface_hub import EvalResult, ModelCardData
 
 LIBRARY_NAME = "yolo11-accelerate"
+LICENSE = "apache-2.0"  # the code's (pyproject.toml); the card's License section covers Ultralytics-derived weights
 TAGS = ["object-detection", "yolo11", "yolo", "vision", "pytorch", "safetensors"]
 # our metric keys -> the names shown on the Hub (Ultralytics' spelling)
 METRIC_NAMES = {"map50_95": "mAP50-95", "map50": "mAP50", "map75": "mAP75", "precision": "precision",
@@ -28,13 +29,22 @@ def hub_dataset_id(dataset: str | None) -> str | None:
     return dataset if len(parts) <= 2 and all(parts) and not dataset.startswith((".", "~")) else None
 
 
+def dataset_label(dataset: str | None) -> str | None:
+    """What the card shows for ``--data``: a Hub id or ``synthetic`` as given, a local file or folder by its name
+    only (``coco8.yaml``, not the path on the machine that trained it)."""
+    if not dataset or hub_dataset_id(dataset) or dataset.startswith("synthetic"):
+        return dataset
+    return Path(dataset.rstrip("/")).name
+
+
 def card_data(config: dict, metrics: dict | None, dataset: str | None, model_name: str) -> ModelCardData:
-    hub_id = hub_dataset_id(dataset)
+    hub_id, dataset = hub_dataset_id(dataset), dataset_label(dataset)
     results = [EvalResult(task_type="object-detection", dataset_type=hub_id or dataset or "unknown",
                           dataset_name=dataset or "unknown", metric_type=shown, metric_name=shown,
                           metric_value=round(float(metrics[key]), 5))
                for key, shown in METRIC_NAMES.items() if metrics and isinstance(metrics.get(key), (int, float))]
-    return ModelCardData(library_name=LIBRARY_NAME, tags=TAGS + [config["name"]], pipeline_tag="object-detection",
+    return ModelCardData(library_name=LIBRARY_NAME, license=LICENSE, tags=TAGS + [config["name"]],
+                         pipeline_tag="object-detection",
                          datasets=[hub_id] if hub_id else None, model_name=model_name,
                          eval_results=results or None)
 
@@ -54,6 +64,8 @@ def render_model_card(config: dict, *, metrics: dict | None = None, dataset: str
         f"classes, made with {LIBRARY_NAME} (the Ultralytics YOLO11 architecture layer for layer, trained with "
         "Hugging Face Accelerate). Weights: `model.safetensors`; architecture and class names: `config.json`.", "",
         "## Usage", "",
+        f"Install {LIBRARY_NAME} (`pip install -e .` in a clone of its repository: the package and the "
+        "`yolo11-*` commands), then:", "",
         "```python",
         "from yolo11.hub import from_pretrained",
         "",
@@ -74,10 +86,22 @@ def render_model_card(config: dict, *, metrics: dict | None = None, dataset: str
                   "of the best epoch.", "", "| metric | value |", "| --- | --- |"]
         lines += [f"| {label} | {value:.4f} |" for label, value in shown] + [""]
     if dataset:
-        lines += ["## Dataset", "", f"Trained on `{dataset}`.", ""]
+        lines += ["## Dataset", "", f"Trained on `{dataset_label(dataset)}`.", ""]
     if train_config:
-        lines += ["## Training config", "", "```yaml", _yaml(train_config).rstrip(), "```", ""]
+        lines += ["## Training config", "", "```yaml", _yaml(_without_paths(train_config)).rstrip(), "```", ""]
+    lines += ["## License", "", f"{LIBRARY_NAME} is Apache-2.0. Weights fine-tuned from Ultralytics' checkpoints "
+              "(`yolo11n.pt` ...) are derived from them and come under Ultralytics' license (AGPL-3.0 or an "
+              "Ultralytics Enterprise license).", ""]
     return "\n".join(lines)
+
+
+def _without_paths(train_config: dict) -> dict:
+    """The config with the data and image locations shown by name, as ``dataset_label`` does."""
+    data = dict(train_config.get("data", {}))
+    for key in ("data", "images"):
+        if isinstance(data.get(key), str):
+            data[key] = dataset_label(data[key])
+    return {**train_config, "data": data} if "data" in train_config else train_config
 
 
 def _yaml(values: Any) -> str:

@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import torch
@@ -109,6 +110,7 @@ def save_pretrained(model: YOLO11Detector, directory: str | Path, *, metrics: di
     tensors = _finite_tensors(model, directory / WEIGHTS_NAME)
     directory.mkdir(parents=True, exist_ok=True)
     save_file(tensors, directory / WEIGHTS_NAME, metadata=_metadata(model))
+    honour_umask(directory / WEIGHTS_NAME)
     (directory / CONFIG_NAME).write_text(json.dumps(hub_config(model), indent=2) + "\n")
     card = render_model_card(model.config, metrics=metrics, dataset=dataset, train_config=train_config,
                              repo_id=repo_id)
@@ -136,7 +138,27 @@ def save_weights(model: YOLO11Detector, file: str | Path) -> Path:
     tensors = _finite_tensors(model, file)
     file.parent.mkdir(parents=True, exist_ok=True)
     save_file(tensors, file, metadata=_metadata(model))
+    honour_umask(file)
     return file
+
+
+def current_umask() -> int:
+    """The process's umask, read from Linux's /proc without changing it (``os.umask`` can only set it)."""
+    try:
+        with open("/proc/self/status") as fh:
+            return next(int(line.split()[1], 8) for line in fh if line.startswith("Umask:"))
+    except (OSError, StopIteration, ValueError):
+        mask = os.umask(0o022)  # set-and-restore: the only portable read
+        os.umask(mask)
+        return mask
+
+
+def honour_umask(*paths: str | Path) -> None:
+    """Give files the mode a plain ``open`` would (``0o666`` less the umask: 0644 typically): safetensors writes
+    through a private temporary file, which leaves 0600 weights that other users and containers cannot read."""
+    mode = 0o666 & ~current_umask()
+    for path in paths:
+        os.chmod(path, mode)
 
 
 def load_weights(ref: str | Path, *, backbone: str | None = None) -> YOLO11Detector:

@@ -1,0 +1,195 @@
+"""The command lines before torch loads: ``--help`` without torch, "did you mean", key=value arguments for every
+tool, Ultralytics' rounding of ``--imgsz``, the shipped sample data, and the ``yolo11`` umbrella command."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from yolo11.engine.config import parse_config
+from yolo11.preflight import SAMPLE_DATA, check_report_to, resolve_data, round_imgsz
+
+ROOT = Path(__file__).resolve().parents[1]
+TOOLS = ["yolo11.train", "yolo11.tools.val", "yolo11.tools.predict", "yolo11.tools.export", "yolo11.tools.convert",
+         "yolo11.cli"]
+HEAVY = ("torch", "timm", "accelerate", "datasets", "onnx", "cv2")
+
+
+def _run_python(code: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+
+
+@pytest.mark.parametrize("module", TOOLS)
+def test_help_loads_no_torch(module):
+    """``--help`` of each tool exits 0 with its usage and leaves torch, timm, accelerate, datasets unimported."""
+    code = (f"import runpy, sys\nsys.argv = ['{module}', '--help']\ntry:\n    runpy.run_module('{module}', "
+            f"run_name='__main__')\nexcept SystemExit as e:\n    assert e.code in (0, None), e.code\n"
+            f"print('LOADED', sorted(m for m in {HEAVY!r} if m in sys.modules))")
+    result = _run_python(code)
+    assert result.returncode == 0, result.stderr
+    assert "usage:" in result.stdout
+    assert "LOADED []" in result.stdout
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["yolo11.tools.val", "missing.safetensors", "--data", "synthetic"], "no such weights file"),
+    (["yolo11.tools.val", "yolo11n.pt", "--data", "missing.yaml"], "--data missing.yaml: no such file"),
+    (["yolo11.tools.predict", "missing.safetensors", "x.jpg"], "no such weights file"),
+    (["yolo11.tools.export", "yolo11n.pt", "--opset", "11"], "--opset must be >= 17"),
+    (["yolo11.train", "--report-to", "wandbb"], "(did you mean wandb?)"),
+    (["yolo11.train", "--data", "missing.yaml"], "--data missing.yaml: no such file"),
+    (["yolo11.train", "--weights", "missing.safetensors"], "no such weights file or folder: missing.safetensors"),
+])
+def test_wrong_paths_and_names_fail_before_torch(argv, expected):
+    code = (f"import runpy, sys\nsys.argv = {argv!r}\ntry:\n    runpy.run_module('{argv[0]}', run_name='__main__')\n"
+            f"except SystemExit as e:\n    print('EXIT', e.code)\n"
+            f"print('LOADED', sorted(m for m in {HEAVY!r} if m in sys.modules))")
+    result = _run_python(code)
+    assert "EXIT 2" in result.stdout and "LOADED []" in result.stdout, result.stdout + result.stderr
+    assert expected in result.stderr
+
+
+def test_did_you_mean_for_flags_and_keys(capsys):
+    with pytest.raises(SystemExit):
+        parse_config(["--epoch", "3"])
+    assert "unrecognized arguments: --epoch 3 (did you mean --epochs?)" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        parse_config(["epoch=3"])
+    assert "unknown key 'epoch' (did you mean epochs?)" in capsys.readouterr().err
+    from yolo11.tools import predict
+
+    with pytest.raises(SystemExit):
+        predict.parse_args(["yolo11n.pt", "x.jpg", "--save-text"])
+    assert "(did you mean --save-txt?)" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        predict.parse_args(["yolo11n.pt", "x.jpg", "cnf=0.5"])
+    assert "unknown key 'cnf' (did you mean conf?)" in capsys.readouterr().err
+
+
+def test_imgsz_rounds_up_to_the_stride_with_a_warning(capsys):
+    """Ultralytics' check_imgsz: 150 -> 160 with a warning; a multiple of 32 is kept silently."""
+    assert round_imgsz(150) == (160, "warning: --imgsz 150 must be a multiple of the largest stride 32, updating to 160")
+    assert round_imgsz(640) == (640, None) and round_imgsz(1)[0] == 32
+    with pytest.raises(ValueError, match="positive"):
+        round_imgsz(0)
+    assert parse_config(["--imgsz", "150"]).data.imgsz == 160
+    assert "updating to 160" in capsys.readouterr().out
+    assert parse_config(["imgsz=100"]).data.imgsz == 128
+
+
+def test_light_constants_agree_with_the_modules_that_load_torch():
+    from yolo11.data.sources import BBOX_FORMATS
+    from yolo11.engine.tracking import KNOWN_TRACKERS
+    from yolo11.evaluation.coco import BACKENDS
+    from yolo11.geometry import MAX_STRIDE
+    from yolo11.preflight import KNOWN_TRACKERS as LIGHT_TRACKERS
+    from yolo11.preflight import MAX_STRIDE as LIGHT_STRIDE
+    from yolo11.preflight import OFFICIAL_WEIGHTS
+    from yolo11.tools import export, onnx_export, val
+    from yolo11.weights.resolve import OFFICIAL_NAMES
+
+    assert (LIGHT_STRIDE, LIGHT_TRACKERS, OFFICIAL_WEIGHTS) == (MAX_STRIDE, KNOWN_TRACKERS, OFFICIAL_NAMES)
+    assert (val.BBOX_FORMATS, val.BACKENDS, export.OPSET) == (BBOX_FORMATS, BACKENDS, onnx_export.OPSET)
+    for value in ("wandb", "all", "none", "wandb,tensorboard", ""):
+        check_report_to(value)
+    with pytest.raises(ValueError, match="did you mean tensorboard"):
+        check_report_to("tensorbord")
+
+
+def test_tool_key_values_become_flags(tmp_path):
+    from yolo11.tools import export, predict, val
+
+    args = val.parse_args(["model=yolo11n.pt", "data=synthetic", "imgsz=320", "conf=0.01", "rect=false", "batch=4"])
+    assert (args.weights, args.data, args.imgsz, args.conf, args.rect, args.batch) == ("yolo11n.pt", "synthetic", 320,
+                                                                                       0.01, False, 4)
+    image = tmp_path / "a=b.jpg"  # an existing file named like a key=value stays a source
+    image.write_bytes(b"")
+    args = predict.parse_args(["model=yolo11n.pt", f"source={image}", str(image), "save_txt=true", "save_conf=True",
+                               "max_det=5", "exist_ok=false"])
+    assert (args.weights, args.sources, args.save_txt, args.save_conf, args.max_det, args.exist_ok) == (
+        "yolo11n.pt", [str(image), str(image)], True, True, 5, False)
+    assert export.parse_args(["yolo11n.pt", "imgsz=320", "opset=18"]).opset == 18
+
+
+def test_coco8_by_name_is_the_shipped_sample(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    spec, note = resolve_data("coco8.yaml")
+    assert spec == str(SAMPLE_DATA["coco8.yaml"]) and "shipped with yolo11" in note
+    (tmp_path / "coco8.yaml").write_text("path: .\n")  # a local file of that name wins
+    assert resolve_data("coco8.yaml") == ("coco8.yaml", None)
+    images = sorted((SAMPLE_DATA["coco8.yaml"].parent / "coco8" / "images").glob("*/*.jpg"))
+    assert len(images) == 8 and sum(p.stat().st_size for p in images) < 100_000  # the repo stays small
+
+
+def test_missing_image_is_no_such_file(tmp_path):
+    from yolo11.predictor import read_rgb
+
+    with pytest.raises(FileNotFoundError, match="no such file: bus.jpg"):
+        read_rgb("bus.jpg")
+
+
+def test_save_txt_has_no_score_unless_save_conf():
+    from yolo11.predictor import Detections
+    from yolo11.tools.predict import yolo_txt_lines
+
+    detections = Detections(boxes=np.array([[10, 20, 30, 60]], np.float32), scores=np.array([0.5], np.float32),
+                            class_ids=np.array([2]), names={2: "car"}, image_size=(100, 200))
+    assert yolo_txt_lines(detections) == ["2 0.100000 0.400000 0.100000 0.400000"]
+    assert yolo_txt_lines(detections, save_conf=True) == ["2 0.100000 0.400000 0.100000 0.400000 0.50000"]
+    np.testing.assert_allclose(detections.xyxyn, [[0.05, 0.2, 0.15, 0.6]])
+    np.testing.assert_allclose(detections.xywh, [[20, 40, 20, 40]])
+    np.testing.assert_allclose(detections.xywhn, [[0.1, 0.4, 0.1, 0.4]])
+
+
+def test_detections_save_writes_the_drawn_image(tmp_path):
+    import cv2
+
+    from yolo11.predictor import Detections
+
+    image = np.zeros((40, 60, 3), np.uint8)
+    detections = Detections(boxes=np.array([[5, 5, 30, 30]], np.float32), scores=np.array([0.9], np.float32),
+                            class_ids=np.array([0]), names={0: "cat"}, image_size=(40, 60), image=image)
+    path = detections.save(tmp_path / "out" / "drawn.png")
+    assert cv2.imread(str(path)).shape == (40, 60, 3) and cv2.imread(str(path)).any()
+
+
+def test_umbrella_command_dispatches_and_lists_api(capsys):
+    import yolo11
+    from yolo11.cli import main
+
+    assert [name for name in dir(yolo11) if not name.startswith("_")] == sorted(yolo11.__all__)
+    assert main(["trian"]) == 2
+    assert "unknown command 'trian' (did you mean train?)" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:
+        main(["detect", "val", "--help"])  # Ultralytics' task word is accepted
+    assert exc.value.code == 0 and "yolo11 val" in capsys.readouterr().out
+    assert main(["info"]) == 0
+    assert "torch " in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_readme_quick_start_runs_on_the_shipped_sample(tmp_path):
+    """The README's quick start, as written but into tmp_path: ``yolo11 train`` on ``coco8.yaml`` by name, then
+    ``yolo11 predict`` and ``yolo11 val`` on its weights (1 epoch at 64 px: the commands, not the accuracy)."""
+    env_cmd = [sys.executable, "-m", "yolo11"]
+    run = dict(capture_output=True, text=True, cwd=tmp_path, timeout=600,
+               env={"PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "2", "PATH": "/usr/bin:/bin"})
+    train = subprocess.run([*env_cmd, "train", "data=coco8.yaml", "model=yolo11n", "imgsz=64", "epochs=1", "batch=4",
+                            "workers=0", "plots=false", "name=quick"], **run)
+    assert train.returncode == 0, train.stdout[-2000:] + train.stderr[-2000:]
+    assert "using the copy shipped with yolo11" in train.stdout
+    weights = tmp_path / "runs" / "train" / "quick" / "weights" / "best.safetensors"
+    images = SAMPLE_DATA["coco8.yaml"].parent / "coco8" / "images" / "val"
+    predict = subprocess.run([*env_cmd, "predict", str(weights), str(images), "imgsz=64", "conf=0.0",
+                              "save_txt=true"], **run)
+    assert predict.returncode == 0, predict.stderr[-2000:]
+    records = json.loads((tmp_path / "runs" / "predict" / "predictions.json").read_text())
+    assert len(records) == 4
+    val = subprocess.run([*env_cmd, "val", str(weights), "data=coco8.yaml", "imgsz=64", "workers=0"], **run)
+    assert val.returncode == 0, val.stderr[-2000:]
+    assert "mAP50-95" in val.stdout

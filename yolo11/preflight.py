@@ -1,0 +1,80 @@
+"""Checks of command-line values that need no torch: the trainer and the tools run them before torch loads, so a
+wrong path, tracker name or image size answers in well under a second.
+
+Each check returns the value to use and a note to print (``None`` when there is nothing to say), or raises
+``ValueError`` / ``FileNotFoundError`` with one line naming the flag.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from pathlib import Path
+
+MAX_STRIDE = 32  # yolo11.geometry.MAX_STRIDE, which loads torch (a test checks that they agree)
+KNOWN_TRACKERS = ("wandb", "tensorboard")  # yolo11.engine.tracking's, which loads accelerate (tested equal)
+ASSETS = Path(__file__).resolve().parent / "assets"
+# Data YAMLs given by name that resolve to the copy shipped in yolo11/assets when they are not a local file.
+SAMPLE_DATA = {"coco8.yaml": ASSETS / "coco8.yaml"}
+OFFICIAL_WEIGHTS = tuple(f"yolo11{scale}.pt" for scale in "nsmlx")  # yolo11.weights.resolve.OFFICIAL_NAMES
+_HF_URI = re.compile(r"hf:/+[\w.-]+/[\w.-]+(/.+)?")
+_REPO_ID = re.compile(r"[\w.-]+/[\w.-]+")
+
+
+def round_imgsz(value: int, flag: str = "--imgsz") -> tuple[int, str | None]:
+    """Ultralytics' ``check_imgsz``: a size that is not a multiple of the largest stride is rounded UP to one,
+    with a warning, rather than refused (150 -> 160)."""
+    if value <= 0:
+        raise ValueError(f"{flag} must be a positive number of pixels, got {value}")
+    rounded = max(math.ceil(value / MAX_STRIDE) * MAX_STRIDE, MAX_STRIDE)
+    if rounded == value:
+        return value, None
+    return rounded, (f"warning: {flag} {value} must be a multiple of the largest stride {MAX_STRIDE}, "
+                     f"updating to {rounded}")
+
+
+def looks_like_path(spec: str) -> bool:
+    """A data spec that names a file or folder (not ``synthetic`` or a Hub id): the rule of ``load_source``."""
+    return spec.startswith((".", "/", "~")) or spec.endswith((".yaml", ".yml", ".json")) or os.sep * 2 in spec
+
+
+def resolve_data(spec: str, flag: str = "--data") -> tuple[str, str | None]:
+    """``spec``, or the shipped copy of a sample data YAML named but not here (``coco8.yaml``); a path that does
+    not exist is an error now rather than after the imports."""
+    if spec in SAMPLE_DATA and not Path(spec).exists():
+        shipped = SAMPLE_DATA[spec]
+        return str(shipped), f"{flag} {spec}: not a file here; using the copy shipped with yolo11: {shipped}"
+    if "{split}" not in spec and looks_like_path(spec) and not Path(spec).expanduser().exists():
+        shipped = f"; shipped samples by name: {', '.join(SAMPLE_DATA)}" if spec.endswith((".yaml", ".yml")) else ""
+        raise FileNotFoundError(f"{flag} {spec}: no such file or folder (expected a data YAML, a COCO json or a "
+                                f"dataset folder{shipped})")
+    return spec, None
+
+
+def check_weights(ref: str) -> None:
+    """Raise for weights that cannot be found anywhere: not a local path, ``hf://``, an official name or a Hub
+    repo id (``yolo11.weights.resolve_weights`` fetches the last three)."""
+    path = Path(ref).expanduser()
+    if path.exists() or _HF_URI.fullmatch(ref) or (path.name in OFFICIAL_WEIGHTS and path.parent == Path(".")):
+        return
+    if _REPO_ID.fullmatch(ref) and not path.suffix:
+        return
+    raise FileNotFoundError(
+        f"no such weights file or folder: {ref} (expected a local .safetensors/.pt file or save_pretrained folder, "
+        f"hf://owner/repo/file, a Hub repo owner/name, or one of {', '.join(OFFICIAL_WEIGHTS)})")
+
+
+def check_report_to(value: str | None) -> None:
+    """``yolo11.engine.tracking.resolve_report_to``'s name rule; whether a tracker is installed is checked when the
+    trackers start."""
+    from yolo11.engine.ultralytics_args import did_you_mean
+
+    names = [part.strip().lower() for part in (value or "none").split(",") if part.strip()]
+    if not names or names == ["none"] or "all" in names:
+        return
+    unknown = sorted(set(names) - set(KNOWN_TRACKERS))
+    if unknown or "none" in names:
+        hint = did_you_mean(unknown[0], [*KNOWN_TRACKERS, "all", "none"]) if unknown else ""
+        raise ValueError(f"--report-to {value!r}: unknown tracker(s) {unknown or ['none']}{hint}; expected a comma "
+                         f"list of {', '.join(KNOWN_TRACKERS)}, or all, or none")
