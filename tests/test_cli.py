@@ -73,7 +73,8 @@ def test_did_you_mean_for_flags_and_keys(capsys):
 
 def test_imgsz_rounds_up_to_the_stride_with_a_warning(capsys):
     """Ultralytics' check_imgsz: 150 -> 160 with a warning; a multiple of 32 is kept silently."""
-    assert round_imgsz(150) == (160, "warning: --imgsz 150 must be a multiple of the largest stride 32, updating to 160")
+    warning = "warning: --imgsz 150 must be a multiple of the largest stride 32, updating to 160"
+    assert round_imgsz(150) == (160, warning)
     assert round_imgsz(640) == (640, None) and round_imgsz(1)[0] == 32
     with pytest.raises(ValueError, match="positive"):
         round_imgsz(0)
