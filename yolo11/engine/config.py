@@ -424,8 +424,10 @@ def parse_command_line(argv: list[str] | None = None) -> tuple[TrainConfig, froz
         check_report_to(args["report_to"])
         if args["weights"]:
             check_weights(args["weights"])
-    except (ValueError, FileNotFoundError) as err:
-        parser.error(str(err))
+    except (ValueError, FileNotFoundError) as err:  # the trainer's form of a user error: one line, exit 2
+        if os.environ.get("RANK", "0") == "0":  # the same error on every process: said once
+            print(f"error: {err}", file=sys.stderr, flush=True)
+        raise SystemExit(2) from None
     for note in [*notes, imgsz_note, data_note] if os.environ.get("RANK", "0") == "0" else ():  # once per job
         if note:
             print(note, flush=True)
