@@ -39,13 +39,13 @@ def looks_like_path(spec: str) -> bool:
     return spec.startswith((".", "/", "~")) or spec.endswith((".yaml", ".yml", ".json")) or os.sep * 2 in spec
 
 
-def resolve_data(spec: str, flag: str = "--data") -> tuple[str, str | None]:
-    """``spec``, or the shipped copy of a sample data YAML named but not here (``coco8.yaml``); a path that does
-    not exist is an error now rather than after the imports."""
+def resolve_data(spec: str, flag: str = "--data", check: bool = True) -> tuple[str, str | None]:
+    """``spec``, or the shipped copy of a sample data YAML named but not here (``coco8.yaml``); with ``check``, a
+    path that does not exist is an error now rather than after the imports."""
     if spec in SAMPLE_DATA and not Path(spec).exists():
         shipped = SAMPLE_DATA[spec]
         return str(shipped), f"{flag} {spec}: not a file here; using the copy shipped with yolo11: {shipped}"
-    if "{split}" not in spec and looks_like_path(spec) and not Path(spec).expanduser().exists():
+    if check and "{split}" not in spec and looks_like_path(spec) and not Path(spec).expanduser().exists():
         shipped = f"; shipped samples by name: {', '.join(SAMPLE_DATA)}" if spec.endswith((".yaml", ".yml")) else ""
         raise FileNotFoundError(f"{flag} {spec}: no such file or folder (expected a data YAML, a COCO json or a "
                                 f"dataset folder{shipped})")

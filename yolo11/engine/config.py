@@ -418,15 +418,19 @@ def parse_command_line(argv: list[str] | None = None) -> tuple[TrainConfig, froz
         notes += kv_notes
         typed |= set(defaults)
     args = vars(parser.parse_args(argv))
-    try:  # before torch loads: a wrong path or name answers at once
+    # Before torch loads, so that a wrong path or name answers at once. Under a launch of several processes the
+    # trainer reports them instead, once the processes have connected: a rank that exited here alone would have
+    # the launcher kill the one that was saying why.
+    alone = int(os.environ.get("WORLD_SIZE", "1")) <= 1
+    try:
         args["imgsz"], imgsz_note = round_imgsz(args["imgsz"])
-        args["data"], data_note = resolve_data(args["data"])
-        check_report_to(args["report_to"])
-        if args["weights"]:
-            check_weights(args["weights"])
+        args["data"], data_note = resolve_data(args["data"], check=alone)
+        if alone:
+            check_report_to(args["report_to"])
+            if args["weights"]:
+                check_weights(args["weights"])
     except (ValueError, FileNotFoundError) as err:  # the trainer's form of a user error: one line, exit 2
-        if os.environ.get("RANK", "0") == "0":  # the same error on every process: said once
-            print(f"error: {err}", file=sys.stderr, flush=True)
+        print(f"error: {err}", file=sys.stderr, flush=True)
         raise SystemExit(2) from None
     for note in [*notes, imgsz_note, data_note] if os.environ.get("RANK", "0") == "0" else ():  # once per job
         if note:
