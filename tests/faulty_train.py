@@ -3,8 +3,10 @@
 FAULT_RANK=r FAULT_STEP=n: the loss raises on rank r at its n-th call.
 FAULT_RANK=r FAULT_STEP=n FAULT_KILL=1: rank r kills itself with SIGKILL instead (a crashed or OOM-killed rank).
 FAULT_IN_SAVE=n: the n-th accelerator.save_state writes part of a checkpoint, then raises.
+FAULT_DISK_FULL=n: the same, raising the OSError of a full disk.
 """
 
+import errno
 import os
 import signal
 import sys
@@ -32,13 +34,15 @@ def inject_loss_failure(rank: int, step: int) -> None:
     DetectionLoss.forward = forward
 
 
-def inject_save_failure(nth: int) -> None:
+def inject_save_failure(nth: int, disk_full: bool = False) -> None:
     original, calls = accelerate.Accelerator.save_state, [0]
 
     def save_state(self, output_dir=None, **kwargs):
         calls[0] += 1
         if calls[0] == nth:
             Path(output_dir, "model.safetensors").write_bytes(b"partial")
+            if disk_full:
+                raise OSError(errno.ENOSPC, "No space left on device", str(Path(output_dir, "optimizer.bin")))
             raise RuntimeError("injected failure while saving")
         return original(self, output_dir, **kwargs)
 
@@ -50,4 +54,6 @@ if __name__ == "__main__":
         inject_loss_failure(int(os.environ["FAULT_RANK"]), int(os.environ["FAULT_STEP"]))
     if "FAULT_IN_SAVE" in os.environ:
         inject_save_failure(int(os.environ["FAULT_IN_SAVE"]))
+    if "FAULT_DISK_FULL" in os.environ:
+        inject_save_failure(int(os.environ["FAULT_DISK_FULL"]), disk_full=True)
     sys.exit(train_accelerate.main())

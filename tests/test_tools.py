@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import errno
 import json
 import os
 import subprocess
@@ -315,3 +316,36 @@ def test_tools_report_a_missing_weights_file_in_one_line(tmp_path, tool):
     assert result.returncode == 2, result.stderr
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith("error:") and "nope" in last and "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("tool", ["predict", "export"])
+def test_an_output_path_that_cannot_be_written_is_one_line(tmp_path, tool):
+    """``--output`` naming an existing file (predict's output folder) or a path through one (export's file): one
+    ``error: cannot write ...`` line and exit 2, not a traceback."""
+    weights = tmp_path / "w.safetensors"
+    save_weights(create_model("yolo11n", num_classes=3), weights)
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a folder")
+    image = ROOT / "yolo11" / "assets" / "coco8" / "images" / "val"
+    argv = {"predict": [str(weights), str(image), "--output", str(blocker), "--imgsz", "64"],
+            "export": [str(weights), "--output", str(blocker / "model.onnx"), "--imgsz", "64"]}[tool]
+    result = subprocess.run([sys.executable, "-m", f"yolo11.tools.{tool}", *argv], capture_output=True, text=True,
+                            timeout=300, cwd=ROOT)
+    assert result.returncode == 2, result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: cannot write") and "a_file" in last and "Traceback" not in result.stderr
+    assert blocker.read_text() == "not a folder"
+
+
+def test_a_full_disk_is_one_line():
+    from yolo11.tools import cli
+
+    def full(argv):
+        raise OSError(errno.ENOSPC, "No space left on device", "/data/out/model.onnx")
+
+    def bug(argv):
+        raise OSError(errno.EIO, "Input/output error")
+
+    assert cli(full)([]) == 2
+    with pytest.raises(OSError):  # not the user's: a traceback, as any other bug
+        cli(bug)([])

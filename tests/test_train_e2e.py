@@ -147,6 +147,23 @@ def test_crash_while_saving_leaves_previous_checkpoint_loadable(tmp_path):
     assert "at epoch 2, batch 0" in resumed.stdout
 
 
+def test_a_full_disk_while_saving_is_one_line_and_keeps_the_last_checkpoint(tmp_path):
+    """The second checkpoint write finds the disk full: one ``error: cannot write ...`` line naming the file and
+    the intact checkpoint, no traceback from the trainer, and ``latest`` still names the first checkpoint."""
+    script = ROOT / "tests" / "faulty_train.py"
+    common = [*TINY_FLAGS, "--output-dir", str(tmp_path), "--name", "run", "--batch-size", "8", "--epochs", "3",
+              "--save-period", "1"]
+    full = launch(common, script=script, env={"FAULT_DISK_FULL": "2"})
+    assert full.returncode != 0, describe(full)
+    errors = [line for line in full.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "cannot write" in errors[0] and "optimizer.bin" in errors[0], describe(full)
+    assert "No space left on device" in errors[0] and "--resume" in errors[0]
+    # the trainer exits 2 without a traceback of its own (plain `accelerate launch` adds its CalledProcessError)
+    assert "OSError" not in full.stderr and "exit status 2" in full.stderr, describe(full)
+    checkpoints = tmp_path / "run" / "checkpoints"
+    assert (checkpoints / "latest").read_text().strip() == "checkpoint-00000003"
+
+
 def test_wandb_offline_one_run_under_ddp_continued_on_resume(tmp_path):
     """2 CPU processes, --report-to wandb without an API key: one offline run, with per-step and per-epoch keys
     and validation images; --resume continues the same W&B run id."""

@@ -56,6 +56,7 @@ from yolo11.engine.resume import Resume, prepare_resume
 from yolo11.engine.run_outputs import RunOutputs
 from yolo11.evaluation import ValidationStopped
 from yolo11.loss import DetectionLoss
+from yolo11.output_errors import WRITE_ERRNOS, write_error_message
 from yolo11.weights import UnsafeCheckpointError, resolve_weights
 
 # --save-period auto: a checkpoint at the end of the first epoch that ends this long after the last one. Writing
@@ -139,9 +140,18 @@ def _train(config: TrainConfig, typed: frozenset[str] | None, launch: PartialSta
     stop.defer()  # from here a signal is honoured at the next step, validation batch or the end of a save
     start = time.perf_counter()
     startup = process_age()
-    exit_code, images_seen = fit(run)
-    # a failed upload (offline, no token) does not fail the finished run: the warning says how to push it later
-    finish(run, time.perf_counter() - start, images_seen, push=exit_code == 0, startup_seconds=startup)
+    try:
+        exit_code, images_seen = fit(run)
+        # a failed upload (offline, no token) does not fail the finished run: the warning says how to push it later
+        finish(run, time.perf_counter() - start, images_seen, push=exit_code == 0, startup_seconds=startup)
+    except OSError as err:
+        if err.errno not in WRITE_ERRNOS:
+            raise
+        # a full disk mid-run: saves are written aside and renamed, so the last complete checkpoint is intact
+        if run.step.accelerator.is_main_process:
+            print(f"error: {write_error_message(err)}; the last complete checkpoint in {run.run_dir / 'checkpoints'} "
+                  f"is intact: free space, then resume with --resume {run.run_dir}", file=sys.stderr, flush=True)
+        return 2
     if run.step.stop.signum is not None:  # agreed by every rank in fit or finish
         if run.step.accelerator.is_local_main_process:
             tell_launcher(run.step.stop.signum)

@@ -8,15 +8,15 @@ import functools
 import sys
 from collections.abc import Callable, Sequence
 
+from yolo11.output_errors import WRITE_ERRNOS, write_error_message
+
 # What a user can get wrong (paths, flags, weights, data): one ``error:`` line and exit 2, no traceback.
 USER_ERRORS = (ValueError, FileNotFoundError, NotADirectoryError, IsADirectoryError, MemoryError)
 # The same for our own error classes, named by module so that catching them loads nothing (torch, datasets): an
 # error of a module that was never imported cannot have been raised.
 _USER_ERROR_CLASSES = {"yolo11.data.schema": "DataSourceError", "yolo11.weights.safe_pickle": "UnsafeCheckpointError"}
-
-
 def is_user_error(err: BaseException) -> bool:
-    if isinstance(err, USER_ERRORS):
+    if isinstance(err, USER_ERRORS) or (isinstance(err, OSError) and err.errno in WRITE_ERRNOS):
         return True
     return any(isinstance(err, getattr(sys.modules[module], name))
                for module, name in _USER_ERROR_CLASSES.items() if module in sys.modules)
@@ -32,7 +32,8 @@ def cli(main: Callable[[Sequence[str] | None], int]) -> Callable[[Sequence[str] 
         except Exception as err:
             if not is_user_error(err):
                 raise
-            print(f"error: {err}", file=sys.stderr)
+            message = write_error_message(err) if isinstance(err, OSError) and err.errno in WRITE_ERRNOS else err
+            print(f"error: {message}", file=sys.stderr)
             return 2
 
     return wrapper
