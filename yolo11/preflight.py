@@ -7,9 +7,12 @@ Each check returns the value to use and a note to print (``None`` when there is 
 
 from __future__ import annotations
 
+import argparse
 import math
 import os
 import re
+import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 MAX_STRIDE = 32  # yolo11.geometry.MAX_STRIDE, which loads torch (a test checks that they agree)
@@ -78,3 +81,23 @@ def check_report_to(value: str | None) -> None:
         hint = did_you_mean(unknown[0], [*KNOWN_TRACKERS, "all", "none"]) if unknown else ""
         raise ValueError(f"--report-to {value!r}: unknown tracker(s) {unknown or ['none']}{hint}; expected a comma "
                          f"list of {', '.join(KNOWN_TRACKERS)}, or all, or none")
+
+
+def parse_tool_args(parser: argparse.ArgumentParser, argv: Sequence[str] | None,
+                    positionals: dict[str, str]) -> argparse.Namespace:
+    """A tool's flags and Ultralytics ``key=value`` arguments (``positionals``: keys that name a positional), then
+    the checks that need no torch: the weights exist, ``--imgsz`` is rounded up, ``--data`` resolves (tools that
+    have it). Notes go to stderr; a wrong path raises, which the tools' ``cli`` prints as one ``error:`` line."""
+    from yolo11.engine.ultralytics_args import read_key_values
+
+    argv, notes = read_key_values(parser, sys.argv[1:] if argv is None else argv, positionals)
+    args = parser.parse_args(argv)
+    check_weights(args.weights)
+    data_note = None
+    if hasattr(args, "data"):
+        args.data, data_note = resolve_data(args.data)
+    args.imgsz, imgsz_note = round_imgsz(args.imgsz)
+    for note in (*notes, data_note, imgsz_note):
+        if note:
+            print(note, file=sys.stderr)
+    return args

@@ -35,13 +35,12 @@ torch 2.14 without extra dependencies.
 from __future__ import annotations
 
 import argparse
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from yolo11.engine.ultralytics_args import ArgumentParser, read_key_values
-from yolo11.preflight import check_weights, round_imgsz
+from yolo11.engine.ultralytics_args import ArgumentParser
+from yolo11.preflight import parse_tool_args
 from yolo11.tools import cli
 
 OPSET = 17  # the lowest opset accepted (yolo11.tools.onnx_export.OPSET, which loads torch)
@@ -88,16 +87,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--conf", type=float, default=0.25, help="--nms score threshold")
     parser.add_argument("--iou", type=float, default=0.7, help="--nms IoU threshold")
     parser.add_argument("--max-det", type=int, default=300, help="--nms detections kept per class and image")
-    argv, notes = read_key_values(parser, sys.argv[1:] if argv is None else argv, {"model": "weights"})
-    args = parser.parse_args(argv)
+    args = parse_tool_args(parser, argv, {"model": "weights"})
     if args.opset < OPSET:
         parser.error(f"--opset must be >= {OPSET}, got {args.opset}")
-    # before torch loads, so that a wrong path answers at once (one error: line, from cli)
-    check_weights(args.weights)
-    args.imgsz, imgsz_note = round_imgsz(args.imgsz)
-    for note in (*notes, imgsz_note):
-        if note:
-            print(note, file=sys.stderr)
     return args
 
 

@@ -1,36 +1,6 @@
-"""The ONNX graphs of ``yolo11-export`` (the command line: ``yolo11/tools/export.py``): decoded YOLO11 outputs.
-
-    yolo11-export weights/best.safetensors --imgsz 640 --output yolo11n.onnx
-    yolo11-export yolo11n.pt --imgsz 640 --check
-    yolo11-export weights/best.safetensors --format pt --output best.pt   # for Ultralytics' YOLO(...)
-
-The ONNX graph takes ``images`` float32 ``(batch, 3, imgsz, imgsz)`` in [0, 1] and returns ``output0``
-``(batch, 4 + nc, A)``: xywh in input pixels and sigmoid class scores per anchor, A = sum of (imgsz / s)^2 over
-strides 8, 16, 32 (8400 at 640), i.e. ``yolo11.postprocess.decode`` of the raw maps. BatchNorms are folded first.
-As Ultralytics' export, every dimension is static by default (``--batch``, default 1: ``(1, 84, 8400)`` for COCO
-at 640), which Ultralytics' runtime (``YOLO("model.onnx")``) needs to predict and validate with it; ``--dynamic``
-makes batch, height and width dynamic (``output0`` ``(batch, 4 + nc, anchors)``), as Ultralytics' ``dynamic=True``.
-``--half`` stores the weights in float16 (inputs and outputs stay float32, as Ultralytics' CPU ``half=True``).
-
-With ``--nms`` the graph ends in ONNX ``NonMaxSuppression`` instead and returns ``boxes`` ``(B, A, 4)`` xyxy input
-pixels, ``scores`` ``(B, nc, A)`` and ``selected`` ``(K, 3)`` int64 rows ``[image, class, anchor]``: per image and
-class, scores above ``--conf`` and IoU above ``--iou`` suppressed, as ``non_max_suppression(multi_label=True)``;
-but ``--max-det`` caps each class (the operator's ``max_output_boxes_per_class``), not the image total. This layout
-is for onnxruntime users; Ultralytics' runtime reads only the default graph.
-
-The ONNX model's metadata (``metadata_props``) has Ultralytics' keys and formats, so tools that read Ultralytics
-exports read ours (Ultralytics' ``AutoBackend`` reads ``stride``, ``batch``, ``imgsz``, ``names``, ``task``,
-``args``, ``channels``, ``end2end``): ``names`` (``{0: 'person', ...}``), ``stride`` (32), ``imgsz``
-(``[640, 640]``), ``task`` (``detect``), ``head`` (``Detect``), ``batch``, ``channels`` (3), ``end2end`` (False),
-``args`` (``{'batch': 1, 'half': False, 'dynamic': False, 'nms': False, 'opset': 17}``), ``author``, ``version``,
-``license``, ``date`` and ``description``.
-
-``--format pt`` writes an Ultralytics checkpoint (``yolo11.weights.ultralytics_writer``); it needs the ultralytics
-package importable, see there.
-
-The legacy TorchScript-based exporter (``dynamo=False``) is used: it handles this graph and dynamic axes in
-torch 2.14 without extra dependencies.
-"""
+"""The ONNX graphs behind ``yolo11-export`` (its command line, and the graphs' contract: inputs, ``output0``, the
+``--nms`` layout and the metadata keys, are documented in ``yolo11/tools/export.py``): the decoded model, the NMS
+graph and the metadata, kept apart so that ``yolo11-export --help`` loads no torch or onnx."""
 
 from __future__ import annotations
 

@@ -34,8 +34,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from yolo11.engine.ultralytics_args import ArgumentParser, read_key_values
-from yolo11.preflight import check_weights, round_imgsz
+from yolo11.engine.ultralytics_args import ArgumentParser
+from yolo11.preflight import parse_tool_args
 from yolo11.tools import cli
 from yolo11.tools.predict_sources import (
     Source,
@@ -230,16 +230,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--save-conf", action="store_true", help="end each --save-txt line with the score")
     parser.add_argument("--no-draw", action="store_true", help="do not write drawn images and videos")
     parser.add_argument("--device", default=None, help="torch device (default: cuda when available, else cpu)")
-    argv, notes = read_key_values(parser, sys.argv[1:] if argv is None else argv,
-                                  {"model": "weights", "source": "sources"})
-    args = parser.parse_args(argv)
-    # before torch loads, so that a wrong path answers at once (one error: line, from cli)
-    check_weights(args.weights)
-    args.imgsz, imgsz_note = round_imgsz(args.imgsz)
-    for note in (*notes, imgsz_note):
-        if note:
-            print(note, file=sys.stderr)
-    return args
+    return parse_tool_args(parser, argv, {"model": "weights", "source": "sources"})
 
 
 @cli

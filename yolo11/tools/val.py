@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from yolo11.engine.ultralytics_args import ArgumentParser, read_key_values
-from yolo11.preflight import check_weights, resolve_data, round_imgsz
+from yolo11.engine.ultralytics_args import ArgumentParser
+from yolo11.preflight import parse_tool_args
 from yolo11.tools import cli
 
 if TYPE_CHECKING:  # torch and the data stack load in main, after the arguments are checked (--help is instant)
@@ -59,16 +58,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                         help="also write the predictions as COCO results (category = class + 1)")
     parser.add_argument("--plots-dir", type=Path, default=None,
                         help="write the PR/F1/P/R curves and confusion matrices (Ultralytics' file names) here")
-    argv, notes = read_key_values(parser, sys.argv[1:] if argv is None else argv, {"model": "weights"})
-    args = parser.parse_args(argv)
-    # before torch loads, so that a wrong path answers at once (one error: line, from cli)
-    check_weights(args.weights)
-    args.data, data_note = resolve_data(args.data)
-    args.imgsz, imgsz_note = round_imgsz(args.imgsz)
-    for note in (*notes, data_note, imgsz_note):
-        if note:
-            print(note, file=sys.stderr)
-    return args
+    return parse_tool_args(parser, argv, {"model": "weights"})
 
 
 def evaluate_weights(accelerator: Accelerator, model: nn.Module, source: DetectionSource, *, imgsz: int,
