@@ -37,10 +37,13 @@ import yaml
 MAX_CLASSES = 100_000
 MAX_TEXT_BYTES = 64 << 20  # JSON/YAML configs: 100k class names fit in a few MB
 MAX_SAFETENSORS_HEADER = 100_000_000  # the safetensors library's own limit
-SCALE_NAMES = tuple(f"yolo11{scale}" for scale in "nsmlx")
+# DFL bins per family; here and not from yolo11.models.scales (its package imports torch; this module may not).
+# tests/test_yolo26_train.py checks both agree with yolo11.models.scales.FAMILIES / MODEL_NAMES.
+FAMILY_REG_MAX = {"yolo11": 16, "yolo26": 1}
+SCALE_NAMES = tuple(f"{family}{scale}" for family in FAMILY_REG_MAX for scale in "nsmlx")
 # config.json keys: create_model's arguments plus what save_pretrained adds for readers without our code.
 _CONFIG_KEYS = {"name", "num_classes", "backbone", "names", "model_type", "task", "strides", "reg_max"}
-_CONFIG_FIXED = {"model_type": "yolo11", "task": "detect", "strides": [8, 16, 32], "reg_max": 16}
+_CONFIG_FIXED = {"model_type": "yolo11", "task": "detect", "strides": [8, 16, 32]}
 # safetensors dtype -> bytes per element
 SAFETENSORS_DTYPES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1,
                       "BOOL": 1, "U16": 2, "U32": 4, "U64": 8, "F8_E4M3": 1, "F8_E5M2": 1}
@@ -196,6 +199,9 @@ def check_model_config(config: Any, source: str | Path, user_backbone: str | Non
     name, num_classes = config.get("name"), config.get("num_classes")
     if name not in SCALE_NAMES:
         raise FileRefusedError(source, f"config name {repr(name)[:40]} is not one of {', '.join(SCALE_NAMES)}")
+    reg_max = FAMILY_REG_MAX[name[:-1]]
+    if "reg_max" in config and config["reg_max"] != reg_max:
+        raise FileRefusedError(source, f"config reg_max is {config['reg_max']!r}; {name} has {reg_max!r}")
     if type(num_classes) is not int or not 1 <= num_classes <= MAX_CLASSES:
         raise FileRefusedError(source, f"config num_classes {repr(num_classes)[:40]} is not an integer in "
                                        f"1..{MAX_CLASSES}")

@@ -177,7 +177,9 @@ class Postprocessor:
         end2end: bool = False,
     ) -> None:
         """``end2end``: the maps given are YOLO26's one-to-one maps, decoded by ``end2end_topk`` without NMS
-        (``iou``, ``multi_label`` and ``max_nms`` unused); otherwise decoded with NMS."""
+        (``iou``, ``multi_label`` and ``max_nms`` unused); otherwise decoded with NMS. Given a YOLO26 model's
+        ``End2EndMaps``, it takes ``one2one`` when ``end2end``, else ``one2many`` (Ultralytics' default,
+        ``nms: None``)."""
         self.conf, self.iou, self.max_det = conf, iou, max_det
         self.multi_label, self.agnostic, self.max_nms = multi_label, agnostic, max_nms
         self.strides, self.reg_max, self.end2end = tuple(strides), reg_max, end2end
@@ -193,6 +195,8 @@ class Postprocessor:
             ratio_pad: ``(B, 4)`` letterbox parameters per image; with ``orig_sizes (B, 2)`` boxes are mapped to
                 original pixels, otherwise they stay in input pixels.
         """
+        if hasattr(feats, "one2one"):  # a YOLO26 model's End2EndMaps: the branch this post-processor decodes
+            feats = feats.one2one if self.end2end else feats.one2many
         feats = [f.float() for f in feats]
         if self.end2end:
             topk = end2end_topk(feats, self.strides, self.reg_max, self.max_det, self.agnostic)

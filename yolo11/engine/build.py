@@ -24,6 +24,7 @@ from yolo11.engine import tracking
 from yolo11.engine.config import ModelConfig, TrainConfig
 from yolo11.engine.optim import WarmupSchedule, lr_lambda
 from yolo11.engine.plan import RunPlan
+from yolo11.loss import DetectionLoss, End2EndLoss
 from yolo11.models import YOLO11Detector, create_model
 from yolo11.weights import load_weights
 from yolo11.weights.safetensors_io import host_copies
@@ -130,6 +131,23 @@ def maybe_sync_batchnorm(model: nn.Module, requested: bool, accelerator: Acceler
 DEFAULT_MODEL = "yolo11n"
 
 
+def build_criterion(model: YOLO11Detector, device: torch.device) -> nn.Module:
+    """The model's training loss on ``device``: ``End2EndLoss`` (both heads, epoch-weighted) for YOLO26, else
+    ``DetectionLoss``. End2EndLoss keeps its branch weights in a device buffer that a compiled or CUDA-graphed
+    step reads: it must live where the maps are."""
+    if model.end2end:
+        return End2EndLoss(model.num_classes, strides=model.strides).to(device)
+    return DetectionLoss(model.num_classes, strides=model.strides, reg_max=model.reg_max)
+
+
+def set_loss_epoch(criterion: nn.Module, epoch: int, epochs: int) -> None:
+    """Ultralytics' ``criterion.update()`` schedule for a loss that has one (``End2EndLoss``), through a
+    ``CompiledLoss`` wrapper; called before every epoch, a resumed one included."""
+    loss = getattr(criterion, "loss", criterion)  # CompiledLoss keeps the module it compiled as .loss
+    if hasattr(loss, "set_epoch"):
+        loss.set_epoch(epoch, epochs)
+
+
 def _preview(names: list[str] | None, count: int, limit: int = 4) -> str:
     if not names:
         return f"{count} classes"
@@ -144,7 +162,8 @@ def build_model(config: ModelConfig, class_names: list[str], data: str = "the da
     if not config.weights:
         return create_model(config.model or DEFAULT_MODEL, num_classes=len(class_names), backbone=config.backbone,
                             pretrained=config.pretrained, names=class_names)
-    source = load_weights(config.weights, backbone=config.backbone)  # a --backbone the user names may be fetched
+    # a --backbone the user names may be fetched; the trainer handles YOLO26's End2EndMaps
+    source = load_weights(config.weights, backbone=config.backbone, end2end=True)
     name, backbone = source.config["name"], source.config.get("backbone")
     described = f"--weights {config.weights} ({name}{f' + {backbone}' if backbone else ''}, " \
                 f"{_preview(source.names, source.num_classes)})"

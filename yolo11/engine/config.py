@@ -26,7 +26,7 @@ import yaml
 
 from yolo11.data.augment_params import AugmentParams
 from yolo11.engine.ultralytics_args import FLAG_ALIASES, ArgumentParser, read_ultralytics_keys
-from yolo11.gate import read_yaml
+from yolo11.gate import SCALE_NAMES, read_yaml
 from yolo11.preflight import MAX_STRIDE, check_report_to, check_weights, resolve_data, round_imgsz
 
 _AUGMENT = AugmentParams()  # the augmentation defaults (Ultralytics' values) live with the transforms
@@ -90,12 +90,12 @@ class _SelfValidating:
         """Ranges and combinations of this section's values; raise ``ValueError`` naming the flag."""
 
 
-MODEL_NAMES = ("yolo11n", "yolo11s", "yolo11m", "yolo11l", "yolo11x")
+MODEL_NAMES = SCALE_NAMES  # yolo11n ... yolo11x, yolo26n ... yolo26x
 
 
 @dataclass(frozen=True)
 class ModelConfig(_SelfValidating):
-    model: str | None = _opt(None, f"YOLO11 scale: {', '.join(MODEL_NAMES)} (default: the architecture of "
+    model: str | None = _opt(None, f"architecture: {', '.join(MODEL_NAMES)} (default: the architecture of "
                                    "--weights, else yolo11n)")
     backbone: str | None = _opt(None, "a timm model name to use in place of the native YOLO11 backbone")
     pretrained: bool = _opt(False, "load ImageNet weights for a timm backbone (needs the internet)")

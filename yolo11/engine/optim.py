@@ -87,13 +87,14 @@ def build_optimizer(model: nn.Module, choice: OptimizerChoice, weight_decay: flo
 def musgd_groups(model: nn.Module, lr: float, weight_decay: float) -> list[dict]:
     """MuSGD's parameter groups as Ultralytics 8.4 builds them: "weight", "bn", "bias" and "muon" (the conv and
     linear weights, which get Muon's update, with weight decay), each split in two, the detection head's class
-    branch (``head.cv3``) first at 3x lr, the rest at lr."""
+    branches (``head.cv3``, and YOLO26's ``head.one2one_cv3``) first at 3x lr, the rest at lr."""
     groups = parameter_groups(model)
     weights = groups["weight"]
     groups["weight"] = [p for p in weights if p.ndim not in (2, 4)]
     groups["muon"] = [p for p in weights if p.ndim in (2, 4)]
-    class_branch = getattr(getattr(model, "head", None), "cv3", None)
-    boosted = {id(p) for p in class_branch.parameters()} if class_branch is not None else set()
+    head = getattr(model, "head", None)
+    class_branches = [getattr(head, name, None) for name in ("cv3", "one2one_cv3")]
+    boosted = {id(p) for branch in class_branches if branch is not None for p in branch.parameters()}
     out = []
     for name, params in groups.items():
         options = {"param_group": name, "weight_decay": weight_decay if name in ("weight", "muon") else 0.0,

@@ -25,6 +25,7 @@ from yolo11.data.sources import VAL_FALLBACKS, report_same_data
 from yolo11.engine import dashboards, tracking
 from yolo11.engine.build import (
     build_accelerator,
+    build_criterion,
     build_model,
     build_schedule,
     build_trackers,
@@ -33,6 +34,7 @@ from yolo11.engine.build import (
     maybe_sync_batchnorm,
     prepare_training,
     resolve_run_dir,
+    set_loss_epoch,
 )
 from yolo11.engine.checkpoint import (
     CheckpointError,
@@ -55,7 +57,6 @@ from yolo11.engine.progress import Progress, print_summary
 from yolo11.engine.resume import Resume, prepare_resume
 from yolo11.engine.run_outputs import RunOutputs
 from yolo11.evaluation import ValidationStopped
-from yolo11.loss import DetectionLoss
 from yolo11.output_errors import WRITE_ERRNOS, write_error_message
 from yolo11.weights import UnsafeCheckpointError, resolve_weights
 
@@ -207,7 +208,7 @@ def build_run(config: TrainConfig, plan: RunPlan, run_dir: Path, train_source: D
     if plan.channels_last:
         model = model.to(memory_format=torch.channels_last)
     ema = ModelEMA(model, config.optim.ema_decay, config.optim.ema_tau) if config.optim.ema else None
-    criterion = DetectionLoss(model.num_classes, strides=model.strides, reg_max=model.reg_max)
+    criterion = build_criterion(model, accelerator.device)
     optimizer = build_optimizer(model, plan.optimizer, plan.weight_decay,
                                 fused=accelerator.device.type in ("cuda", "cpu"))
     schedule = build_schedule(config, plan, optimizer)
@@ -318,6 +319,7 @@ def fit(run: Run) -> tuple[int, int]:
         for epoch in range(state.epoch, config.epochs):
             if state.epoch != epoch or not state.batches_in_epoch:
                 state.start_epoch(epoch)
+            set_loss_epoch(step.criterion, epoch, config.epochs)  # YOLO26's branch weights, resumed runs too
             # a checkpoint taken during validation resumes here with every batch done: no batch, then validation
             loader = itertools.islice(stream, run.plan.batches_per_epoch - state.batches_in_epoch)
             result = train_one_epoch(step, loader, state, epoch, config.max_steps)

@@ -97,7 +97,7 @@ def _predict_and_score(accelerator, model, loader, postprocessor, evaluator, cri
         else:
             with accelerator.autocast():
                 feats = model(images)
-        feats = [f.float() for f in feats]
+        feats = _as_float(feats)
         if criterion is not None:
             loss_sum += criterion(feats, batch["boxes"], batch["labels"])[1]
             batches_run += 1
@@ -121,6 +121,14 @@ def _predict_and_score(accelerator, model, loader, postprocessor, evaluator, cri
         totals = accelerator.reduce(torch.cat([loss_sum, loss_sum.new_tensor([batches_run])]), reduction="sum")
         losses = totals[:3] / totals[3].clamp(min=1)
     return EvaluationResult(metrics, predictions, losses, samples, score_seconds)
+
+
+def _as_float(feats):
+    """The maps in float32: YOLO11's list, or both lists of YOLO26's ``End2EndMaps`` (kept a NamedTuple, which
+    the loss and the post-processor read by branch)."""
+    if hasattr(feats, "one2one"):
+        return type(feats)(*([f.float() for f in branch] for branch in feats))
+    return [f.float() for f in feats]
 
 
 def _anyone(accelerator: Accelerator, flag: bool) -> bool:

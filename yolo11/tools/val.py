@@ -110,7 +110,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # No even_batches padding: a rect batch padded with images of the first batch would mix letterbox shapes, and
     # ranks with one batch fewer are fine here (the only collective is the gather after the loop).
     accelerator = Accelerator(dataloader_config=DataLoaderConfiguration(even_batches=False))
-    model = load_weights(args.weights).fuse()  # before the data: a wrong path fails at once
+    model = load_weights(args.weights, end2end=True).fuse()  # before the data: a wrong path fails at once
     source = load_source(args.data, split=args.split, cache_dir=args.cache_dir, images=args.images,
                          bbox_format=args.bbox_format, fallback_splits=VAL_FALLBACKS, split_flag="--split")
     if model.num_classes != len(source.class_names):

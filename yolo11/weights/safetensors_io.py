@@ -161,22 +161,20 @@ def honour_umask(*paths: str | Path) -> None:
         os.chmod(path, mode)
 
 
-def load_weights(ref: str | Path, *, backbone: str | None = None) -> YOLO11Detector:
+def load_weights(ref: str | Path, *, backbone: str | None = None, end2end: bool = False) -> YOLO11Detector:
     """Load a ``.safetensors`` file, a ``save_pretrained`` folder or an Ultralytics ``.pt`` checkpoint (through
     the restricted unpickler), local or named as ``resolve_weights`` accepts (``hf://owner/repo/file``,
     ``owner/repo``, ``yolo11n.pt`` ...). Every file passes the loading gate (``yolo11.gate``); ``backbone`` is a
-    timm backbone name the caller allows the file to name even if timm would fetch it (``hf-hub:...``)."""
+    timm backbone name the caller allows the file to name even if timm would fetch it (``hf-hub:...``).
+    ``end2end``: the caller handles a YOLO26 model's ``End2EndMaps`` output (the trainer, ``yolo11-val``);
+    otherwise YOLO26 weights are refused in one line."""
     path = resolve_weights(ref)
     if path.is_dir():
-        return load_pretrained(path, backbone=backbone)
+        return _end2end_checked(load_pretrained(path, backbone=backbone), path, end2end)
     if path.suffix in (".pt", ".pth") or is_zip(path):  # by content too: a renamed torch file is still one
         from yolo11.weights.ultralytics import load_ultralytics
 
-        model = load_ultralytics(path)
-        if model.end2end:  # issue 31: YOLO26 has its model, decoding and loss, but no trainer or tool path yet
-            raise FileRefusedError(path, "a YOLO26 checkpoint: the trainer, tools and Detector take YOLO11 only so "
-                                         "far; in Python use yolo11.weights.load_ultralytics")
-        return model
+        return _end2end_checked(load_ultralytics(path), path, end2end)
     metadata = read_safetensors_header(path).metadata
     if "config" not in metadata:
         raise FileRefusedError(path, "no model config in the safetensors metadata; was it written by save_weights?")
@@ -184,4 +182,13 @@ def load_weights(ref: str | Path, *, backbone: str | None = None) -> YOLO11Detec
         config = json.loads(metadata["config"])
     except ValueError:
         raise FileRefusedError(path, "the model config in the safetensors metadata is not JSON") from None
-    return _build(check_model_config(config, path, user_backbone=backbone), path)
+    return _end2end_checked(_build(check_model_config(config, path, user_backbone=backbone), path), path,
+                            end2end)
+
+
+def _end2end_checked(model: YOLO11Detector, path: Path, allowed: bool) -> YOLO11Detector:
+    """``model``, or a one-line refusal of a YOLO26 model where the caller reads only YOLO11's list of maps."""
+    if model.end2end and not allowed:  # issue 31: predict, export, Detector and the Hub API are YOLO11-only so far
+        raise FileRefusedError(path, f"{model.config['name']} weights: the trainer and yolo11-val take YOLO26; "
+                                     "predict, export, Detector and from_pretrained take YOLO11 only so far")
+    return model
