@@ -1,0 +1,243 @@
+"""YOLO26 through the trainer (issue 31): names, loss and its epoch schedule, MuSGD groups, weights, validation on
+the one-to-many head, and ``accelerate launch`` runs on CPU (a run, its reload, a bitwise resume)."""
+
+from __future__ import annotations
+
+import csv
+import types
+
+import pytest
+import torch
+from accelerate.state import AcceleratorState, GradientState
+from engine_helpers import checkpoint_model, describe, launch
+from safetensors.torch import load_file
+
+import yolo11
+from yolo11.models import YOLO26Detector
+
+# the brief's run: 32 images of 64 px, 2 epochs of 2 batches
+RUN_FLAGS = ["--model", "yolo26n", "--data", "synthetic:imgsz=64,num_images=32", "--imgsz", "64", "--epochs", "2",
+             "--batch-size", "16", "--workers", "0"]
+
+
+@pytest.fixture(autouse=True)
+def fresh_accelerate_state():
+    yield
+    AcceleratorState._reset_state(reset_partial_state=True)
+    GradientState._reset_state()
+
+
+def read_results(run_dir):
+    with open(run_dir / "results.csv") as fh:
+        return list(csv.DictReader(fh))
+
+
+def test_the_torch_free_names_agree_with_the_model_families():
+    """``gate.SCALE_NAMES`` / ``FAMILY_REG_MAX`` (what ``--model`` and the config gate accept, without torch) are
+    ``yolo11.models``' own names and DFL bins."""
+    from yolo11.engine.config import MODEL_NAMES, ModelConfig, parse_config
+    from yolo11.gate import FAMILY_REG_MAX, SCALE_NAMES
+    from yolo11.models.scales import FAMILIES
+
+    assert SCALE_NAMES == MODEL_NAMES == yolo11.models.MODEL_NAMES
+    assert FAMILY_REG_MAX == {name: family.reg_max for name, family in FAMILIES.items()}
+    assert parse_config(["--model", "yolo26x", "--data", "coco8"]).model.model == "yolo26x"
+    with pytest.raises(ValueError, match="--model is the architecture, one of yolo11n.*yolo26x, got 'yolo27n'"):
+        ModelConfig(model="yolo27n")
+
+
+def test_criterion_is_end2end_for_yolo26_on_the_device_and_detection_loss_for_yolo11():
+    from yolo11.engine.build import build_criterion, set_loss_epoch
+    from yolo11.engine.compile import CompiledLoss
+    from yolo11.loss import DetectionLoss, End2EndLoss, one2many_weight
+
+    eleven = build_criterion(yolo11.create_model("yolo11n", num_classes=3), torch.device("cpu"))
+    assert type(eleven) is DetectionLoss and eleven.reg_max == 16
+    twenty_six = build_criterion(yolo11.create_model("yolo26n", num_classes=3), torch.device("meta"))
+    assert type(twenty_six) is End2EndLoss and twenty_six.branch_weights.device.type == "meta"  # moved
+    loss = End2EndLoss(3)
+    set_loss_epoch(CompiledLoss(loss), 5, 10)  # reaches through the compile wrapper (nothing compiles until called)
+    w = one2many_weight(5, 10)
+    assert loss.branch_weights.tolist() == pytest.approx([w, 1 - w]) and w != one2many_weight(0, 10)
+    set_loss_epoch(eleven, 5, 10)  # DetectionLoss has no schedule: nothing to do, no error
+
+
+def _fake_run(criterion, epochs: int, epoch: int = 0, batches_in_epoch: int = 0):
+    from yolo11.engine.checkpoint import TrainState
+
+    state = TrainState()
+    state.epoch, state.batches_in_epoch = epoch, batches_in_epoch
+    loader = type("Loader", (), {"set_epoch": lambda self, *a: None, "__iter__": lambda self: iter(range(100))})()
+    accelerator = types.SimpleNamespace(process_index=0, print=lambda *a: None)
+    step = types.SimpleNamespace(criterion=criterion, accelerator=accelerator,
+                                 stop=types.SimpleNamespace(agreed_now=lambda: False))
+    return types.SimpleNamespace(config=types.SimpleNamespace(run=types.SimpleNamespace(epochs=epochs,
+                                                                                        max_steps=None)),
+                                 state=state, step=step, train_loader=loader,
+                                 plan=types.SimpleNamespace(batches_per_epoch=2),
+                                 stop=types.SimpleNamespace(enter=lambda *a: None), train_seconds=0.0)
+
+
+@pytest.mark.parametrize("resume_at", [None, (2, 1)])
+def test_fit_sets_the_loss_epoch_before_every_epoch_and_on_resume(monkeypatch, resume_at):
+    """The trainer's ``fit`` gives ``End2EndLoss`` each epoch's branch weights before the epoch's batches (the
+    weights at epoch 0 differ from later ones), a run resumed mid-epoch 3 included."""
+    from yolo11.engine import trainer
+    from yolo11.loss import End2EndLoss, one2many_weight
+
+    criterion, seen = End2EndLoss(3), []
+
+    def one_epoch(step, loader, state, epoch, max_steps):
+        seen.append((epoch, step.criterion.branch_weights.tolist()))
+        return types.SimpleNamespace(images=0, seconds=0.0, interrupted=False, reached_max_steps=False)
+
+    monkeypatch.setattr(trainer, "train_one_epoch", one_epoch)
+    monkeypatch.setattr(trainer, "end_epoch", lambda run, epoch, result: (False, False))
+    epoch, batches = resume_at or (0, 0)
+    assert trainer.fit(_fake_run(criterion, 4, epoch, batches)) == (0, 0)
+    expected = [(e, [pytest.approx(one2many_weight(e, 4)), pytest.approx(1 - one2many_weight(e, 4))])
+                for e in range(epoch, 4)]
+    assert seen == expected
+    assert len({tuple(w) for _, w in seen}) == len(seen)  # every epoch its own weights: the check can fail
+
+
+def test_musgd_gives_both_class_branches_three_times_the_lr():
+    from yolo11.engine.optim import musgd_groups
+
+    model = yolo11.create_model("yolo26n", num_classes=3)
+    groups = musgd_groups(model, 0.01, 5e-4)
+    boosted = {id(p) for g in groups if g["lr"] == pytest.approx(0.03) for p in g["params"]}
+    for branch in (model.head.cv3, model.head.one2one_cv3):
+        assert {id(p) for p in branch.parameters()} <= boosted
+    rest = [p for name, p in model.named_parameters() if not name.startswith(("head.cv3.", "head.one2one_cv3."))]
+    assert not {id(p) for p in rest} & boosted
+    assert sum(len(g["params"]) for g in groups) == len(list(model.parameters()))
+    yolo11_groups = musgd_groups(yolo11.create_model("yolo11n", num_classes=3), 0.01, 5e-4)  # unchanged: cv3 only
+    head = yolo11.create_model("yolo11n", num_classes=3).head
+    assert sum(len(g["params"]) for g in yolo11_groups if g["lr"] == pytest.approx(0.03)) == \
+        len(list(head.cv3.parameters()))
+
+
+def test_weights_of_yolo26_build_the_training_model(tmp_path):
+    """``--weights`` of a YOLO26 ``.pt`` (Ultralytics' structure), of our ``.safetensors`` and of a
+    ``save_pretrained`` folder build a YOLO26Detector with every tensor; the gate checks reg_max per family."""
+    from ultralytics_checkpoint import write_ultralytics_checkpoint
+
+    from yolo11.engine.build import build_model
+    from yolo11.engine.config import ModelConfig
+    from yolo11.gate import FileRefusedError, check_model_config
+    from yolo11.weights import load_weights, save_pretrained, save_weights
+
+    torch.manual_seed(0)
+    names = ["ant", "bee"]
+    model = yolo11.create_model("yolo26n", num_classes=2, names=names)
+    files = [write_ultralytics_checkpoint(model, names, tmp_path / "a.pt"), save_weights(model, tmp_path / "a.safetensors"),
+             save_pretrained(model, tmp_path / "hub")]
+    for file in files:
+        built = build_model(ModelConfig(weights=str(file)), names)
+        assert isinstance(built, YOLO26Detector) and built.config["name"] == "yolo26n"
+        for key, tensor in model.state_dict().items():
+            atol = 1e-3 if file.suffix == ".pt" else 0  # the .pt holds fp16, as Ultralytics'
+            torch.testing.assert_close(built.state_dict()[key], tensor, rtol=atol, atol=atol, msg=key)
+        with pytest.raises(FileRefusedError, match="predict, export, Detector and from_pretrained take YOLO11"):
+            load_weights(file)  # tools that read only YOLO11's maps still refuse, in one line
+    with pytest.raises(ValueError, match="--model yolo11n contradicts --weights"):
+        build_model(ModelConfig(model="yolo11n", weights=str(files[1])), names)
+    config = {"name": "yolo26n", "num_classes": 2, "reg_max": 16}
+    with pytest.raises(FileRefusedError, match="config reg_max is 16; yolo26n has 1"):
+        check_model_config(config, "x.json")
+    assert check_model_config({**config, "reg_max": 1}, "x.json")["name"] == "yolo26n"
+    assert check_model_config({**config, "name": "yolo11n"}, "x.json")["name"] == "yolo11n"
+
+
+class _Branch(torch.nn.Module):
+    """One branch of a YOLO26 model as a YOLO11-like model (a list of maps), for the reference evaluation."""
+
+    def __init__(self, model: YOLO26Detector, branch: str):
+        super().__init__()
+        self.model, self.branch = model, branch
+        self.num_classes, self.strides, self.reg_max = model.num_classes, model.strides, model.reg_max
+
+    def forward(self, images):
+        return getattr(self.model(images), self.branch)
+
+
+def test_validation_scores_the_one_to_many_head_with_nms(tmp_path):
+    """Training's validation (and ``yolo11-val``'s runner) decode YOLO26's one-to-many maps with NMS, as
+    Ultralytics' default (``nms: None``), and take the validation losses from ``End2EndLoss``."""
+    from accelerate import Accelerator
+
+    from yolo11.data import load_source
+    from yolo11.engine import evaluate
+    from yolo11.engine.build import build_criterion
+    from yolo11.engine.config import parse_config
+    from yolo11.engine.plan import plan_run
+    from yolo11.tools import val
+
+    spec = "synthetic:num_images=4,num_val=6,imgsz=64"
+    source = load_source(spec, split="val", cache_dir=tmp_path)
+    torch.manual_seed(0)
+    model = yolo11.create_model("yolo26n", num_classes=6)
+    with torch.no_grad():  # a fresh one-to-one branch is a copy of the one-to-many: make the two tell apart
+        for param in model.head.one2one_cv2.parameters():
+            param.add_(torch.randn_like(param) * 0.05)
+    accelerator = Accelerator()
+    config = parse_config(["--data", spec, "--imgsz", "64", "--batch-size", "2", "--workers", "0", "--model",
+                           "yolo26n"])
+    plan = plan_run(config, 1, len(source.dataset), 6, accelerator.device.type)
+    criterion = build_criterion(model, accelerator.device)
+    training = evaluate.Validator.build(config, plan, source, accelerator, model).run(model, criterion)
+    assert model.training and training.losses.shape == (3,) and torch.isfinite(training.losses).all()
+    options = dict(imgsz=64, batch=4, workers=0, conf=0.001, iou=0.7, max_det=300)
+    tool, tool_predictions, _ = val.evaluate_weights(accelerator, model, source, **options)
+    many, many_predictions, _ = val.evaluate_weights(accelerator, _Branch(model, "one2many"), source, **options)
+    one, one_predictions, _ = val.evaluate_weights(accelerator, _Branch(model, "one2one"), source, **options)
+    assert sum(len(det) for _, det in many_predictions) > 0
+    for (_, a), (_, b), (_, c) in zip(training.predictions, tool_predictions, many_predictions, strict=True):
+        assert torch.equal(a, c) and torch.equal(b, c)
+    assert training.metrics == tool == many
+    # the one-to-one maps through the same NMS give other detections: the comparison above can fail
+    assert any(not torch.equal(a, b) for (_, a), (_, b) in zip(many_predictions, one_predictions, strict=True))
+
+
+@pytest.mark.slow
+def test_yolo26n_trains_end_to_end_and_its_weights_reload_as_yolo26(tmp_path):
+    """The brief's command exits 0; best/last weights reload as YOLO26 (trainer and yolo11-val), validation ran
+    every epoch."""
+    from yolo11.weights import load_weights
+
+    result = launch([*RUN_FLAGS, "--output-dir", str(tmp_path), "--name", "run"])
+    assert result.returncode == 0, describe(result)
+    assert "yolo26n: 2,506,140 parameters" in result.stdout  # 6 synthetic classes
+    rows = read_results(tmp_path / "run")
+    assert len(rows) == 2 and all(row["metrics/mAP50-95(B)"] != "" for row in rows)
+    for name in ("best", "last"):
+        model = load_weights(tmp_path / "run" / "weights" / f"{name}.safetensors", end2end=True)
+        assert isinstance(model, YOLO26Detector) and model.num_classes == 6
+
+
+@pytest.mark.slow
+def test_yolo26n_resume_mid_epoch_is_bitwise_identical(tmp_path):
+    """2 epochs straight == stop inside epoch 2 (--max-steps) + --resume auto: weights and results bitwise. The
+    resumed epoch's loss weights (0.1 / 0.9) differ from the first epoch's (0.8 / 0.2): a resume that left them
+    at the start's would train other weights."""
+    common = [*RUN_FLAGS, "--nominal-batch", "16", "--plots", "false", "--output-dir", str(tmp_path)]
+    straight = launch([*common, "--name", "straight"])
+    assert straight.returncode == 0, describe(straight)
+    first = launch([*common, "--name", "resumed", "--max-steps", "3"])  # 2 steps per epoch: stops in epoch 2
+    assert first.returncode == 0, describe(first)
+    second = launch([*common, "--name", "resumed", "--resume", "auto"])
+    assert second.returncode == 0, describe(second)
+    assert "resumed from" in second.stdout and "at epoch 2, batch 1" in second.stdout
+    a = load_file(tmp_path / "straight" / "weights" / "last.safetensors")
+    b = load_file(tmp_path / "resumed" / "weights" / "last.safetensors")
+    assert a.keys() == b.keys() and any(k.startswith("head.one2one_cv3.") for k in a)
+    for key in a:
+        assert torch.equal(a[key], b[key]), key
+    assert checkpoint_model(tmp_path / "straight").keys() == checkpoint_model(tmp_path / "resumed").keys()
+    rows_a, rows_b = read_results(tmp_path / "straight"), read_results(tmp_path / "resumed")
+    assert len(rows_a) == len(rows_b) == 2
+    for row_a, row_b in zip(rows_a, rows_b, strict=True):
+        for column in row_a:
+            if column.startswith(("train/", "val/", "metrics/", "lr/")):
+                assert row_a[column] == row_b[column], (row_a["epoch"], column)
