@@ -42,6 +42,10 @@ def test_the_torch_free_names_agree_with_the_model_families():
     assert SCALE_NAMES == MODEL_NAMES == yolo11.models.MODEL_NAMES
     assert FAMILY_REG_MAX == {name: family.reg_max for name, family in FAMILIES.items()}
     assert parse_config(["--model", "yolo26x", "--data", "coco8"]).model.model == "yolo26x"
+    ultralytics_style = parse_config(["data=coco8.yaml", "model=yolo26s.yaml"]).model  # Ultralytics' key=value
+    assert (ultralytics_style.model, ultralytics_style.weights) == ("yolo26s", None)
+    ultralytics_style = parse_config(["data=coco8.yaml", "model=yolo26m.pt"]).model
+    assert (ultralytics_style.model, ultralytics_style.weights) == ("yolo26m", "yolo26m.pt")
     with pytest.raises(ValueError, match="--model is the architecture, one of yolo11n.*yolo26x, got 'yolo27n'"):
         ModelConfig(model="yolo27n")
 
@@ -131,8 +135,8 @@ def test_weights_of_yolo26_build_the_training_model(tmp_path):
     torch.manual_seed(0)
     names = ["ant", "bee"]
     model = yolo11.create_model("yolo26n", num_classes=2, names=names)
-    files = [write_ultralytics_checkpoint(model, names, tmp_path / "a.pt"), save_weights(model, tmp_path / "a.safetensors"),
-             save_pretrained(model, tmp_path / "hub")]
+    files = [write_ultralytics_checkpoint(model, names, tmp_path / "a.pt"),
+             save_weights(model, tmp_path / "a.safetensors"), save_pretrained(model, tmp_path / "hub")]
     for file in files:
         built = build_model(ModelConfig(weights=str(file)), names)
         assert isinstance(built, YOLO26Detector) and built.config["name"] == "yolo26n"

@@ -155,6 +155,8 @@ class GraphedForward:
     Validation batches come in a few rect shapes that repeat every epoch; each shape runs eagerly the first time,
     is captured the second and replayed from then on. ``model`` must keep its parameter and buffer tensors (the
     EMA updates them in place). The returned maps are the graph's static outputs: use them before the next call.
+    They come back as the model returns them: YOLO11's list, or YOLO26's ``End2EndMaps`` of two lists (the captured
+    tensors inside the same NamedTuple each replay).
     """
 
     def __init__(self, model: nn.Module, autocast: Callable, device: torch.device):

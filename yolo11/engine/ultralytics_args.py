@@ -53,11 +53,12 @@ ULTRALYTICS_DEFAULTS: dict[str, Any] = {
     "auto_augment": "randaugment", "erasing": 0.4, "cfg": None, "tracker": "tracktrack.yaml", "save_dir": None,
 }
 
-_SCALE = re.compile(r"yolo11[nsmlx]")
+_SCALE = re.compile(r"yolo(11|26)[nsmlx]")  # MODEL_NAMES: YOLO11 and YOLO26
 
 
 def _model(value: Any, values: dict) -> dict[str, Any]:
-    """``yolo11s.pt`` (or any weights file) -> scale and ``weights``; ``yolo11s.yaml`` -> the scale."""
+    """``yolo11s.pt`` (or any weights file) -> scale and ``weights``; ``yolo11s.yaml`` / ``yolo26n.yaml`` -> the
+    scale."""
     path = PurePath(str(value))
     if path.suffix in (".pt", ".safetensors"):
         scale = {"model": path.stem} if _SCALE.fullmatch(path.stem) else {}
