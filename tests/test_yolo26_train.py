@@ -207,7 +207,7 @@ def test_validation_scores_the_one_to_many_head_with_nms(tmp_path):
 @pytest.mark.slow
 def test_yolo26n_trains_end_to_end_and_its_weights_reload_as_yolo26(tmp_path):
     """The brief's command exits 0; best/last weights reload as YOLO26 (trainer and yolo11-val), validation ran
-    every epoch."""
+    every epoch, the losses are logged under Ultralytics' YOLO26 names."""
     from yolo11.weights import load_weights
 
     result = launch([*RUN_FLAGS, "--output-dir", str(tmp_path), "--name", "run"])
@@ -215,6 +215,10 @@ def test_yolo26n_trains_end_to_end_and_its_weights_reload_as_yolo26(tmp_path):
     assert "yolo26n: 2,506,140 parameters" in result.stdout  # 6 synthetic classes
     rows = read_results(tmp_path / "run")
     assert len(rows) == 2 and all(row["metrics/mAP50-95(B)"] != "" for row in rows)
+    # the third loss term is an L1 term, named as Ultralytics names YOLO26's (YOLO11: dfl_loss)
+    assert {"train/l1_loss", "val/l1_loss"} <= rows[0].keys() and "train/dfl_loss" not in rows[0]
+    assert "losses box cls l1: train" in result.stdout and " dfl" not in result.stdout
+    assert (tmp_path / "run" / "results.png").is_file()
     for name in ("best", "last"):
         model = load_weights(tmp_path / "run" / "weights" / f"{name}.safetensors", end2end=True)
         assert isinstance(model, YOLO26Detector) and model.num_classes == 6

@@ -19,6 +19,12 @@ from tqdm import tqdm
 from yolo11.engine.checkpoint import TrainState
 
 LOSS_NAMES = ("box_loss", "cls_loss", "dfl_loss")
+END2END_LOSS_NAMES = ("box_loss", "cls_loss", "l1_loss")  # YOLO26 (reg_max 1): an L1 term, named as Ultralytics
+
+
+def loss_names(end2end: bool) -> tuple[str, ...]:
+    """The logged loss items' names: Ultralytics names YOLO26's third term ``l1_loss``, YOLO11's ``dfl_loss``."""
+    return END2END_LOSS_NAMES if end2end else LOSS_NAMES
 BAR_REFRESH_SECONDS = 1.0  # a terminal bar reads the losses (a host sync) at most this often between intervals
 
 
@@ -67,8 +73,9 @@ class Progress:
     above 0 the loader is: add ``--workers`` or lighten the augmentation."""
 
     def __init__(self, accelerator: Accelerator, interval: int, epochs: int, batches_per_epoch: int,
-                 bars: bool | None = None):
+                 bars: bool | None = None, loss_names: tuple[str, ...] = LOSS_NAMES):
         self.accelerator = accelerator
+        self.loss_names = loss_names
         self.interval = interval
         self.epochs = epochs
         self.batches_per_epoch = batches_per_epoch
@@ -93,17 +100,18 @@ class Progress:
         self._last_refresh = time.perf_counter()
         memory = peak_memory_gb(self.accelerator.device)
         if self.bars:
-            self._bar.set_postfix_str(f"box {losses[0]:.4f} cls {losses[1]:.4f} dfl {losses[2]:.4f} | "
+            third = self.loss_names[2].split("_")[0]
+            self._bar.set_postfix_str(f"box {losses[0]:.4f} cls {losses[1]:.4f} {third} {losses[2]:.4f} | "
                                       f"{throughput:.1f} img/s | data {data_share:.0%}", refresh=True)
         if not due:
             return
-        values = {f"train/{name}": value for name, value in zip(LOSS_NAMES, losses, strict=True)}
+        values = {f"train/{name}": value for name, value in zip(self.loss_names, losses, strict=True)}
         values.update({f"lr/pg{i}": lr for i, lr in enumerate(report.lrs)})
         values.update({"throughput/img_s": throughput, "throughput/data_wait": data_share, "memory/peak_gb": memory,
                        "epoch": report.epoch})
         self.accelerator.log(values, step=state.optimizer_steps)
         if self.accelerator.is_main_process and not self.bars:
-            loss_text = " ".join(f"{name.split('_')[0]} {value:#.4g}" for name, value in zip(LOSS_NAMES, losses))
+            loss_text = " ".join(f"{name.split('_')[0]} {value:#.4g}" for name, value in zip(self.loss_names, losses))
             eta = format_duration(self._eta(report))
             # under 120 columns up to 9999 batches an epoch, 99,999 steps and losses below 10 (a log line that wraps
             # is hard to scan): the learning rate goes to the trackers only, as Ultralytics' bar leaves it out;

@@ -43,8 +43,10 @@ class RunOutputs:
     """``resumed``: the TrainState of the run so far (finished epochs, best epoch, tracker run id)."""
 
     def __init__(self, accelerator: Accelerator, run_dir: Path, class_names: list[str], resumed: TrainState, *,
-                 epochs: int, patience: int, plots: bool, report_to: list[str], lr_groups: int = 3):
+                 epochs: int, patience: int, plots: bool, report_to: list[str], lr_groups: int = 3,
+                 loss_names: tuple[str, ...] = LOSS_NAMES):
         self.accelerator = accelerator
+        self.loss_names = loss_names
         self.run_dir = run_dir
         self.class_names = class_names
         self.best_fitness, self.best_epoch = resumed.best_fitness, resumed.best_epoch
@@ -55,7 +57,8 @@ class RunOutputs:
         self.epoch_start = time.perf_counter()
         self.best_metrics: dict | None = None
         self.last_metrics: dict | None = None
-        self.csv = ResultsCSV(run_dir / "results.csv", keep_epochs=resumed.epoch, lr_groups=lr_groups) \
+        self.csv = ResultsCSV(run_dir / "results.csv", keep_epochs=resumed.epoch, lr_groups=lr_groups,
+                              loss_names=loss_names) \
             if accelerator.is_main_process else None
         # results.csv's `time` is cumulative, as Ultralytics': seconds since the run started, across resumes
         kept = read_results(run_dir / "results.csv") if self.csv is not None else []
@@ -79,12 +82,12 @@ class RunOutputs:
         self.last_step = optimizer_steps
         epoch_seconds = now - self.epoch_start
         improved = False
-        row.update({f"train/{n}": v for n, v in zip(LOSS_NAMES, result.mean_losses.tolist(), strict=True)})
+        row.update({f"train/{n}": v for n, v in zip(self.loss_names, result.mean_losses.tolist(), strict=True)})
         if validation is not None:
             m = self.last_metrics = validation.metrics
             row.update({"metrics/precision(B)": m["precision"], "metrics/recall(B)": m["recall"],
                         "metrics/mAP50(B)": m["map50"], "metrics/mAP50-95(B)": m["map50_95"]})
-            row.update({f"val/{n}": v for n, v in zip(LOSS_NAMES, validation.losses.tolist(), strict=True)})
+            row.update({f"val/{n}": v for n, v in zip(self.loss_names, validation.losses.tolist(), strict=True)})
             score = fitness(m)
             improved = score > self.best_fitness
             if improved:
@@ -123,10 +126,10 @@ class RunOutputs:
         """``epoch 3/100 done in 0:01:02 (validation 0:00:05) | mAP50-95 .. mAP50 .. P .. R ..`` and, on a second
         line, ``  losses box cls dfl: train .. .. .. | val .. .. ..``: each under 120 columns (one line was 165)."""
         def losses(split: str) -> str:
-            return " ".join(f"{row[f'{split}/{name}']:.4f}" for name in LOSS_NAMES)
+            return " ".join(f"{row[f'{split}/{name}']:.4f}" for name in self.loss_names)
 
         head = f"epoch {row['epoch']}/{self.epochs} done in {format_duration(epoch_seconds)}"
-        loss_line = f"  losses {' '.join(name.split('_')[0] for name in LOSS_NAMES)}: train {losses('train')}"
+        loss_line = f"  losses {' '.join(name.split('_')[0] for name in self.loss_names)}: train {losses('train')}"
         if "metrics/mAP50-95(B)" not in row:
             return f"{head}\n{loss_line}"
         head += (f" (validation {format_duration(val_seconds)}) | mAP50-95 {row['metrics/mAP50-95(B)']:.4f} "

@@ -53,7 +53,7 @@ from yolo11.engine.loop import Accumulation, TrainStep, train_one_epoch
 from yolo11.engine.optim import build_optimizer
 from yolo11.engine.plan import LaunchError, RunPlan, check_launch, cpu_fallback_warning, plan_run
 from yolo11.engine.profiling import StepProfiler
-from yolo11.engine.progress import Progress, print_summary
+from yolo11.engine.progress import Progress, loss_names, print_summary
 from yolo11.engine.resume import Resume, prepare_resume
 from yolo11.engine.run_outputs import RunOutputs
 from yolo11.evaluation import ValidationStopped
@@ -203,6 +203,7 @@ def build_run(config: TrainConfig, plan: RunPlan, run_dir: Path, train_source: D
         model_config = dataclasses.replace(model_config, weights=None, pretrained=False, partial_weights=False)
     model = build_model(model_config, train_source.class_names, config.data.data)
     model_name, backbone = model.config["name"], model.config.get("backbone")
+    losses = loss_names(model.end2end)  # read before the model is wrapped (DDP, compile)
     accelerator = build_accelerator(plan, run_dir, tracking.resolve_report_to(config.run.report_to))
     model = maybe_sync_batchnorm(model, config.run.sync_bn, accelerator)
     if plan.channels_last:
@@ -232,7 +233,8 @@ def build_run(config: TrainConfig, plan: RunPlan, run_dir: Path, train_source: D
         accelerator=accelerator, model=model, criterion=criterion, optimizer=optimizer, schedule=schedule, ema=ema,
         accumulation=Accumulation(plan.accumulation_steps, ramp), clip_grad=config.optim.clip_grad,
         channels_last=plan.channels_last, batch_hsv=batch_hsv,
-        progress=Progress(accelerator, config.run.log_interval, config.run.epochs, plan.batches_per_epoch),
+        progress=Progress(accelerator, config.run.log_interval, config.run.epochs, plan.batches_per_epoch,
+                          loss_names=losses),
         profiler=StepProfiler(run_dir / "profile", config.run.profile and accelerator.is_main_process,
                               accelerator.device),
         stop=StopAgreement(accelerator, stop), cuda_graphs=plan.cuda_graphs.enabled)
@@ -265,10 +267,11 @@ def start_run(run: Run, val_source: DetectionSource, resume: Resume | None = Non
         save_args_yaml(config, run.run_dir / "args.yaml")
     report_to = tracking.resolve_report_to(config.run.report_to)
     run.state.tracker_run_id = build_trackers(accelerator, config, run.run_dir, report_to, run.state.tracker_run_id)
+    model = accelerator.unwrap_model(run.step.model, keep_torch_compile=False)
     run.outputs = RunOutputs(accelerator, run.run_dir, run.train_source.class_names, run.state,
                              epochs=config.run.epochs, patience=config.run.patience, plots=config.run.plots,
-                             report_to=report_to, lr_groups=len(run.step.optimizer.param_groups))
-    model = accelerator.unwrap_model(run.step.model, keep_torch_compile=False)
+                             report_to=report_to, lr_groups=len(run.step.optimizer.param_groups),
+                             loss_names=loss_names(model.end2end))
     dashboards.log_model_info(accelerator, model, config.data.imgsz)
     accelerator.print(f"{model.config['name']}: {sum(p.numel() for p in model.parameters()):,} parameters | "
                       f"{plan.num_processes} process(es) x batch {plan.per_process_batch} x accumulation "

@@ -67,6 +67,8 @@ def plot_results(csv_path: Path, out_path: Path) -> Path:
     rows = read_results(csv_path)
     fig, axes = plt.subplots(2, 5, figsize=(15, 6), tight_layout=True)
     for ax, column in zip(axes.ravel(), [c for row in RESULTS_GRID for c in row], strict=True):
+        if rows and column not in rows[0]:  # a YOLO26 run's results.csv names the third loss l1_loss
+            column = column.replace("dfl_loss", "l1_loss")
         points = [(float(r["epoch"]), float(r[column])) for r in rows if r.get(column)]
         if points:
             x, y = np.asarray(points).T

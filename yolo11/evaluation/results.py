@@ -13,10 +13,14 @@ COLUMNS = (
 )
 
 
-def columns(lr_groups: int = 3) -> tuple[str, ...]:
-    """``COLUMNS`` with one ``lr/pgN`` column per optimizer parameter group (MuSGD has 8), as Ultralytics writes."""
+def columns(lr_groups: int = 3, loss_names: tuple[str, ...] = ("box_loss", "cls_loss", "dfl_loss")) -> tuple[str, ...]:
+    """``COLUMNS`` with one ``lr/pgN`` column per optimizer parameter group (MuSGD has 8), as Ultralytics writes,
+    and the loss items named ``loss_names`` (YOLO26's third is ``l1_loss``)."""
     first, last = COLUMNS.index("lr/pg0"), COLUMNS.index("lr/pg2")
-    return COLUMNS[:first] + tuple(f"lr/pg{i}" for i in range(lr_groups)) + COLUMNS[last + 1:]
+    named = COLUMNS[:first] + tuple(f"lr/pg{i}" for i in range(lr_groups)) + COLUMNS[last + 1:]
+    renamed = dict(zip(("box_loss", "cls_loss", "dfl_loss"), loss_names, strict=True))
+    return tuple(f"{c.split('/')[0]}/{renamed[c.split('/')[1]]}" if c.startswith(("train/", "val/")) else c
+                 for c in named)
 
 
 class ResultsCSV:
@@ -27,10 +31,11 @@ class ResultsCSV:
     a fresh file. ``lr_groups``: the optimizer's parameter groups, one ``lr/pgN`` column each.
     """
 
-    def __init__(self, path: Path, keep_epochs: int | None = None, lr_groups: int = 3):
+    def __init__(self, path: Path, keep_epochs: int | None = None, lr_groups: int = 3,
+                 loss_names: tuple[str, ...] = ("box_loss", "cls_loss", "dfl_loss")):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.columns = columns(lr_groups)
+        self.columns = columns(lr_groups, loss_names)
         kept = [row for row in read_results(self.path) if int(float(row["epoch"])) <= keep_epochs] \
             if keep_epochs is not None and self.path.is_file() else []
         with self.path.open("w", newline="") as f:
