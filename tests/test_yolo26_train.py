@@ -249,3 +249,52 @@ def test_yolo26n_resume_mid_epoch_is_bitwise_identical(tmp_path):
         for column in row_a:
             if column.startswith(("train/", "val/", "metrics/", "lr/")):
                 assert row_a[column] == row_b[column], (row_a["epoch"], column)
+
+
+@pytest.mark.parametrize("graphed", [
+    pytest.param(False, id="cpu-eager"),
+    pytest.param(True, id="cuda-graphed", marks=[pytest.mark.gpu, pytest.mark.skipif(
+        not torch.cuda.is_available(), reason="needs a CUDA device")])])
+def test_a_replayed_micro_step_reads_the_epoch_weights_set_after_capture(graphed):
+    """The CUDA-graphed micro-step captured with epoch 0's branch weights gives, after ``set_loss_epoch``, the
+    loss of the new weights (the graph reads ``End2EndLoss.branch_weights``, not constants), equal to the eager
+    step's. On the CPU the same sequence runs eagerly (the check of the test itself)."""
+    import contextlib
+
+    from yolo11.data import BatchHSV
+    from yolo11.engine.build import build_criterion, set_loss_epoch
+    from yolo11.engine.cuda_graphs import GraphedMicroStep, MicroStep
+
+    device = torch.device("cuda" if graphed else "cpu")
+    torch.manual_seed(0)
+    model = yolo11.create_model("yolo26n", num_classes=5).to(device)
+    criterion = build_criterion(model, device)
+    step = MicroStep(model, criterion, BatchHSV().to(device), contextlib.nullcontext, lambda loss: loss.backward(),
+                     loss_factor=1.0, channels_last=False)
+    run = GraphedMicroStep(step, device) if graphed else step
+    g = torch.Generator().manual_seed(1)
+    xy = torch.rand(2, 3, 2, generator=g) * 40
+    batch = {"images": torch.randint(0, 256, (2, 3, 64, 64), dtype=torch.uint8, generator=g).to(device),
+             "boxes": torch.cat([xy, xy + 12 + torch.rand(2, 3, 2, generator=g) * 8], -1).to(device),
+             "labels": torch.randint(0, 5, (2, 3), generator=g).to(device)}
+
+    def call():
+        if graphed:
+            return run(batch)[0].clone()
+        return run(batch["images"], None, batch["boxes"], batch["labels"])[0]
+
+    def eager_loss():
+        with torch.no_grad():
+            return criterion(model(batch["images"]), batch["boxes"], batch["labels"])[0]
+
+    set_loss_epoch(criterion, 0, 10)
+    first = [call() for _ in range(3)]  # graphed: eager warm-up, capture + replay, replay
+    if graphed:
+        assert run.captures == 1
+    at_start = eager_loss()
+    set_loss_epoch(criterion, 5, 10)
+    later = call()
+    expected = eager_loss()
+    torch.testing.assert_close(first[-1], at_start, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(later, expected, rtol=1e-4, atol=1e-4)
+    assert not torch.allclose(expected, at_start, rtol=1e-3)  # the weights matter: the check can fail
