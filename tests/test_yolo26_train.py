@@ -202,6 +202,19 @@ def test_validation_scores_the_one_to_many_head_with_nms(tmp_path):
     assert training.metrics == tool == many
     # the one-to-one maps through the same NMS give other detections: the comparison above can fail
     assert any(not torch.equal(a, b) for (_, a), (_, b) in zip(many_predictions, one_predictions, strict=True))
+    # --val-nms false (Ultralytics' nms=False): the one-to-one head's top-k, no NMS
+    top_k_config = parse_config(["--data", spec, "--imgsz", "64", "--batch-size", "2", "--workers", "0", "--model",
+                                 "yolo26n", "--val-nms", "false"])
+    top_k = evaluate.Validator.build(top_k_config, plan, source, accelerator, model)
+    assert top_k.postprocessor.end2end and not evaluate.Validator.build(config, plan, source, accelerator,
+                                                                        model).postprocessor.end2end
+    without_nms = top_k.run(model, criterion)
+    assert sum(len(det) for _, det in without_nms.predictions) > 0
+    assert any(not torch.equal(a, b) for (_, a), (_, b) in zip(without_nms.predictions, one_predictions, strict=True))
+    torch.testing.assert_close(without_nms.losses, training.losses)  # the loss does not depend on the head choice
+    assert parse_config(["data=coco8.yaml", "nms=False"]).run.val_nms is False  # Ultralytics' key
+    with pytest.raises(ValueError, match="--val-nms false selects YOLO26's one-to-one head; yolo11n has none"):
+        evaluate.Validator.build(top_k_config, plan, source, accelerator, yolo11.create_model("yolo11n", num_classes=6))
 
 
 @pytest.mark.slow

@@ -250,6 +250,8 @@ class RunConfig(_SelfValidating):
     val_conf: float = _opt(0.001, "confidence threshold for validation NMS")
     val_iou: float = _opt(0.7, "IoU threshold for validation NMS")
     max_det: int = _opt(300, "maximum detections per image in validation")
+    val_nms: bool = _opt(True, "YOLO26: validate the one-to-many head with NMS (Ultralytics' default); false: the "
+                               "one-to-one head's top-k without NMS (Ultralytics' nms=False). YOLO11 has NMS only")
     val_batch_size: int | None = _opt(None, "global validation batch size (default: 2 x --batch-size)")
     val_rect: bool = _opt(True, "rectangular validation batches, as Ultralytics validates (images grouped by aspect "
                                 "ratio, each batch letterboxed to its own shape); false: square letterbox")

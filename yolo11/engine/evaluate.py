@@ -44,15 +44,20 @@ class Validator:
     def build(cls, config: TrainConfig, plan: RunPlan, source: DetectionSource, accelerator: Accelerator,
               model: nn.Module) -> Validator:
         """Ultralytics' rect validation batches (``plan.val_batch_size`` per process); the post-processor decodes
-        with ``model``'s strides and ``reg_max``."""
+        with ``model``'s strides and ``reg_max``; a YOLO26 ``model``'s head as ``--val-nms`` says (default: the
+        one-to-many head with NMS; false: the one-to-one top-k)."""
         run, data = config.run, config.data
         loader_config = LoaderConfig(imgsz=data.imgsz, batch_size=plan.val_batch_size, workers=data.workers,
                                      augment=False, shuffle=False, seed=run.seed, max_boxes=data.max_boxes,
                                      rect=run.val_rect, cache_images=plan.cache_images and run.val_interval > 0)
         loader = build_val_stream(source, loader_config, num_processes=accelerator.num_processes,
                                   process_index=accelerator.process_index)
+        if not run.val_nms and not model.end2end:
+            raise ValueError(f"--val-nms false selects YOLO26's one-to-one head; {model.config['name']} has none "
+                             "(it validates with NMS)")
         postprocessor = Postprocessor(conf=run.val_conf, iou=run.val_iou, max_det=run.max_det,
-                                      strides=model.strides, reg_max=model.reg_max)
+                                      strides=model.strides, reg_max=model.reg_max,
+                                      end2end=model.end2end and not run.val_nms)
         device = evaluation_device(accelerator.device, len(source.dataset))
         evaluator = CocoEvaluator(source.dataset, source.class_names, backend="fast", device=device)
         return cls(accelerator, loader, postprocessor, evaluator, plan.channels_last, run.val_images,

@@ -22,7 +22,7 @@ FLAG_ALIASES = {"batch_size": "--batch", "output_dir": "--project", "nominal_bat
 
 # Ultralytics name -> ours, the value unchanged (Ultralytics' training validation uses `conf`, `iou`, `split`).
 RENAMED = {"batch": "batch_size", "project": "output_dir", "nbs": "nominal_batch", "split": "val_split",
-           "conf": "val_conf", "iou": "val_iou"}
+           "conf": "val_conf", "iou": "val_iou", "nms": "val_nms"}
 
 # Why a few Ultralytics keys have no counterpart here (the others: not implemented).
 REASONS = {"device": "devices and processes come from the Accelerate config",
