@@ -457,8 +457,8 @@ def _typed_flags(argv: list[str]) -> set[str]:
 
 def save_args_yaml(config: TrainConfig, path: Path) -> None:
     """args.yaml as Ultralytics writes it in a run folder: one flat key per setting, Ultralytics' name where ours is
-    only renamed (``batch``, ``project``, ``nbs``, ``conf``, ``iou``, ``split``), plus ``task``/``mode``; ``--config
-    args.yaml`` reads it back into the same settings."""
+    only renamed (``batch``, ``project``, ``nbs``, ``conf``, ``iou``, ``split``, ``nms``), plus ``task``/``mode``;
+    ``--config args.yaml`` reads it back into the same settings."""
     from yolo11.engine.checkpoint import write_text_atomic  # loads torch: only once training runs
     from yolo11.engine.ultralytics_args import RENAMED
 
