@@ -143,7 +143,7 @@ def test_weights_of_yolo26_build_the_training_model(tmp_path):
         for key, tensor in model.state_dict().items():
             atol = 1e-3 if file.suffix == ".pt" else 0  # the .pt holds fp16, as Ultralytics'
             torch.testing.assert_close(built.state_dict()[key], tensor, rtol=atol, atol=atol, msg=key)
-        with pytest.raises(FileRefusedError, match="predict, export, Detector and from_pretrained take YOLO11"):
+        with pytest.raises(FileRefusedError, match="export, convert, Detector and from_pretrained take YOLO11"):
             load_weights(file)  # tools that read only YOLO11's maps still refuse, in one line
     with pytest.raises(ValueError, match="--model yolo11n contradicts --weights"):
         build_model(ModelConfig(model="yolo11n", weights=str(files[1])), names)

@@ -188,7 +188,7 @@ def load_weights(ref: str | Path, *, backbone: str | None = None, end2end: bool 
 
 def _end2end_checked(model: YOLO11Detector, path: Path, allowed: bool) -> YOLO11Detector:
     """``model``, or a one-line refusal of a YOLO26 model where the caller reads only YOLO11's list of maps."""
-    if model.end2end and not allowed:  # issue 31: predict, export, Detector and the Hub API are YOLO11-only so far
+    if model.end2end and not allowed:  # issue 31: the other tools, Detector and the Hub API read YOLO11 maps only
         raise FileRefusedError(path, f"{model.config['name']} weights: the trainer and yolo11-val take YOLO26; "
-                                     "predict, export, Detector and from_pretrained take YOLO11 only so far")
+                                     "predict, export, convert, Detector and from_pretrained take YOLO11 only so far")
     return model
