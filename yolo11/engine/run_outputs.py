@@ -42,6 +42,8 @@ class EpochOutcome:
 class RunOutputs:
     """``resumed``: the TrainState of the run so far (finished epochs, best epoch, tracker run id)."""
 
+    loss_names: tuple[str, ...] = LOSS_NAMES  # the loss items' names (``progress.loss_names``): YOLO26's differ
+
     def __init__(self, accelerator: Accelerator, run_dir: Path, class_names: list[str], resumed: TrainState, *,
                  epochs: int, patience: int, plots: bool, report_to: list[str], lr_groups: int = 3,
                  loss_names: tuple[str, ...] = LOSS_NAMES):
