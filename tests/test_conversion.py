@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -103,3 +105,21 @@ def test_waiting_process_raises_the_recorded_error(tmp_path: Path, monkeypatch: 
     monkeypatch.setattr(sources, "_launch_state", lambda: Waiting())
     with pytest.raises(DataSourceError, match="could not convert this source: bad data"):
         sources._cached(tmp_path, "synthetic-train", "abc", lambda: pytest.fail("a waiting process converted"))
+
+
+def test_conversion_workers_end_quietly_under_the_trainers_stop_handler():
+    """The trainer's start-up stop handler is installed while datasets convert; the forked workers must not run it
+    when the pool ends them with SIGTERM (they printed a StopRequested traceback each, and one could hang the
+    pool's shutdown)."""
+    script = (
+        "import sys\n"
+        "from yolo11.engine.interrupt import StopSignal\n"
+        "from yolo11.data.sources.parallel import ordered_map\n"
+        "StopSignal(raise_first=True).install()\n"
+        "for _ in range(3):\n"
+        "    items = list(range(-500, 500))\n"
+        "    assert ordered_map(abs, items, workers=2, desc='t') == [abs(i) for i in items]\n"
+        "print('done')\n")
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert result.returncode == 0 and "done" in result.stdout, result.stderr
+    assert "StopRequested" not in result.stderr and "Traceback" not in result.stderr, result.stderr

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import signal
 import sys
 from collections.abc import Callable, Sequence
 from typing import TypeVar
@@ -36,6 +37,14 @@ class _Lines:
         self.stream.flush()
 
 
+def _worker_signals() -> None:
+    """A forked worker inherits the trainer's stop handler, which would keep it alive through the SIGTERM that
+    ``Pool.terminate`` ends it with (and print the stop message once per worker): the converting process decides
+    when to stop, so workers ignore Ctrl-C and die on SIGTERM."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 def default_workers() -> int:
     """CPU cores this process may run on."""
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
@@ -60,7 +69,7 @@ def ordered_map(func: Callable[[Item], Result], items: Sequence[Item], *, worker
         # fork starts workers in milliseconds and they only run OpenCV/PIL/numpy, not torch
         method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
         chunk = max(1, min(MAX_CHUNK, len(items) // (workers * 8)))
-        with multiprocessing.get_context(method).Pool(workers) as pool:
+        with multiprocessing.get_context(method).Pool(workers, initializer=_worker_signals) as pool:
             results = []
             for result in pool.imap(func, items, chunksize=chunk):
                 results.append(result)
