@@ -45,6 +45,18 @@ def _worker_signals() -> None:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
+def _context(func: Callable) -> multiprocessing.context.BaseContext:
+    """Workers forked from a clean server process ("forkserver"), not from this one: by the time a dataset converts,
+    this process runs threads (pyarrow's jemalloc, torch's, tqdm's), and a worker forked while one of them held a
+    lock waits on it forever (seen: the conversion pool hung in a test run). The server imports ``func``'s module
+    once; each worker then starts in milliseconds. Where there is no forkserver (Windows, macOS default), spawn."""
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return multiprocessing.get_context("spawn")
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload([func.__module__])
+    return context
+
+
 def default_workers() -> int:
     """CPU cores this process may run on."""
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
@@ -66,10 +78,8 @@ def ordered_map(func: Callable[[Item], Result], items: Sequence[Item], *, worker
                 results.append(func(item))
                 bar.update()
             return results
-        # fork starts workers in milliseconds and they only run OpenCV/PIL/numpy, not torch
-        method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
         chunk = max(1, min(MAX_CHUNK, len(items) // (workers * 8)))
-        with multiprocessing.get_context(method).Pool(workers, initializer=_worker_signals) as pool:
+        with _context(func).Pool(workers, initializer=_worker_signals) as pool:
             results = []
             for result in pool.imap(func, items, chunksize=chunk):
                 results.append(result)
