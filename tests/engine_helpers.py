@@ -40,3 +40,11 @@ def checkpoint_model(run_dir: Path) -> dict:
 
 def describe(result: subprocess.CompletedProcess) -> str:
     return f"exit {result.returncode}\n--- stdout ---\n{result.stdout[-4000:]}\n--- stderr ---\n{result.stderr[-4000:]}"
+
+
+def reset_accelerate_state() -> None:
+    """Forget Accelerate's process-wide state, so that the next ``Accelerator`` is built as in a fresh process."""
+    from accelerate.state import AcceleratorState, GradientState
+
+    AcceleratorState._reset_state(reset_partial_state=True)
+    GradientState._reset_state()

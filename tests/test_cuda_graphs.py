@@ -12,7 +12,7 @@ import signal
 import pytest
 import torch
 from accelerate import Accelerator
-from accelerate.state import AcceleratorState, GradientState
+from engine_helpers import reset_accelerate_state
 
 import yolo11
 from yolo11.data import BatchHSV
@@ -27,11 +27,6 @@ from yolo11.engine.progress import Progress
 from yolo11.loss import DetectionLoss
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-
-
-def reset_accelerate_state():
-    AcceleratorState._reset_state(reset_partial_state=True)
-    GradientState._reset_state()
 
 
 @pytest.fixture(autouse=True)

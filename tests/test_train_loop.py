@@ -7,7 +7,7 @@ import copy
 import pytest
 import torch
 from accelerate import Accelerator
-from accelerate.state import AcceleratorState, GradientState
+from engine_helpers import reset_accelerate_state
 
 import yolo11
 from yolo11.data import BatchHSV
@@ -17,11 +17,6 @@ from yolo11.engine.loop import Accumulation, TrainStep, train_one_epoch
 from yolo11.engine.optim import OptimizerChoice, WarmupSchedule, build_optimizer, lr_lambda
 from yolo11.engine.progress import Progress
 from yolo11.loss import DetectionLoss
-
-
-def reset_accelerate_state():
-    AcceleratorState._reset_state(reset_partial_state=True)
-    GradientState._reset_state()
 
 
 @pytest.fixture(autouse=True)
