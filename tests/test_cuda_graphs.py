@@ -6,6 +6,7 @@ real training loop graphed and eager and compare losses, gradients and weights, 
 from __future__ import annotations
 
 import copy
+import functools
 import os
 import signal
 
@@ -17,13 +18,14 @@ from engine_helpers import reset_accelerate_state
 import yolo11
 from yolo11.data import BatchHSV
 from yolo11.engine.checkpoint import TrainState
-from yolo11.engine.cuda_graphs import MIN_BOX_ROWS, GraphedForward, box_bucket, pad_targets
+from yolo11.engine.cuda_graphs import MIN_BOX_ROWS, GraphedValStep, box_bucket, pad_targets
 from yolo11.engine.ema import ModelEMA
 from yolo11.engine.interrupt import StopAgreement, StopSignal
 from yolo11.engine.loop import Accumulation, TrainStep, train_one_epoch
 from yolo11.engine.optim import OptimizerChoice, WarmupSchedule, build_optimizer, lr_lambda
 from yolo11.engine.plan import decide_cuda_graphs
 from yolo11.engine.progress import Progress
+from yolo11.evaluation.runner import ValStep
 from yolo11.loss import DetectionLoss
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -204,27 +206,32 @@ def test_graphs_are_replayed_not_recaptured():
 
 @cuda
 @pytest.mark.gpu
-def test_graphed_validation_forward_follows_the_weights_in_place():
-    """Validation's graphed forward equals the eager eval forward for every rect shape, also after the weights
-    changed in place (as the EMA changes them between epochs)."""
+def test_graphed_validation_step_follows_the_weights_in_place():
+    """Validation's graphed step (forward, float maps, loss) equals the eager ``ValStep`` for every rect shape and
+    box bucket, also after the weights changed in place (as the EMA changes them between epochs)."""
     torch.manual_seed(0)
     model = yolo11.create_model("yolo11n", num_classes=5).cuda().eval()
-    forward = GraphedForward(model, lambda: torch.autocast("cuda", torch.bfloat16, cache_enabled=False),
-                             torch.device("cuda"))
-    shapes = [(2, 3, 96, 128), (2, 3, 128, 96), (1, 3, 96, 128)]
+    autocast = functools.partial(torch.autocast, "cuda", torch.bfloat16, cache_enabled=False)
+    eager = ValStep(model, autocast, DetectionLoss(num_classes=5).cuda())
+    graphed = GraphedValStep(eager, torch.device("cuda"))
+    shapes = [((2, 3, 96, 128), 3), ((2, 3, 128, 96), 20), ((1, 3, 96, 128), 3)]
     for round_ in range(4):  # eager, capture, replay, replay
         if round_ == 3:
             with torch.no_grad():
                 for p in model.parameters():
                     p.mul_(0.9)
-        for shape in shapes:
-            images = torch.randint(0, 256, shape, dtype=torch.uint8, device="cuda")
-            with torch.no_grad(), torch.autocast("cuda", torch.bfloat16):
-                expected = model(images)
-            got = [f.clone() for f in forward(images)]
-            for a, b in zip(got, expected, strict=True):
-                torch.testing.assert_close(a.float(), b.float(), rtol=2e-2, atol=2e-2)
-    assert len(forward.graphs) == len(shapes)
+        for shape, rows in shapes:
+            generator = torch.Generator().manual_seed(rows)
+            images = torch.randint(0, 256, shape, dtype=torch.uint8, generator=generator).cuda()
+            xy = torch.rand(shape[0], rows, 2, generator=generator) * 60
+            boxes = torch.cat((xy, xy + 10 + torch.rand(shape[0], rows, 2, generator=generator) * 20), -1).cuda()
+            labels = torch.randint(-1, 5, (shape[0], rows), generator=generator).cuda()
+            expected_maps, expected_parts = eager(images, boxes, labels)
+            maps, parts = graphed(images, boxes, labels)
+            for a, b in zip(maps, expected_maps, strict=True):
+                torch.testing.assert_close(a, b, rtol=1e-3, atol=1e-3)
+            torch.testing.assert_close(parts, expected_parts, rtol=1e-4, atol=1e-5)  # padded box rows
+    assert len(graphed.graphs) == len(shapes)
 
 
 def signalled_after(batches: list[dict], count: int):

@@ -112,3 +112,21 @@ def test_postprocessor_maps_to_original_pixels(reference):
         torch.testing.assert_close(det_orig[:, :4], scale_boxes(det[:, :4], pad, size))
         assert torch.equal(det_orig[:, 4:], det[:, 4:])
     assert in_original[0][:, 2].max() > 640  # really rescaled (gain 0.5)
+
+
+@pytest.mark.parametrize("multi_label", [True, False])
+def test_batched_nms_equals_one_image_at_a_time(multi_label):
+    """The batch's candidates are thresholded at once; each image's detections must still be bitwise those of
+    that image alone, also under the max_nms cap, with tied scores and with an image without candidates."""
+    torch.manual_seed(0)
+    images, anchors, classes = 4, 600, 6
+    decoded = torch.cat((torch.rand(images, 2, anchors) * 600, torch.rand(images, 2, anchors) * 80 + 1,
+                         torch.rand(images, classes, anchors) ** 3), dim=1)
+    decoded[:, 4:, :40] = 0.5  # ties decide the order kept by the cap
+    decoded[2, 4:] = 0.0  # no candidate in the third image
+    settings = dict(conf=0.01, iou=0.6, max_det=120, multi_label=multi_label, max_nms=300)
+    batched = non_max_suppression(decoded, **settings)
+    assert len(batched) == images and len(batched[2]) == 0 and len(batched[0]) == 120
+    for image, det in enumerate(batched):
+        (alone,) = non_max_suppression(decoded[image:image + 1], **settings)
+        assert torch.equal(det, alone)

@@ -155,15 +155,18 @@ def scale_boxes(boxes: Tensor, ratio_pad: Tensor, orig_size: Tensor) -> Tensor:
 
     Args:
         boxes: ``(n, 4)`` xyxy in input pixels.
-        ratio_pad: ``(4,)`` = ``(gain_h, gain_w, pad_top, pad_left)``; ``original = (input - pad) / gain``.
-        orig_size: ``(2,)`` original ``(height, width)``.
+        ratio_pad: ``(4,)`` = ``(gain_h, gain_w, pad_top, pad_left)``, or ``(n, 4)``, one per box;
+            ``original = (input - pad) / gain``.
+        orig_size: ``(2,)`` original ``(height, width)``, or ``(n, 2)``, one per box.
 
     Returns:
         a new ``(n, 4)`` tensor in original-image pixels.
     """
-    gain_h, gain_w, pad_top, pad_left = torch.as_tensor(ratio_pad, dtype=boxes.dtype, device=boxes.device).unbind()
-    height, width = torch.as_tensor(orig_size, dtype=boxes.dtype, device=boxes.device).unbind()
     # tensor bounds rather than Python floats: no device-to-host copy per image on CUDA
+    ratio_pad = torch.as_tensor(ratio_pad, dtype=boxes.dtype, device=boxes.device)
+    orig_size = torch.as_tensor(orig_size, dtype=boxes.dtype, device=boxes.device)
+    gain_h, gain_w, pad_top, pad_left = (v[..., None] for v in ratio_pad.unbind(-1))
+    height, width = (v[..., None] for v in orig_size.unbind(-1))
     x = torch.minimum(((boxes[:, 0::2] - pad_left) / gain_w).clamp(min=0), width)
     y = torch.minimum(((boxes[:, 1::2] - pad_top) / gain_h).clamp(min=0), height)
     return torch.stack((x[:, 0], y[:, 0], x[:, 1], y[:, 1]), dim=1)

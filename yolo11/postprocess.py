@@ -124,28 +124,37 @@ def non_max_suppression(
     """
     num_classes = decoded.shape[1] - 4
     multi_label = multi_label and num_classes > 1
-    output = []
-    for prediction in decoded.transpose(1, 2):  # (A, 4 + C) per image; NMS output sizes differ per image
-        boxes = xywh_to_xyxy(prediction[:, :4])
-        scores = prediction[:, 4:]
-        if multi_label:
-            anchor, cls = torch.nonzero(scores > conf, as_tuple=True)
-            score = scores[anchor, cls]
+    prediction = decoded.transpose(1, 2)  # (B, A, 4 + C)
+    boxes = xywh_to_xyxy(prediction[..., :4])
+    scores = prediction[..., 4:]
+    # the candidates of the whole batch at once (one host sync, not one per image); row-major order is each
+    # image's own (anchor, class) order, so the per-image slices are those of a per-image threshold
+    if multi_label:
+        image, anchor, cls = torch.nonzero(scores > conf, as_tuple=True)
+        score = scores[image, anchor, cls]
+    else:
+        best, best_cls = scores.max(2)
+        image, anchor = torch.nonzero(best > conf, as_tuple=True)
+        score, cls = best[image, anchor], best_cls[image, anchor]
+    candidates = boxes[image, anchor]
+    # one NMS over classes moved max_wh apart, as Ultralytics (the same float rounding of its IoUs): torchvision's
+    # batched_nms runs one NMS per class, with a host sync each, above 5000 candidates on CUDA (4000 on CPU)
+    shifted = candidates if agnostic else candidates + cls.to(candidates.dtype)[:, None] * max_wh
+    kept, start = [], 0
+    for count in torch.bincount(image, minlength=len(decoded)).tolist():  # NMS output sizes differ per image
+        image_boxes, image_scores = shifted[start:start + count], score[start:start + count]
+        if count > max_nms:
+            top = image_scores.argsort(descending=True)[:max_nms]  # Ultralytics' order among tied scores
+            keep = top[nms(image_boxes[top], image_scores[top], iou)]
         else:
-            score, cls = scores.max(1)
-            anchor = torch.nonzero(score > conf, as_tuple=True)[0]
-            score, cls = score[anchor], cls[anchor]
-        if score.numel() > max_nms:
-            top = score.argsort(descending=True)[:max_nms]  # Ultralytics' order among tied scores, not topk's
-            anchor, cls, score = anchor[top], cls[top], score[top]
-        candidates = boxes[anchor]
-        # one NMS over classes moved max_wh apart, as Ultralytics (the same float rounding of its IoUs): torchvision's
-        # batched_nms runs one NMS per class, with a host sync each, above 5000 candidates on CUDA (4000 on CPU)
-        offset = 0 if agnostic else cls.to(candidates.dtype)[:, None] * max_wh
-        keep = nms(candidates + offset, score, iou)
-        keep = keep[:max_det]
-        output.append(torch.cat((candidates[keep], score[keep, None], cls[keep, None].to(score.dtype)), dim=1))
-    return output
+            keep = nms(image_boxes, image_scores, iou)
+        kept.append(keep[:max_det] + start)
+        start += count
+    if not kept:  # an empty batch
+        return []
+    keep = torch.cat(kept)
+    rows = torch.cat((candidates[keep], score[keep, None], cls[keep, None].to(score.dtype)), dim=1)
+    return list(rows.split([len(k) for k in kept]))
 
 
 def to_original_pixels(detections: Sequence[Tensor], ratio_pad: Tensor, orig_sizes: Tensor) -> list[Tensor]:
@@ -155,10 +164,21 @@ def to_original_pixels(detections: Sequence[Tensor], ratio_pad: Tensor, orig_siz
         ratio_pad: ``(B, 4)`` letterbox parameters per image, see ``yolo11.geometry.scale_boxes``.
         orig_sizes: ``(B, 2)`` original ``(height, width)``.
     """
-    return [
-        torch.cat((scale_boxes(det[:, :4], pad, size), det[:, 4:]), dim=1)
-        for det, pad, size in zip(detections, ratio_pad, orig_sizes, strict=True)
-    ]
+    if len(detections) != len(ratio_pad) or len(detections) != len(orig_sizes):
+        raise ValueError(f"{len(detections)} images of detections for {len(ratio_pad)} letterbox parameters and "
+                         f"{len(orig_sizes)} sizes")
+    if not detections:
+        return []
+    counts = [len(det) for det in detections]
+    rows = torch.cat(list(detections))
+    # each row with its own image's letterbox: the same element-wise arithmetic as one image at a time, in a few
+    # kernels for the whole batch instead of a few per image
+    image = torch.repeat_interleave(torch.arange(len(counts), device=rows.device),
+                                    torch.tensor(counts, device=rows.device))
+    pad = torch.as_tensor(ratio_pad, device=rows.device)[image]
+    size = torch.as_tensor(orig_sizes, device=rows.device)[image]
+    boxes = scale_boxes(rows[:, :4], pad, size)
+    return list(torch.cat((boxes, rows[:, 4:]), dim=1).split(counts))
 
 
 class Postprocessor:

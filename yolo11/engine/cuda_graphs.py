@@ -148,52 +148,51 @@ class GraphedMicroStep:
         return _Captured(graph, static, outputs)
 
 
-class GraphedForward:
-    """``model(images)`` in eval mode without gradients, replayed as one CUDA graph per input shape: validation's
-    forward during training.
+class GraphedValStep:
+    """``ValStep`` replayed as one CUDA graph per (input shape, box bucket): validation during training.
 
-    Validation batches come in a few rect shapes that repeat every epoch; each shape runs eagerly the first time,
-    is captured the second and replayed from then on. ``model`` must keep its parameter and buffer tensors (the
-    EMA updates them in place). The returned maps are the graph's static outputs: use them before the next call.
-    They come back as the model returns them: YOLO11's list, or YOLO26's ``End2EndMaps`` of two lists (the captured
-    tensors inside the same NamedTuple each replay).
+    Validation batches come in a few rect shapes (and box counts) that repeat every epoch; each pair runs eagerly
+    the first time, is captured the second and replayed from then on, so a pass costs a few launches per batch
+    instead of the forward's and the loss's hundreds. ``model`` must keep its parameter and buffer tensors (the
+    EMA updates them in place). The returned maps and parts are the graph's static outputs: use them before the
+    next call. The maps come back as the model returns them: YOLO11's list, or YOLO26's ``End2EndMaps``.
     """
 
-    def __init__(self, model: nn.Module, autocast: Callable, device: torch.device):
-        self.model = model
-        self.autocast = autocast
+    def __init__(self, step: Callable, device: torch.device):
+        """``step``: a ``yolo11.evaluation.runner.ValStep``."""
+        self.step = step
         self.device = device
         self.stream = torch.cuda.Stream(device)
         self.pool = torch.cuda.graph_pool_handle()
-        self.graphs: dict[tuple, tuple[torch.cuda.CUDAGraph, torch.Tensor, list[torch.Tensor]]] = {}
+        self.graphs: dict[tuple, tuple[torch.cuda.CUDAGraph, dict[str, torch.Tensor], tuple]] = {}
         self._warmed: set[tuple] = set()
 
-    @torch.no_grad()
-    def __call__(self, images: torch.Tensor) -> list[torch.Tensor]:
-        key = (tuple(images.shape), images.stride(), images.dtype)
+    def __call__(self, images: torch.Tensor, boxes: torch.Tensor | None = None,
+                 labels: torch.Tensor | None = None) -> tuple[list[torch.Tensor], torch.Tensor | None]:
+        inputs = {"images": images}
+        if self.step.criterion is not None:  # padded rows (label -1) leave the loss bitwise unchanged
+            inputs["boxes"], inputs["labels"] = pad_targets(boxes, labels, box_bucket(boxes.shape[1]))
+        key = tuple((name, tuple(t.shape), t.stride(), t.dtype) for name, t in inputs.items())
         if key in self.graphs:
             graph, static, outputs = self.graphs[key]
-            static.copy_(images, non_blocking=True)
+            for name, tensor in static.items():
+                tensor.copy_(inputs[name], non_blocking=True)
             graph.replay()
             return outputs
         current = torch.cuda.current_stream(self.device)
         self.stream.wait_stream(current)
-        if key not in self._warmed:
+        if key not in self._warmed:  # first batch of this shape: eager, on the capture stream
             self._warmed.add(key)
             with torch.cuda.stream(self.stream):
-                outputs = self._forward(images)
+                outputs = self.step(**inputs)
             current.wait_stream(self.stream)
             return outputs
         with torch.cuda.stream(self.stream):
-            static = images.clone()
+            static = {name: tensor.clone() for name, tensor in inputs.items()}
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, pool=self.pool, stream=self.stream, capture_error_mode=_CAPTURE_MODE):
-            outputs = self._forward(static)
+            outputs = self.step(**static)
         current.wait_stream(self.stream)
         self.graphs[key] = (graph, static, outputs)
         graph.replay()
         return outputs
-
-    def _forward(self, images: torch.Tensor) -> list[torch.Tensor]:
-        with self.autocast():
-            return self.model(images)

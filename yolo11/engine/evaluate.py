@@ -14,11 +14,12 @@ from torch import nn
 from yolo11.data import DetectionSource, LoaderConfig, build_val_stream
 from yolo11.engine.compile import CompiledLoss
 from yolo11.engine.config import TrainConfig
-from yolo11.engine.cuda_graphs import GraphedForward
+from yolo11.engine.cuda_graphs import GraphedValStep
 from yolo11.engine.device_feed import DeviceFeed, TimedIterable
 from yolo11.engine.plan import RunPlan
 from yolo11.evaluation import CocoEvaluator, EvaluationResult, ValidationStopped, predict_and_score
 from yolo11.evaluation.coco import evaluation_device
+from yolo11.evaluation.runner import ValStep
 from yolo11.postprocess import Postprocessor
 
 
@@ -38,7 +39,7 @@ class Validator:
         self.channels_last = channels_last
         self.num_samples = num_samples
         self.cuda_graphs = cuda_graphs
-        self._graphed: dict[int, GraphedForward] = {}  # by id of the validated module (the EMA's, or the model)
+        self._graphed: dict[tuple, GraphedValStep] = {}  # by ids of the validated module and the criterion
 
     @classmethod
     def build(cls, config: TrainConfig, plan: RunPlan, source: DetectionSource, accelerator: Accelerator,
@@ -76,7 +77,8 @@ class Validator:
 
         Neither is compiled: rect batches come in many shapes, and each would be another compiled graph, for a
         pass that runs once per epoch without gradients. Where the run has CUDA graphs (``--cuda-graphs``), the
-        forward is replayed as one graph per rect shape (``GraphedForward``): the shapes repeat every epoch.
+        forward and the loss are replayed as one graph per rect shape and box bucket (``GraphedValStep``): they
+        repeat every epoch.
 
         With several processes, every process first takes the main process's buffers: each one's BatchNorm
         running statistics (and so its EMA's) follow its own batches, DDP re-syncs them only at the next forward,
@@ -91,17 +93,18 @@ class Validator:
             self._batches = iter(self.loader)
         batches = self.loader.batch_sampler.batches_per_pass
         one_pass = TimedIterable(DeviceFeed(itertools.islice(self._batches, batches), self.accelerator.device))
-        forward = None
+        step = None
         if self.cuda_graphs:
-            forward = self._graphed.get(id(model))
-            if forward is None:
+            step = self._graphed.get((id(model), id(criterion)))
+            if step is None:
                 autocast = functools.partial(self.accelerator.autocast, AutocastKwargs(cache_enabled=False))
-                forward = self._graphed[id(model)] = GraphedForward(model, autocast, self.accelerator.device)
+                step = self._graphed[id(model), id(criterion)] = GraphedValStep(ValStep(model, autocast, criterion),
+                                                                                self.accelerator.device)
         try:
             result = predict_and_score(self.accelerator, model, one_pass, self.postprocessor, self.evaluator,
                                        criterion=criterion, channels_last=self.channels_last,
                                        num_samples=self.num_samples if images else 0, batches=batches,
-                                       plot_data=plots, all_stats=all_stats, forward=forward, stop=stop)
+                                       plot_data=plots, all_stats=all_stats, step=step, stop=stop)
         except ValidationStopped:
             self._batches = None  # part of a pass was taken: a later validation starts a fresh one
             raise

@@ -45,7 +45,7 @@ def predict_and_score(
     batches: int | None = None,
     plot_data: bool = True,
     all_stats: bool = True,
-    forward: Callable[[torch.Tensor], list[torch.Tensor]] | None = None,
+    step: Callable | None = None,
     stop: Callable[[], bool] | None = None,
 ) -> EvaluationResult:
     """Run ``model`` in eval mode over ``loader`` (this process's batches on its device: a prepared loader, or
@@ -61,8 +61,9 @@ def predict_and_score(
         batches: this process's batch count, for the progress bar of a ``loader`` without a length.
         plot_data: the metrics include the PR curve and the confusion matrix (see ``CocoEvaluator``).
         all_stats: all 12 COCO stats; False: the headline ones (see ``CocoEvaluator.compute``).
-        forward: runs ``model`` on a batch in its mixed precision (training's ``GraphedForward``); default: the
-            model under ``accelerator.autocast()``.
+        step: ``step(images, boxes, labels) -> (float32 maps, loss parts or None)`` for a batch (training's
+            ``GraphedValStep``); default: an eager ``ValStep`` of ``model`` under ``accelerator.autocast()`` and
+            ``criterion``.
         stop: this process's stop request, read before each batch: the loop ends at once and, when any
             process asked, every process raises ``ValidationStopped`` (one all-reduce after the loop: processes
             may hold different batch counts, so none runs per batch).
@@ -74,13 +75,15 @@ def predict_and_score(
     model.eval()
     try:
         return _predict_and_score(accelerator, model, loader, postprocessor, evaluator, criterion, channels_last,
-                                  num_samples, batches, plot_data, all_stats, forward, stop)
+                                  num_samples, batches, plot_data, all_stats, step, stop)
     finally:
         model.train(was_training)
 
 
 def _predict_and_score(accelerator, model, loader, postprocessor, evaluator, criterion, channels_last, num_samples,
-                       batches, plot_data, all_stats, forward, stop) -> EvaluationResult:
+                       batches, plot_data, all_stats, step, stop) -> EvaluationResult:
+    if step is None:
+        step = ValStep(model, accelerator.autocast, criterion)
     loss_sum = torch.zeros(3, device=accelerator.device)
     batches_run = 0
     per_image: list[tuple[int, torch.Tensor]] = []
@@ -92,14 +95,9 @@ def _predict_and_score(accelerator, model, loader, postprocessor, evaluator, cri
         if stop is not None and stop():
             break
         images = model_input(batch["images"], channels_last)
-        if forward is not None:
-            feats = forward(images)
-        else:
-            with accelerator.autocast():
-                feats = model(images)
-        feats = _as_float(feats)
-        if criterion is not None:
-            loss_sum += criterion(feats, batch["boxes"], batch["labels"])[1]
+        feats, parts = step(images, batch["boxes"], batch["labels"])
+        if parts is not None:
+            loss_sum += parts
             batches_run += 1
         detections = postprocessor(feats)  # input pixels
         original = to_original_pixels(detections, batch["ratio_pad"], batch["orig_sizes"])
@@ -123,12 +121,31 @@ def _predict_and_score(accelerator, model, loader, postprocessor, evaluator, cri
     return EvaluationResult(metrics, predictions, losses, samples, score_seconds)
 
 
-def _as_float(feats):
+def float_maps(feats):
     """The maps in float32: YOLO11's list, or both lists of YOLO26's ``End2EndMaps`` (kept a NamedTuple, which
     the loss and the post-processor read by branch)."""
     if hasattr(feats, "one2one"):
         return type(feats)(*([f.float() for f in branch] for branch in feats))
     return [f.float() for f in feats]
+
+
+@dataclass
+class ValStep:
+    """Validation's work on one batch that has static shapes: the eval forward in mixed precision, the maps in
+    float32 and, with a ``criterion``, the loss parts. Returns ``(maps, parts)`` (``parts`` None without one)."""
+
+    model: nn.Module
+    autocast: Callable
+    criterion: nn.Module | None = None
+
+    @torch.no_grad()
+    def __call__(self, images: torch.Tensor, boxes: torch.Tensor | None = None,
+                 labels: torch.Tensor | None = None) -> tuple[list[torch.Tensor], torch.Tensor | None]:
+        with self.autocast():
+            feats = self.model(images)
+        feats = float_maps(feats)
+        parts = None if self.criterion is None else self.criterion(feats, boxes, labels)[1]
+        return feats, parts
 
 
 def _anyone(accelerator: Accelerator, flag: bool) -> bool:
