@@ -10,7 +10,9 @@ every epoch and validation, plots, saving). The final mAP50-95 is each trainer's
 
 ``generated``: 2,000 train and 500 val images written once as a YOLO-format folder (the shapes of
 ``yolo11.data.sources.synthetic``, 1-8 objects on a textured background, 480 px JPEGs), the kind of custom dataset
-a user brings. ``--variants`` picks among ultralytics, ours, ours-eager (``--cuda-graphs false``).
+a user brings. ``--variants`` picks among ultralytics, ours, ours-eager (``--cuda-graphs false``) and
+ours-cudnn-v7 (``TORCH_CUDNN_V8_API_DISABLED=1``: cuDNN's older convolution API, whose algorithm choice per new
+shape is a lookup rather than a plan build).
 """
 
 from __future__ import annotations
@@ -97,7 +99,7 @@ def main() -> int:
     parser.add_argument("--dataset", default="coco128",
                         help="coco128, coco8 (../shared/data), a data YAML, or generated")
     parser.add_argument("--variants", nargs="+", default=["ultralytics", "ours"],
-                        choices=["ultralytics", "ours", "ours-eager"])
+                        choices=["ultralytics", "ours", "ours-eager", "ours-cudnn-v7"])
     parser.add_argument("--model", default="yolo11n")
     parser.add_argument("--epochs", type=int, default=100)
     parser.add_argument("--batch", type=int, default=16)
@@ -115,7 +117,8 @@ def main() -> int:
             log = args.out / f"{Path(args.dataset).stem}_{variant}_seed{seed}.log"
             started = time.perf_counter()
             with log.open("w") as f:
-                rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, cwd=ROOT).returncode
+                env = dict(os.environ, TORCH_CUDNN_V8_API_DISABLED="1") if variant == "ours-cudnn-v7" else None
+                rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, cwd=ROOT, env=env).returncode
             wall = time.perf_counter() - started
             row = {"dataset": args.dataset, "variant": variant, "seed": seed, "rc": rc, "wall_s": round(wall, 1),
                    "final_map50_95": final_map(results_csv)}

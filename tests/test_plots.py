@@ -181,7 +181,7 @@ def test_validation_plots_are_drawn_for_the_final_epoch_only(tmp_path, monkeypat
     from yolo11.evaluation import EvaluationResult
 
     drawn = []
-    monkeypatch.setattr(plots, "save_validation_plots", lambda run_dir, *args: drawn.append(run_dir))
+    monkeypatch.setattr(plots, "validation_plot_jobs", lambda run_dir, *args: drawn.append(run_dir) or [])
     outputs = RunOutputs(Accelerator(cpu=True), tmp_path, CLASS_NAMES, TrainState(), epochs=3, patience=100,
                          plots=True, report_to=[])
     metrics = {"precision": 0.1, "recall": 0.1, "map50": 0.1, "map50_95": 0.05}
@@ -191,6 +191,7 @@ def test_validation_plots_are_drawn_for_the_final_epoch_only(tmp_path, monkeypat
         outputs.end_epoch(epoch, EpochResult(torch.ones(3), 8, 1.0, False), [0.01] * 3, validation, model, epoch,
                           final=epoch == 2)
         assert len(drawn) == (1 if epoch == 2 else 0)
+    outputs.wait_for_writes()  # written by a thread
     assert (tmp_path / "weights" / "last.safetensors").is_file()
 
 
@@ -252,16 +253,15 @@ def test_results_csv_time_is_cumulative_across_epochs_and_resumes(tmp_path, monk
     assert [float(r["time"]) for r in read_results(tmp_path / "results.csv")] == [10.0, 30.0, 35.0]
 
 
-def test_labels_jpg_from_a_training_source(tmp_path, monkeypatch):
+def test_labels_jpg_from_a_training_source():
     """The trainer's labels.jpg reads every box of the training source, normalised centre xywh per image size."""
     from yolo11.data import load_source
     from yolo11.engine import trainer
 
     source = load_source("synthetic:imgsz=64,num_images=6", "train")
-    seen = {}
-    monkeypatch.setattr("yolo11.evaluation.plots.plot_labels",
-                        lambda boxes, classes, names, path: seen.update(boxes=boxes, classes=classes, path=path))
-    trainer.save_labels_plot(source, tmp_path / "labels.jpg")
+    boxes, classes, names = trainer.labels_plot_data(source)
+    seen = {"boxes": boxes, "classes": classes}
+    assert names == source.class_names
     objects = source.dataset["objects"]
     assert len(seen["boxes"]) == len(seen["classes"]) == sum(len(o["bbox"]) for o in objects)
     first = source.dataset[0]
@@ -269,3 +269,54 @@ def test_labels_jpg_from_a_training_source(tmp_path, monkeypatch):
     expected = [(x + w / 2) / first["width"], (y + h / 2) / first["height"], w / first["width"], h / first["height"]]
     np.testing.assert_allclose(seen["boxes"][0], expected, rtol=1e-6)
     assert 0 <= seen["boxes"].min() and seen["boxes"].max() <= 1
+
+
+def test_plot_pool_writes_the_figures_and_raises_their_errors(tmp_path):
+    """The validation figures drawn by the pool's worker processes are the files ``save_validation_plots`` writes in
+    this process; a figure that fails raises in ``wait``, with its errno (the trainer's full-disk handling reads
+    it)."""
+    from yolo11.evaluation.plot_pool import PlotPool
+
+    samples = [{"image": torch.zeros(3, 64, 96, dtype=torch.uint8), "labels": torch.tensor([0]),
+                "predictions": torch.tensor([[5.0, 5, 30, 30, 0.9, 0]]), "boxes": torch.tensor([[6.0, 6, 31, 31]])}] * 3
+    in_process = plots.save_validation_plots(tmp_path / "here", plot_metrics(), samples, CLASS_NAMES)
+    (tmp_path / "pool").mkdir()
+    pool = PlotPool(workers=2)
+    try:
+        for figure, args in plots.validation_plot_jobs(tmp_path / "pool", plot_metrics(), samples, CLASS_NAMES):
+            pool.submit(figure, *args)
+        pool.wait()
+        for path in in_process:
+            assert (tmp_path / "pool" / path.name).read_bytes() == path.read_bytes(), path.name
+        pool.submit(plots.plot_labels, np.array([[0.5, 0.5, 0.2, 0.3]]), [0], CLASS_NAMES,
+                    tmp_path / "no-such-folder" / "labels.jpg")
+        with pytest.raises(OSError) as raised:
+            pool.wait()
+        assert raised.value.errno is not None
+    finally:
+        pool.close()
+
+
+def test_weights_are_the_epochs_even_when_training_goes_on_while_they_are_written(tmp_path):
+    """last.safetensors is written by a thread: it must hold the weights as they were at the end of the epoch,
+    not as the next epoch changes them in place."""
+    from accelerate import Accelerator
+    from safetensors.torch import load_file
+
+    import yolo11
+    from yolo11.engine.checkpoint import TrainState
+    from yolo11.engine.loop import EpochResult
+    from yolo11.engine.run_outputs import RunOutputs
+
+    outputs = RunOutputs(Accelerator(cpu=True), tmp_path, CLASS_NAMES, TrainState(), epochs=2, patience=100,
+                         plots=False, report_to=[])
+    model = yolo11.create_model("yolo11n", num_classes=len(CLASS_NAMES))
+    expected = {k: v.clone() for k, v in model.state_dict().items()}
+    outputs.end_epoch(0, EpochResult(torch.ones(3), 8, 1.0, False), [0.01] * 3, None, model, 0)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(1.0)  # the next epoch's updates, in place
+    outputs.wait_for_writes()
+    written = load_file(tmp_path / "weights" / "last.safetensors")
+    assert written.keys() == expected.keys()
+    assert all(torch.equal(written[k], expected[k]) for k in expected)

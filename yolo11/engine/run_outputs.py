@@ -11,6 +11,8 @@ import os
 import shutil
 import sys
 import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,9 +24,11 @@ from yolo11.engine.checkpoint import TrainState
 from yolo11.engine.loop import EpochResult
 from yolo11.engine.progress import LOSS_NAMES, format_duration, peak_memory_gb
 from yolo11.evaluation import EvaluationResult, plots
+from yolo11.evaluation.plot_pool import PlotPool
 from yolo11.evaluation.results import ResultsCSV, read_results
 from yolo11.evaluation.table import format_table
-from yolo11.weights import load_weights, save_pretrained, save_weights
+from yolo11.weights import load_weights, save_pretrained
+from yolo11.weights.safetensors_io import weights_snapshot, write_weights
 
 
 def fitness(metrics: dict) -> float:
@@ -67,7 +71,12 @@ class RunOutputs:
         self.time_before = float(kept[-1]["time"]) if kept and kept[-1].get("time") else 0.0
         self.run_start = time.perf_counter()
         self.report_to = report_to
-        self.plot_seconds = 0.0  # for the summary's split of the run's time
+        self.plot_seconds = 0.0  # for the summary's split of the run's time: waiting for the figures at the end
+        self._figures: PlotPool | None = None  # started with the first figure (main process, --plots)
+        # last/best.safetensors are written by a thread while the next epoch trains (tens of ms each on a GPU
+        # machine's disk, every epoch of a small run)
+        self._writer = ThreadPoolExecutor(1, thread_name_prefix="weights")
+        self._written: Future | None = None
         self.final_metrics: dict | None = None  # the validation whose plots were drawn: the dashboards' curves
         self.last_step = 0
 
@@ -107,10 +116,9 @@ class RunOutputs:
             print(self.epoch_line(row, epoch_seconds, val_seconds), flush=True)
             if validation is not None:
                 if self.make_plots and (final or stop):
-                    start = time.perf_counter()
-                    plots.save_validation_plots(self.run_dir, validation.metrics, validation.samples,
-                                                self.class_names)
-                    self.plot_seconds += time.perf_counter() - start
+                    for figure, args in plots.validation_plot_jobs(self.run_dir, validation.metrics,
+                                                                   validation.samples, self.class_names):
+                        self.draw(figure, *args)
                 tracking.log_validation_images(accelerator, validation.samples, self.class_names,
                                                step=optimizer_steps)
                 dashboards.log_prediction_table(accelerator, validation.samples, self.class_names, epoch,
@@ -156,13 +164,35 @@ class RunOutputs:
         which = f"best epoch {self.best_epoch + 1}" if self.best_metrics is not None else "last validation"
         return f"per class, {which}:\n" + format_table(metrics, self.class_names, ground_truth)
 
-    def finish(self, ground_truth: dict | None = None) -> None:
-        """results.png, the dashboards' end-of-run panels (``ground_truth``: the evaluator's COCO dict, for the
-        per-class table), the best weights artifact."""
+    def draw(self, figure: Callable, *args) -> None:
+        """``figure(*args)`` drawn by a worker process while the run goes on (``finish_figures`` waits for it)."""
+        if self._figures is None:
+            self._figures = PlotPool()
+        self._figures.submit(figure, *args)
+
+    def finish_figures(self, cancel: bool = False) -> None:
+        """results.png, then wait until every figure is written (counted as plotting time); ``cancel``: a stopped
+        run draws nothing more and drops the figures not started."""
         if not self.accelerator.is_main_process:
             return
-        if self.make_plots and (self.run_dir / "results.csv").is_file():
-            plots.plot_results(self.run_dir / "results.csv", self.run_dir / "results.png")
+        if not cancel and self.make_plots and (self.run_dir / "results.csv").is_file():
+            self.draw(plots.plot_results, self.run_dir / "results.csv", self.run_dir / "results.png")
+        if self._figures is None:
+            return
+        figures, self._figures = self._figures, None
+        start = time.perf_counter()
+        try:
+            if not cancel:
+                figures.wait()
+        finally:
+            figures.close(cancel=cancel)
+            self.plot_seconds += time.perf_counter() - start
+
+    def finish(self, ground_truth: dict | None = None) -> None:
+        """The dashboards' end-of-run panels (``ground_truth``: the evaluator's COCO dict, for the per-class
+        table), the best weights artifact; after ``finish_figures``."""
+        if not self.accelerator.is_main_process:
+            return
         dashboards.log_final_validation(self.accelerator, self.final_metrics, self.best_metrics or self.last_metrics,
                                         self.class_names, ground_truth, self.run_dir, self.last_step)
         best = self.weights_dir / "best.safetensors"
@@ -199,15 +229,28 @@ class RunOutputs:
         return True
 
     def _save(self, model: nn.Module, name: str, also_best: bool = False) -> None:
-        """Write to a temporary file and rename, so a crash never leaves a truncated weights file; ``also_best``:
-        the same bytes become best.safetensors too (serialised once: a small run saves every epoch)."""
+        """Snapshot the weights to the CPU now, write them in the background: a file to a temporary name, then
+        renamed, so a crash never leaves a truncated weights file; ``also_best``: the same bytes become
+        best.safetensors too (serialised once: a small run saves every epoch)."""
         if self.accelerator.is_main_process:
             final = self.weights_dir / f"{name}.safetensors"
-            tmp = final.with_name(f".{final.name}.tmp")
-            save_weights(self.accelerator.unwrap_model(model, keep_torch_compile=False), tmp)
-            if also_best:
-                best = self.weights_dir / "best.safetensors"
-                best_tmp = best.with_name(f".{best.name}.tmp")
-                shutil.copyfile(tmp, best_tmp)
-                os.replace(best_tmp, best)
-            os.replace(tmp, final)
+            tensors, metadata = weights_snapshot(self.accelerator.unwrap_model(model, keep_torch_compile=False), final)
+            self.wait_for_writes()  # one file in flight: the previous epoch's error, if any, surfaces here
+            self._written = self._writer.submit(_write_weights_files, tensors, metadata, final, also_best)
+
+    def wait_for_writes(self) -> None:
+        """Until the weights files submitted so far are written; raises a write's error (``OSError``)."""
+        written, self._written = self._written, None
+        if written is not None:
+            written.result()
+
+
+def _write_weights_files(tensors: dict, metadata: dict, final: Path, also_best: bool) -> None:
+    tmp = final.with_name(f".{final.name}.tmp")
+    write_weights(tensors, metadata, tmp)
+    if also_best:
+        best = final.with_name("best.safetensors")
+        best_tmp = best.with_name(f".{best.name}.tmp")
+        shutil.copyfile(tmp, best_tmp)
+        os.replace(best_tmp, best)
+    os.replace(tmp, final)

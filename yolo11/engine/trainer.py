@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
 from accelerate import PartialState
 from accelerate.utils import DistributedType, broadcast, parse_flag_from_env, set_seed
@@ -57,6 +58,7 @@ from yolo11.engine.progress import Progress, loss_names, print_summary
 from yolo11.engine.resume import Resume, prepare_resume
 from yolo11.engine.run_outputs import RunOutputs
 from yolo11.evaluation import ValidationStopped
+from yolo11.evaluation.plots import plot_labels
 from yolo11.output_errors import WRITE_ERRNOS, write_error_message
 from yolo11.weights import UnsafeCheckpointError, resolve_weights
 
@@ -144,7 +146,7 @@ def _train(config: TrainConfig, typed: frozenset[str] | None, launch: PartialSta
     try:
         exit_code, images_seen = fit(run)
         # a failed upload (offline, no token) does not fail the finished run: the warning says how to push it later
-        finish(run, time.perf_counter() - start, images_seen, push=exit_code == 0, startup_seconds=startup)
+        finish(run, start, images_seen, push=exit_code == 0, startup_seconds=startup)
     except OSError as err:
         if err.errno not in WRITE_ERRNOS:
             raise
@@ -259,9 +261,6 @@ def start_run(run: Run, val_source: DetectionSource, resume: Resume | None = Non
     else:
         if config.run.resume:  # --resume auto before the first checkpoint (a requeued job that never saved)
             accelerator.print(f"--resume auto: no checkpoint in {run.run_dir} yet, starting from the beginning")
-        if config.run.plots and accelerator.is_main_process:
-            save_first_batches(run)
-            save_labels_plot(run.train_source, run.run_dir / "labels.jpg")
     if accelerator.is_main_process:
         save_config(config, run.run_dir / "config.yaml")
         save_args_yaml(config, run.run_dir / "args.yaml")
@@ -272,6 +271,9 @@ def start_run(run: Run, val_source: DetectionSource, resume: Resume | None = Non
                              epochs=config.run.epochs, patience=config.run.patience, plots=config.run.plots,
                              report_to=report_to, lr_groups=len(run.step.optimizer.param_groups),
                              loss_names=loss_names(model.end2end))
+    if resume_from is None and config.run.plots and accelerator.is_main_process:
+        save_first_batches(run)
+        run.outputs.draw(plot_labels, *labels_plot_data(run.train_source), run.run_dir / "labels.jpg")
     dashboards.log_model_info(accelerator, model, config.data.imgsz)
     accelerator.print(f"{model.config['name']}: {sum(p.numel() for p in model.parameters()):,} parameters | "
                       f"{plan.num_processes} process(es) x batch {plan.per_process_batch} x accumulation "
@@ -294,10 +296,9 @@ def save_first_batches(run: Run, count: int = 3) -> None:
         save_batch_preview(batch, run.train_source.class_names, run.run_dir / f"train_batch{index}.jpg")
 
 
-def save_labels_plot(source: DetectionSource, path: Path) -> None:
-    """labels.jpg: the training labels' class histogram and box statistics (Ultralytics' ``plot_labels``)."""
-    from yolo11.evaluation.plots import plot_labels
-
+def labels_plot_data(source: DetectionSource) -> tuple[np.ndarray, list[int], list[str]]:
+    """``plot_labels``' inputs for labels.jpg (Ultralytics' ``plot_labels``): every training box as normalised
+    centre xywh, its class, the class names."""
     rows = source.dataset.select_columns(["width", "height", "objects"])
     boxes, classes = [], []
     for row in rows:
@@ -308,7 +309,7 @@ def save_labels_plot(source: DetectionSource, path: Path) -> None:
             boxes.append(xywh / torch.tensor([row["width"], row["height"]] * 2, dtype=torch.float64))
             classes.extend(row["objects"]["category"])
     stacked = torch.cat(boxes).numpy() if boxes else torch.zeros(0, 4).numpy()
-    plot_labels(stacked, classes, source.class_names, path)
+    return stacked, classes, source.class_names
 
 
 def fit(run: Run) -> tuple[int, int]:
@@ -439,7 +440,7 @@ def process_age() -> float | None:
     return max(time.time() - psutil.Process().create_time(), 0.0)
 
 
-def finish(run: Run, seconds: float, images_seen: int, push: bool, startup_seconds: float | None = None) -> bool:
+def finish(run: Run, started: float, images_seen: int, push: bool, startup_seconds: float | None = None) -> bool:
     """Summary, plots, trackers closed; ``--push-to-hub`` when ``push`` (a run that ended normally), from the main
     process. Returns False when the push failed. A stop request (now or before) skips the plots and the push: the
     last checkpoint is whole, and a resume draws them."""
@@ -447,12 +448,15 @@ def finish(run: Run, seconds: float, images_seen: int, push: bool, startup_secon
     run.stop.enter("finish", step.accelerator.process_index)
     if step.profiler is not None:
         step.profiler.close(run.state.optimizer_steps)
-    # the epoch-end outputs, timed as saving, drew the final plots too: reported on their own
-    print_summary(step.accelerator, seconds, run.train_seconds, run.val_seconds, images_seen,
-                  run.outputs.best_summary(), startup_seconds, run.saving_seconds - run.outputs.plot_seconds,
-                  run.outputs.plot_seconds, run.score_seconds, run.val_data_seconds)
-    run.validator.close()
+    saving = time.perf_counter()
+    run.outputs.wait_for_writes()
+    run.saving_seconds += time.perf_counter() - saving
     stopping = step.stop.agreed_now()
+    run.outputs.finish_figures(cancel=stopping)  # drawn by workers since the last epoch; a stop drops the rest
+    print_summary(step.accelerator, time.perf_counter() - started, run.train_seconds, run.val_seconds, images_seen,
+                  run.outputs.best_summary(), startup_seconds, run.saving_seconds, run.outputs.plot_seconds,
+                  run.score_seconds, run.val_data_seconds)
+    run.validator.close()
     table = run.outputs.class_table(run.validator.evaluator.ground_truth)
     if table and step.accelerator.is_main_process:
         print(table)

@@ -3,18 +3,18 @@ confusion_matrix.png (counts) and confusion_matrix_normalized.png, val_batchN_la
 labels.jpg (the training labels' class histogram and box statistics).
 
 matplotlib with the Agg backend (no display); boxes are drawn with OpenCV so the same drawing serves the
-predict CLI and TensorBoard.
+predict CLI and TensorBoard. No torch here: ``PlotPool`` workers import this module alone.
 """
 
 from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable
 from pathlib import Path
 
 import cv2
 import numpy as np
-import torch
 
 from yolo11.evaluation.matching import smooth
 from yolo11.evaluation.results import read_results
@@ -184,8 +184,7 @@ def draw_detections(image: np.ndarray, boxes: np.ndarray, classes: np.ndarray, c
 def draw_sample(sample: dict, class_names: list[str], conf: float = DRAW_CONF) -> tuple[np.ndarray, np.ndarray]:
     """(ground truth, predictions) drawings of one validation sample: ``image`` uint8 (3, H, W), ``boxes`` (G, 4)
     and ``labels`` (G,) in input pixels, ``predictions`` (n, 6) in input pixels."""
-    image = sample["image"].permute(1, 2, 0).numpy() if isinstance(sample["image"], torch.Tensor) \
-        else np.asarray(sample["image"])
+    image = np.asarray(sample["image"]).transpose(1, 2, 0)
     pred = np.asarray(sample["predictions"], dtype=np.float64).reshape(-1, 6)
     pred = pred[pred[:, 4] >= conf]
     truth = draw_detections(image, np.asarray(sample["boxes"]), np.asarray(sample["labels"]), class_names)
@@ -227,18 +226,33 @@ def save_validation_batches(samples: list[dict], class_names: list[str], run_dir
     return paths
 
 
+def validation_plot_jobs(run_dir: Path, metrics: dict, samples: list[dict],
+                         class_names: list[str]) -> list[tuple[Callable, tuple]]:
+    """``save_validation_plots``' figures as ``(figure, args)`` pairs, for a ``PlotPool``: each figure gets the part
+    of the metrics it draws (they are pickled to a worker) and samples as NumPy arrays."""
+    run_dir = Path(run_dir)
+    curves = {k: metrics[k] for k in ("pr_curve", "per_class_ap50", "map50")}
+    jobs: list[tuple[Callable, tuple]] = [(plot_pr_curve, (curves, class_names, run_dir / "BoxPR_curve.png"))]
+    if "conf_curve" in metrics:
+        conf = {"conf_curve": metrics["conf_curve"]}
+        jobs += [(plot_metric_curve, (conf, class_names, run_dir / f"Box{m}_curve.png", m)) for m in CURVES]
+    matrix = {"confusion_matrix": metrics["confusion_matrix"]}
+    jobs += [(plot_confusion_matrix, (matrix, class_names, run_dir / "confusion_matrix.png", False)),
+             (plot_confusion_matrix, (matrix, class_names, run_dir / "confusion_matrix_normalized.png", True))]
+    if samples:
+        arrays = [{k: np.asarray(v) for k, v in sample.items()} for sample in samples]
+        jobs.append((save_validation_batches, (arrays, class_names, run_dir)))
+    return jobs
+
+
 def save_validation_plots(run_dir: Path, metrics: dict, samples: list[dict], class_names: list[str]) -> list[Path]:
     """Ultralytics' validation figures in ``run_dir``: BoxPR/BoxF1/BoxP/BoxR_curve.png, confusion_matrix.png (counts),
     confusion_matrix_normalized.png and (with samples) val_batchN_labels/pred.jpg."""
-    run_dir = Path(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    paths = [plot_pr_curve(metrics, class_names, run_dir / "BoxPR_curve.png")]
-    if "conf_curve" in metrics:
-        paths += [plot_metric_curve(metrics, class_names, run_dir / f"Box{m}_curve.png", m) for m in CURVES]
-    paths += [plot_confusion_matrix(metrics, class_names, run_dir / "confusion_matrix.png", normalize=False),
-              plot_confusion_matrix(metrics, class_names, run_dir / "confusion_matrix_normalized.png")]
-    if samples:
-        paths += save_validation_batches(samples, class_names, run_dir)
+    Path(run_dir).mkdir(parents=True, exist_ok=True)
+    paths = []
+    for figure, args in validation_plot_jobs(run_dir, metrics, samples, class_names):
+        written = figure(*args)
+        paths += written if isinstance(written, list) else [written]
     return paths
 
 

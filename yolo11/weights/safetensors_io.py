@@ -134,10 +134,26 @@ def load_pretrained(directory: str | Path, *, backbone: str | None = None) -> YO
 
 def save_weights(model: YOLO11Detector, file: str | Path) -> Path:
     """Write ``model``'s tensors and config; refuses (``ValueError``) weights that are not all finite."""
+    return write_weights(*weights_snapshot(model, file), file)
+
+
+def weights_snapshot(model: YOLO11Detector, file: str | Path) -> tuple[dict, dict[str, str]]:
+    """``model``'s tensors on the CPU and its metadata, as ``write_weights`` takes them (in another thread, say,
+    while the model trains on); ``ValueError`` naming ``file`` when they are not all finite."""
+    tensors = _finite_tensors(model, Path(file))
+    params = {t.data_ptr() for t in model.state_dict().values() if t.device.type == "cpu"}
+    copies: dict[int, torch.Tensor] = {}  # a CPU model's tensors are its own storage: copied, aliases kept shared
+    for name, tensor in tensors.items():
+        if tensor.data_ptr() in params:
+            tensors[name] = copies.setdefault(tensor.data_ptr(), tensor.clone())
+    return tensors, _metadata(model)
+
+
+def write_weights(tensors: dict, metadata: dict[str, str], file: str | Path) -> Path:
+    """Write ``weights_snapshot``'s tensors and metadata as a safetensors file."""
     file = Path(file)
-    tensors = _finite_tensors(model, file)
     file.parent.mkdir(parents=True, exist_ok=True)
-    save_file(tensors, file, metadata=_metadata(model))
+    save_file(tensors, file, metadata=metadata)
     honour_umask(file)
     return file
 
