@@ -36,6 +36,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--imgsz", type=int, default=640)
     parser.add_argument("--lr0", type=float, default=0.01)
+    parser.add_argument("--optimizer", default="SGD",
+                        help="both trainers' optimizer with --lr0; auto: neither flag, each trainer's default choice")
     parser.add_argument("--workers", type=int, default=2, help="loader workers per run")
     parser.add_argument("--parallel", type=int, default=8, help="runs sharing the GPU at once")
     parser.add_argument("--trainers", default="ours,ultralytics", help="comma list: ours, ultralytics")
@@ -50,16 +52,21 @@ def ours_command(args: argparse.Namespace, seed: int) -> tuple[list[str], Path]:
     command = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(args.accelerate_config),
                str(ROOT / "train_accelerate.py"), "--model", args.model, "--data", str(args.data),
                "--epochs", str(args.epochs), "--batch-size", str(args.batch), "--imgsz", str(args.imgsz),
-               "--optimizer", "SGD", "--lr0", str(args.lr0), "--seed", str(seed), "--workers", str(args.workers),
+               *optimizer_flags(args), "--seed", str(seed), "--workers", str(args.workers),
                "--output-dir", str(args.out), "--name", f"ours_seed{seed}", "--exist-ok", "true",
                "--cache-dir", str(args.out / "cache"), *args.ours_flags.split()]
     return command, args.out / f"ours_seed{seed}" / "weights" / "last.safetensors"
 
 
+def optimizer_flags(args: argparse.Namespace) -> list[str]:
+    return [] if args.optimizer == "auto" else ["--optimizer", args.optimizer, "--lr0", str(args.lr0)]
+
+
 def ultralytics_command(args: argparse.Namespace, seed: int, plots: bool = False) -> tuple[list[str], Path]:
     """``plots``: Ultralytics' default (True) draws labels, batches and curves; the accuracy runs skip them."""
     train = dict(data=str(args.data.resolve()), epochs=args.epochs, batch=args.batch, imgsz=args.imgsz,
-                 optimizer="SGD", lr0=args.lr0, seed=seed, workers=args.workers, project=str(args.out.resolve()),
+                 **({} if args.optimizer == "auto" else {"optimizer": args.optimizer, "lr0": args.lr0}),
+                 seed=seed, workers=args.workers, project=str(args.out.resolve()),
                  name=f"ultralytics_seed{seed}", exist_ok=True, plots=plots,
                  device=args.ultralytics_device)
     script = f"from ultralytics import YOLO; YOLO({args.model + '.yaml'!r}).train(**{train!r})"

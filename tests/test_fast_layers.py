@@ -118,7 +118,7 @@ def module_types(model: nn.Module) -> dict[str, type]:
     return {name: type(module) for name, module in model.named_modules()}
 
 
-@pytest.mark.parametrize("name", ["yolo11n", "yolo11s", "yolo11m"])
+@pytest.mark.parametrize("name", ["yolo11n", "yolo11s", "yolo11m", "yolo26n"])
 def test_swap_replaces_every_known_block_and_keeps_the_state_dict(name):
     with torch.device("meta"):
         plain = yolo11.create_model(name, num_classes=3)
@@ -154,12 +154,15 @@ def test_swap_leaves_a_timm_backbone_alone():
 def outputs_and_grads(model: nn.Module, images: torch.Tensor, upstream: list[torch.Tensor]):
     model.zero_grad(set_to_none=True)
     outputs = model(images)
+    if hasattr(outputs, "one2one"):  # YOLO26: both branches' maps
+        outputs = [*outputs.one2many, *outputs.one2one]
     sum((o * u).sum() for o, u in zip(outputs, upstream, strict=True)).backward()
     grads = {n: p.grad for n, p in model.named_parameters() if p.requires_grad}
     return [o.detach() for o in outputs], grads
 
 
-@pytest.mark.parametrize(("name", "channels_last"), [("yolo11n", False), ("yolo11n", True), ("yolo11s", False)])
+@pytest.mark.parametrize(("name", "channels_last"),
+                         [("yolo11n", False), ("yolo11n", True), ("yolo11s", False), ("yolo26n", True)])
 def test_fast_layers_keep_training_outputs_and_gradients(name, channels_last):
     """Training mode (BatchNorm on batch statistics): the same maps, parameter gradients and running statistics.
     In float64: in float32 the stem's rounding differences (1e-7), amplified by the batch-statistics BatchNorms,
@@ -170,7 +173,9 @@ def test_fast_layers_keep_training_outputs_and_gradients(name, channels_last):
     plain = yolo11.create_model(name, num_classes=5).double().to(memory_format=memory_format).train()
     fast = use_fast_training_layers(copy.deepcopy(plain))
     images = torch.rand(2, 3, 96, 128, dtype=torch.float64).contiguous(memory_format=memory_format)
-    upstream = [torch.randn(2, 64 + 5, 96 // s, 128 // s, dtype=torch.float64) for s in plain.strides]
+    branches = 2 if plain.end2end else 1  # YOLO26's one-to-many and one-to-one maps
+    upstream = [torch.randn(2, 4 * plain.reg_max + 5, 96 // s, 128 // s, dtype=torch.float64)
+                for _ in range(branches) for s in plain.strides]
     expected, grads_expected = outputs_and_grads(plain, images, upstream)
     outputs, grads = outputs_and_grads(fast, images, upstream)
     for a, b in zip(outputs, expected, strict=True):
