@@ -56,18 +56,24 @@ def test_compiled_loss_is_one_graph_for_every_box_count():
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-def test_compiled_fast_model_matches_the_eager_plain_model_on_cuda():
+@pytest.mark.parametrize("name", ["yolo11n", "yolo26n"])
+def test_compiled_fast_model_matches_the_eager_plain_model_on_cuda(name):
     """The trainer's compiled model on CUDA (``compile_model(..., fast_layers=True)``: the fast training layers and
-    the model's inductor options) gives the eager plain model's outputs and parameter gradients."""
+    the model's inductor options) gives the eager plain model's outputs and parameter gradients (YOLO26: both
+    branches)."""
     torch.manual_seed(0)
-    plain = yolo11.create_model("yolo11n", num_classes=80).cuda().to(memory_format=torch.channels_last).train()
+    plain = yolo11.create_model(name, num_classes=80).cuda().to(memory_format=torch.channels_last).train()
     compiled = compile_model(copy.deepcopy(plain), fast_layers=True)
     images = torch.randint(0, 256, (4, 3, 128, 160), dtype=torch.uint8, device="cuda")
     images = images.contiguous(memory_format=torch.channels_last)
-    upstream = [torch.randn(4, 144, h, w, device="cuda") for h, w in ((16, 20), (8, 10), (4, 5))]
+    branches = 2 if plain.end2end else 1
+    upstream = [torch.randn(4, 4 * plain.reg_max + 80, h, w, device="cuda")
+                for _ in range(branches) for h, w in ((16, 20), (8, 10), (4, 5))]
 
     def outputs_and_grads(model):
         outputs = model(images)
+        if hasattr(outputs, "one2one"):
+            outputs = [*outputs.one2many, *outputs.one2one]
         sum((o * u).sum() for o, u in zip(outputs, upstream, strict=True)).backward()
         trained = [p for p in model.parameters() if p.requires_grad]  # not the fixed DFL projection
         return [o.detach() for o in outputs], torch.cat([p.grad.flatten() for p in trained])

@@ -17,6 +17,7 @@ from engine_helpers import reset_accelerate_state
 
 import yolo11
 from yolo11.data import BatchHSV
+from yolo11.engine.build import build_criterion
 from yolo11.engine.checkpoint import TrainState
 from yolo11.engine.cuda_graphs import MIN_BOX_ROWS, GraphedValStep, box_bucket, pad_targets
 from yolo11.engine.ema import ModelEMA
@@ -111,15 +112,17 @@ def cuda_batches(count: int, batch: int = 4, imgsz: int = 96, seed: int = 0, dev
 
 
 def train(batches, graphs: bool, model=None, state: TrainState | None = None, optimizer_state=None, ema_state=None,
-          mixed_precision: str = "no", accumulation: int = 2, ramp: int = 4, stop=None, cpu: bool = False):
+          mixed_precision: str = "no", accumulation: int = 2, ramp: int = 4, stop=None, cpu: bool = False,
+          model_name: str = "yolo11n"):
     """``train_one_epoch`` over ``batches`` as the trainer builds it on CUDA (fused AdamW, channels_last, EMA,
     warmup ramp of the accumulation and the lr); returns model, optimizer, EMA, state and result."""
     reset_accelerate_state()
     accelerator = Accelerator(mixed_precision=mixed_precision, cpu=cpu)
     if model is None:
         torch.manual_seed(0)
-        model = yolo11.create_model("yolo11n", num_classes=5)
+        model = yolo11.create_model(model_name, num_classes=5)
     model = model.to(accelerator.device).to(memory_format=torch.channels_last)
+    criterion = build_criterion(model, accelerator.device)  # YOLO26: the end-to-end loss
     ema = ModelEMA(model)
     optimizer = build_optimizer(model, OptimizerChoice("AdamW", 0.002, 0.9), 5e-4)
     schedule = WarmupSchedule(optimizer, lr_lambda("linear", 10, 0.01), ramp, 0.1, 0.8, 0.937)
@@ -128,7 +131,7 @@ def train(batches, graphs: bool, model=None, state: TrainState | None = None, op
         optimizer.load_state_dict(optimizer_state)
     if ema_state is not None:
         ema.load_state_dict(ema_state)
-    step = TrainStep(accelerator=accelerator, model=model, criterion=DetectionLoss(5), optimizer=optimizer,
+    step = TrainStep(accelerator=accelerator, model=model, criterion=criterion, optimizer=optimizer,
                      schedule=schedule, ema=ema, accumulation=Accumulation(accumulation, ramp), clip_grad=10.0,
                      channels_last=True, batch_hsv=BatchHSV().to(accelerator.device),
                      progress=Progress(accelerator, interval=1, epochs=1, batches_per_epoch=8, bars=False),
@@ -150,14 +153,17 @@ def deterministic():
 
 @cuda
 @pytest.mark.gpu
-@pytest.mark.parametrize("mixed_precision", ["no", "bf16"])
-def test_graphed_step_equals_the_eager_step(deterministic, mixed_precision):
+@pytest.mark.parametrize(("model_name", "mixed_precision"), [("yolo11n", "no"), ("yolo11n", "bf16"),
+                                                             ("yolo26n", "bf16")])
+def test_graphed_step_equals_the_eager_step(deterministic, model_name, mixed_precision):
     """Eight micro-batches with a ramping accumulation (1, 1, 2, 2...: an optimizer step after batches 1, 2, 4,
     6, 8), box counts that change bucket: graphs are captured mid-run and replayed. Losses, weights, EMA and the
-    optimizer's moments equal the eager run's to float rounding."""
+    optimizer's moments equal the eager run's to float rounding (YOLO26: its end-to-end loss, both branches)."""
     batches = cuda_batches(8)
-    eager_step, eager_state, eager = train(batches, graphs=False, mixed_precision=mixed_precision)
-    graph_step, graph_state, graphed = train(batches, graphs=True, mixed_precision=mixed_precision)
+    eager_step, eager_state, eager = train(batches, graphs=False, mixed_precision=mixed_precision,
+                                           model_name=model_name)
+    graph_step, graph_state, graphed = train(batches, graphs=True, mixed_precision=mixed_precision,
+                                             model_name=model_name)
     assert graph_step.graphed.captures == 1  # the 16-row bucket; the one 32-row batch ran eagerly
     assert (graph_state.optimizer_steps, graph_state.iteration) == (eager_state.optimizer_steps, 8) == (5, 8)
     tol = {"no": dict(rtol=1e-5, atol=1e-6), "bf16": dict(rtol=1e-3, atol=1e-5)}[mixed_precision]
