@@ -114,10 +114,13 @@ def test_postprocessor_maps_to_original_pixels(reference):
     assert in_original[0][:, 2].max() > 640  # really rescaled (gain 0.5)
 
 
+@pytest.mark.parametrize("group_budget", [1 << 20, 700], ids=["whole-batch", "groups"])
 @pytest.mark.parametrize("multi_label", [True, False])
-def test_batched_nms_equals_one_image_at_a_time(multi_label):
-    """The batch's candidates are thresholded at once; each image's detections must still be bitwise those of
-    that image alone, also under the max_nms cap, with tied scores and with an image without candidates."""
+def test_batched_nms_equals_one_image_at_a_time(multi_label, group_budget, monkeypatch):
+    """The candidates of several images are thresholded at once (in groups of at most ``MAX_GROUP_CANDIDATES``);
+    each image's detections must still be bitwise those of that image alone, also under the max_nms cap, with
+    tied scores and with an image without candidates."""
+    monkeypatch.setattr("yolo11.postprocess.MAX_GROUP_CANDIDATES", group_budget)
     torch.manual_seed(0)
     images, anchors, classes = 4, 600, 6
     decoded = torch.cat((torch.rand(images, 2, anchors) * 600, torch.rand(images, 2, anchors) * 80 + 1,
@@ -130,3 +133,11 @@ def test_batched_nms_equals_one_image_at_a_time(multi_label):
     for image, det in enumerate(batched):
         (alone,) = non_max_suppression(decoded[image:image + 1], **settings)
         assert torch.equal(det, alone)
+
+
+def test_image_groups_stay_within_the_budget_unless_one_image_exceeds_it():
+    from yolo11.postprocess import _image_groups
+
+    assert _image_groups([3, 4, 5, 0, 9, 1], 8) == [(0, 2), (2, 4), (4, 5), (5, 6)]
+    assert _image_groups([20, 1], 8) == [(0, 1), (1, 2)]
+    assert _image_groups([], 8) == []

@@ -25,6 +25,10 @@ from yolo11.geometry import (
     xyxy_to_xywh,
 )
 
+# candidates thresholded and gathered in one go: a few tens of MB whatever the batch (a model early in training
+# can score most of its (anchor, class) pairs above the validation's 0.001)
+MAX_GROUP_CANDIDATES = 1 << 20
+
 
 def _decode_cells(feats: Sequence[Tensor], strides: Sequence[int], reg_max: int) -> tuple[Tensor, Tensor, Tensor]:
     """Raw maps -> xyxy boxes ``(B, A, 4)`` in grid cells, strides ``(A, 1)`` in pixels, logits ``(B, C, A)``."""
@@ -127,34 +131,52 @@ def non_max_suppression(
     prediction = decoded.transpose(1, 2)  # (B, A, 4 + C)
     boxes = xywh_to_xyxy(prediction[..., :4])
     scores = prediction[..., 4:]
-    # the candidates of the whole batch at once (one host sync, not one per image); row-major order is each
-    # image's own (anchor, class) order, so the per-image slices are those of a per-image threshold
     if multi_label:
-        image, anchor, cls = torch.nonzero(scores > conf, as_tuple=True)
-        score = scores[image, anchor, cls]
+        mask, labels = scores > conf, None  # (B, A, C): one candidate per (anchor, class)
     else:
-        best, best_cls = scores.max(2)
-        image, anchor = torch.nonzero(best > conf, as_tuple=True)
-        score, cls = best[image, anchor], best_cls[image, anchor]
-    candidates = boxes[image, anchor]
-    # one NMS over classes moved max_wh apart, as Ultralytics (the same float rounding of its IoUs): torchvision's
-    # batched_nms runs one NMS per class, with a host sync each, above 5000 candidates on CUDA (4000 on CPU)
-    shifted = candidates if agnostic else candidates + cls.to(candidates.dtype)[:, None] * max_wh
-    kept, start = [], 0
-    for count in torch.bincount(image, minlength=len(decoded)).tolist():  # NMS output sizes differ per image
-        image_boxes, image_scores = shifted[start:start + count], score[start:start + count]
-        if count > max_nms:
-            top = image_scores.argsort(descending=True)[:max_nms]  # Ultralytics' order among tied scores
-            keep = top[nms(image_boxes[top], image_scores[top], iou)]
-        else:
-            keep = nms(image_boxes, image_scores, iou)
-        kept.append(keep[:max_det] + start)
-        start += count
-    if not kept:  # an empty batch
-        return []
-    keep = torch.cat(kept)
-    rows = torch.cat((candidates[keep], score[keep, None], cls[keep, None].to(score.dtype)), dim=1)
-    return list(rows.split([len(k) for k in kept]))
+        scores, labels = scores.max(2)
+        mask = scores > conf  # (B, A): each anchor's best class
+    # the candidates of several images at once (a host sync per group, not per image); row-major order is each
+    # image's own (anchor, class) order, so every image's slice is what a threshold of that image alone gives
+    counts = mask.flatten(1).sum(1).tolist()
+    output = []
+    for first, last in _image_groups(counts, MAX_GROUP_CANDIDATES):
+        where = torch.nonzero(mask[first:last], as_tuple=True)
+        image, anchor = where[0] + first, where[1]
+        cls = where[2] if multi_label else labels[image, anchor]
+        score = scores[image, anchor, cls] if multi_label else scores[image, anchor]
+        candidates = boxes[image, anchor]
+        # one NMS over classes moved max_wh apart, as Ultralytics (the same float rounding of its IoUs):
+        # torchvision's batched_nms runs one NMS per class, with a host sync each, above 5000 candidates on CUDA
+        shifted = candidates if agnostic else candidates + cls.to(candidates.dtype)[:, None] * max_wh
+        kept, start = [], 0
+        for count in counts[first:last]:  # one NMS per image: their output sizes differ
+            image_boxes, image_scores = shifted[start:start + count], score[start:start + count]
+            if count > max_nms:
+                top = image_scores.argsort(descending=True)[:max_nms]  # Ultralytics' order among tied scores
+                keep = top[nms(image_boxes[top], image_scores[top], iou)]
+            else:
+                keep = nms(image_boxes, image_scores, iou)
+            kept.append(keep[:max_det] + start)
+            start += count
+        keep = torch.cat(kept)
+        rows = torch.cat((candidates[keep], score[keep, None], cls[keep, None].to(score.dtype)), dim=1)
+        output += rows.split([len(k) for k in kept])
+    return output
+
+
+def _image_groups(counts: list[int], budget: int) -> list[tuple[int, int]]:
+    """Consecutive images ``[first, last)`` whose candidates add up to at most ``budget`` (an image with more is
+    a group of its own)."""
+    groups, first, total = [], 0, 0
+    for index, count in enumerate(counts):
+        if index > first and total + count > budget:
+            groups.append((first, index))
+            first, total = index, 0
+        total += count
+    if counts:
+        groups.append((first, len(counts)))
+    return groups
 
 
 def to_original_pixels(detections: Sequence[Tensor], ratio_pad: Tensor, orig_sizes: Tensor) -> list[Tensor]:
