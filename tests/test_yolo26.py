@@ -382,13 +382,11 @@ def test_seeded_yolo26n_equals_recorded_ultralytics_outputs():
                                    atol=1e-10)
 
 
-def test_yolo26_pt_imports_in_python_and_is_refused_by_load_weights(tmp_path):
+def test_yolo26_pt_imports_through_load_ultralytics_and_load_weights(tmp_path):
     """A YOLO26 ``.pt`` (Ultralytics' checkpoint structure, written without Ultralytics) loads through
-    ``load_ultralytics``; ``load_weights`` refuses it in one line unless its caller handles YOLO26
-    (``end2end=True``: the trainer, ``yolo11-val``)."""
+    ``load_ultralytics`` and ``load_weights`` (which every tool uses) with its tensors."""
     from ultralytics_checkpoint import write_ultralytics_checkpoint
 
-    from yolo11.gate import FileRefusedError
     from yolo11.weights import load_ultralytics, load_weights
 
     torch.manual_seed(0)
@@ -400,6 +398,6 @@ def test_yolo26_pt_imports_in_python_and_is_refused_by_load_weights(tmp_path):
     with torch.no_grad():
         for a, b in zip((*model(images).one2one,), (*loaded(images).one2one,), strict=True):
             torch.testing.assert_close(a, b, rtol=1e-3, atol=1e-3)  # the file holds fp16, as Ultralytics'
-    with pytest.raises(FileRefusedError, match="yolo26n weights: the trainer and yolo11-val take YOLO26; predict"):
-        load_weights(path)
-    assert isinstance(load_weights(path, end2end=True), YOLO26Detector)
+    again = load_weights(path)
+    assert isinstance(again, YOLO26Detector)
+    assert all(torch.equal(t, loaded.state_dict()[k]) for k, t in again.state_dict().items())

@@ -51,7 +51,8 @@ def info(argv: Sequence[str]) -> int:
         names = list(model.names or [])
         listed = ", ".join(names[:5]) + (", ..." if len(names) > 5 else "")
         print(f"{ref}: {model.config.get('name', 'YOLO11')}, {model.num_classes} classes ({listed}), "
-              f"{params:,} parameters, strides {tuple(model.strides)}")
+              f"{params:,} parameters, strides {tuple(model.strides)}"
+              f"{', one-to-many and one-to-one heads' if model.end2end else ''}")
     return 0
 
 

@@ -42,8 +42,10 @@ MAX_SAFETENSORS_HEADER = 100_000_000  # the safetensors library's own limit
 FAMILY_REG_MAX = {"yolo11": 16, "yolo26": 1}
 SCALE_NAMES = tuple(f"{family}{scale}" for family in FAMILY_REG_MAX for scale in "nsmlx")
 # config.json keys: create_model's arguments plus what save_pretrained adds for readers without our code.
-_CONFIG_KEYS = {"name", "num_classes", "backbone", "names", "model_type", "task", "strides", "reg_max"}
-_CONFIG_FIXED = {"model_type": "yolo11", "task": "detect", "strides": [8, 16, 32]}
+_CONFIG_KEYS = {"name", "num_classes", "backbone", "names", "model_type", "task", "strides", "reg_max", "head"}
+_CONFIG_FIXED = {"task": "detect", "strides": [8, 16, 32]}
+# The head class per family (yolo11.models.head), as save_pretrained's config.json names it.
+FAMILY_HEAD = {"yolo11": "Detect", "yolo26": "End2EndDetect"}
 # safetensors dtype -> bytes per element
 SAFETENSORS_DTYPES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1,
                       "BOOL": 1, "U16": 2, "U32": 4, "U64": 8, "F8_E4M3": 1, "F8_E5M2": 1}
@@ -199,9 +201,17 @@ def check_model_config(config: Any, source: str | Path, user_backbone: str | Non
     name, num_classes = config.get("name"), config.get("num_classes")
     if name not in SCALE_NAMES:
         raise FileRefusedError(source, f"config name {repr(name)[:40]} is not one of {', '.join(SCALE_NAMES)}")
-    reg_max = FAMILY_REG_MAX[name[:-1]]
+    family = name[:-1]
+    reg_max = FAMILY_REG_MAX[family]
     if "reg_max" in config and config["reg_max"] != reg_max:
         raise FileRefusedError(source, f"config reg_max is {config['reg_max']!r}; {name} has {reg_max!r}")
+    # model_type is the family; "yolo11" for any name in folders written before YOLO26 had its own
+    if "model_type" in config and config["model_type"] not in ("yolo11", family):
+        raise FileRefusedError(source, f"config model_type is {repr(config['model_type'])[:40]}; {name} is "
+                                       f"{family!r}")
+    if "head" in config and config["head"] != FAMILY_HEAD[family]:
+        raise FileRefusedError(source, f"config head is {repr(config['head'])[:40]}; {name} has "
+                                       f"{FAMILY_HEAD[family]!r}")
     if type(num_classes) is not int or not 1 <= num_classes <= MAX_CLASSES:
         raise FileRefusedError(source, f"config num_classes {repr(num_classes)[:40]} is not an integer in "
                                        f"1..{MAX_CLASSES}")

@@ -1,9 +1,9 @@
-"""YOLO11 models on the Hugging Face Hub: ``save_pretrained``, ``from_pretrained``, ``push_to_hub``.
+"""YOLO11 and YOLO26 models on the Hugging Face Hub: ``save_pretrained``, ``from_pretrained``, ``push_to_hub``.
 
 A model folder in the Hub's conventions holds ``model.safetensors`` (config and class names in its metadata too),
 ``config.json`` (``create_model`` arguments, class names, task, strides) and ``README.md``, the model card
 (YAML front matter with ``library_name``, tags, datasets and a ``model-index`` of the metrics; classes, usage,
-training config).
+training config; for YOLO26 its two heads and how the tools choose one).
 
     from yolo11.hub import from_pretrained, push_to_hub, save_pretrained
     save_pretrained(model, "my-model", metrics=metrics, dataset="cppe-5", train_config=config.to_dict())

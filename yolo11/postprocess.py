@@ -100,6 +100,30 @@ def end2end_detections(topk: Tensor, conf: float = 0.001, max_det: int = 300) ->
     return [rows[rows[:, 4] > conf][:max_det] for rows in topk]
 
 
+# How the NMS-free choice is spelled on our command lines and in Python (and in Ultralytics: nms=False).
+NMS_FREE_FLAG = "--nms false / nms=False"
+
+
+def select_head(name: str, has_one2one: bool, nms: bool | None, flag: str = NMS_FREE_FLAG) -> bool:
+    """Whether to decode with the NMS-free one-to-one head, as Ultralytics 8.4.190's ``nms`` argument chooses for
+    predict, val and export: ``None`` (its default) and ``True`` take the one-to-many head with NMS
+    (``AutoBackend(end2end=args.nms is False)``), ``False`` the one-to-one head's top-k. ``False`` for a model
+    without that head (YOLO11, ``name``) is a one-line ``ValueError`` naming ``flag`` (how the caller spells it)."""
+    if nms is False and not has_one2one:
+        raise ValueError(f"{flag} selects the NMS-free one-to-one head of YOLO26 models; {name} has none (it "
+                         "detects with NMS): leave it out")
+    return nms is False
+
+
+def head_line(name: str, has_one2one: bool, end2end: bool, flag: str = NMS_FREE_FLAG) -> str:
+    """The one line a tool prints to say which head made its detections (``flag``: how to choose the other)."""
+    if end2end:
+        return f"head: {name} one-to-one, top-k without NMS ({flag})"
+    if has_one2one:
+        return f"head: {name} one-to-many with NMS (Ultralytics' default; {flag}: the NMS-free one-to-one head)"
+    return f"head: {name} with NMS"
+
+
 def non_max_suppression(
     decoded: Tensor,
     conf: float = 0.001,
@@ -217,14 +241,17 @@ class Postprocessor:
         reg_max: int = 16,
         max_nms: int = 30000,
         end2end: bool = False,
+        topk: int | None = None,
     ) -> None:
         """``end2end``: the maps given are YOLO26's one-to-one maps, decoded by ``end2end_topk`` without NMS
         (``iou``, ``multi_label`` and ``max_nms`` unused); otherwise decoded with NMS. Given a YOLO26 model's
         ``End2EndMaps``, it takes ``one2one`` when ``end2end``, else ``one2many`` (Ultralytics' default,
-        ``nms: None``)."""
+        ``nms: None``). ``topk``: the candidates ``end2end_topk`` keeps before the ``conf``/``max_det`` filter
+        (default ``max_det``, as Ultralytics' val; its predict keeps ``max(max_det, 300)``)."""
         self.conf, self.iou, self.max_det = conf, iou, max_det
         self.multi_label, self.agnostic, self.max_nms = multi_label, agnostic, max_nms
         self.strides, self.reg_max, self.end2end = tuple(strides), reg_max, end2end
+        self.topk = max_det if topk is None else topk
 
     @torch.no_grad()
     def __call__(
@@ -241,7 +268,7 @@ class Postprocessor:
             feats = feats.one2one if self.end2end else feats.one2many
         feats = [f.float() for f in feats]
         if self.end2end:
-            topk = end2end_topk(feats, self.strides, self.reg_max, self.max_det, self.agnostic)
+            topk = end2end_topk(feats, self.strides, self.reg_max, self.topk, self.agnostic)
             detections = end2end_detections(topk, self.conf, self.max_det)
         else:
             decoded = decode(feats, self.strides, self.reg_max)

@@ -27,7 +27,7 @@ from yolo11.data.transforms import LetterBox
 from yolo11.gate import read_yaml
 from yolo11.geometry import MAX_STRIDE, rect_input_size
 from yolo11.models import YOLO11Detector
-from yolo11.postprocess import Postprocessor
+from yolo11.postprocess import Postprocessor, head_line, select_head
 from yolo11.weights import load_weights
 
 # One image: a file path, an (H, W, 3) uint8 RGB array (or (H, W) grey, or RGBA), or a PIL image.
@@ -215,8 +215,11 @@ class Detector:
 
     def __init__(self, model: YOLO11Detector, class_names: Sequence[str] | None = None, *, imgsz: int = 640,
                  conf: float = 0.25, iou: float = 0.7, max_det: int = 300, rect: bool = True, batch: int = 8,
-                 device: str | torch.device | None = None) -> None:
-        """``model`` is moved to ``device`` and put in eval mode (``from_pretrained`` also fuses it)."""
+                 device: str | torch.device | None = None, nms: bool | None = None) -> None:
+        """``model`` is moved to ``device`` and put in eval mode (``from_pretrained`` also fuses it). ``nms`` picks a
+        YOLO26 model's head as Ultralytics' predict does: ``None`` (default) or ``True`` the one-to-many head with
+        NMS, ``False`` the one-to-one head's top-k without NMS (a ``ValueError`` for YOLO11, which has no such
+        head); ``head`` says which in one line."""
         if imgsz <= 0 or imgsz % MAX_STRIDE:
             raise ValueError(f"imgsz must be a positive multiple of {MAX_STRIDE}, got {imgsz}")
         if batch < 1:
@@ -227,20 +230,27 @@ class Detector:
         if len(self.class_names) != model.num_classes:
             raise ValueError(f"{len(self.class_names)} class names for a model of {model.num_classes} classes")
         self.imgsz, self.rect, self.batch = imgsz, rect, batch
+        name = model.config.get("name", type(model).__name__)
+        self.end2end = select_head(name, model.end2end, nms)
+        self.head = head_line(name, model.end2end, self.end2end)
         # Multi-label NMS is for mAP at a low threshold; a prediction shows one class per box, as Ultralytics.
+        # The one-to-one top-k keeps max(max_det, 300) candidates before the conf filter, as Ultralytics' predict.
         self.postprocessor = Postprocessor(conf=conf, iou=iou, max_det=max_det, multi_label=False,
-                                           strides=model.strides, reg_max=model.reg_max)
+                                           strides=model.strides, reg_max=model.reg_max, end2end=self.end2end,
+                                           topk=max(max_det, 300))
 
     @classmethod
     def from_pretrained(cls, ref: str | Path, *, names: str | Sequence[str] | None = None,
                         device: str | torch.device | None = None, imgsz: int = 640, conf: float = 0.25,
-                        iou: float = 0.7, max_det: int = 300, rect: bool = True, batch: int = 8) -> Detector:
+                        iou: float = 0.7, max_det: int = 300, rect: bool = True, batch: int = 8,
+                        nms: bool | None = None) -> Detector:
         """Load weights through ``yolo11.weights.load_weights(ref)`` (a ``.safetensors`` file, a
-        ``save_pretrained`` folder, an Ultralytics ``.pt``...), fuse them, and take the class names from ``names``,
-        else the model, else the Ultralytics checkpoint, else the class ids."""
+        ``save_pretrained`` folder, an Ultralytics ``.pt``..., YOLO11 or YOLO26), fuse them, and take the class
+        names from ``names``, else the model, else the Ultralytics checkpoint, else the class ids; ``nms``: see
+        ``Detector``."""
         model = load_weights(ref).fuse()
         return cls(model, class_names_for(model, ref, names), imgsz=imgsz, conf=conf, iou=iou, max_det=max_det,
-                   rect=rect, batch=batch, device=device)
+                   rect=rect, batch=batch, device=device, nms=nms)
 
     @torch.inference_mode()
     def detect(self, images: Sequence[np.ndarray]) -> list[torch.Tensor]:
@@ -259,7 +269,10 @@ class Detector:
             batch = torch.from_numpy(np.stack([boxed[i][0] for i in members])).permute(0, 3, 1, 2).to(self.device)
             ratio_pad = torch.tensor([boxed[i][1] for i in members], dtype=torch.float32)
             sizes = torch.tensor([images[i].shape[:2] for i in members])
-            feats = [f.cpu() for f in self.model(batch)]
+            maps = self.model(batch)
+            if hasattr(maps, "one2one"):  # a YOLO26 model's End2EndMaps: only the chosen branch leaves the device
+                maps = maps.one2one if self.end2end else maps.one2many
+            feats = [f.cpu() for f in maps]
             for i, det in zip(members, self.postprocessor(feats, ratio_pad, sizes), strict=True):
                 detections[i] = det
         return detections

@@ -20,7 +20,8 @@ KNOWN_TRACKERS = ("wandb", "tensorboard")  # yolo11.engine.tracking's, which loa
 ASSETS = Path(__file__).resolve().parent / "assets"
 # Data YAMLs given by name that resolve to the copy shipped in yolo11/assets when they are not a local file.
 SAMPLE_DATA = {"coco8.yaml": ASSETS / "coco8.yaml"}
-OFFICIAL_WEIGHTS = tuple(f"yolo11{scale}.pt" for scale in "nsmlx")  # yolo11.weights.resolve.OFFICIAL_NAMES
+# yolo11.weights.resolve.OFFICIAL_NAMES (which loads huggingface_hub)
+OFFICIAL_WEIGHTS = tuple(f"{family}{scale}.pt" for family in ("yolo11", "yolo26") for scale in "nsmlx")
 _HF_URI = re.compile(r"hf:/+[\w.-]+/[\w.-]+(/.+)?")
 _REPO_ID = re.compile(r"[\w.-]+/[\w.-]+")
 

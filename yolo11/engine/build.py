@@ -162,8 +162,8 @@ def build_model(config: ModelConfig, class_names: list[str], data: str = "the da
     if not config.weights:
         return create_model(config.model or DEFAULT_MODEL, num_classes=len(class_names), backbone=config.backbone,
                             pretrained=config.pretrained, names=class_names)
-    # a --backbone the user names may be fetched; the trainer handles YOLO26's End2EndMaps
-    source = load_weights(config.weights, backbone=config.backbone, end2end=True)
+    # a --backbone the user names may be fetched
+    source = load_weights(config.weights, backbone=config.backbone)
     name, backbone = source.config["name"], source.config.get("backbone")
     described = f"--weights {config.weights} ({name}{f' + {backbone}' if backbone else ''}, " \
                 f"{_preview(source.names, source.num_classes)})"

@@ -216,7 +216,7 @@ class RunOutputs:
         if weights is None:
             print(f"error: --push-to-hub {repo_id}: no weights were saved in {self.weights_dir}", file=sys.stderr)
             return False
-        folder = save_pretrained(load_weights(weights, end2end=True), self.run_dir / "hub", metrics=self.best_metrics,
+        folder = save_pretrained(load_weights(weights), self.run_dir / "hub", metrics=self.best_metrics,
                                  dataset=dataset, train_config=train_config, repo_id=repo_id)
         try:
             url = push_to_hub(folder, repo_id, commit_message=f"Upload {weights.name} of {self.run_dir.name}")

@@ -4,6 +4,7 @@ path answer in well under a second."""
 
 from __future__ import annotations
 
+import argparse
 import functools
 import sys
 from collections.abc import Callable, Sequence
@@ -15,6 +16,24 @@ USER_ERRORS = (ValueError, FileNotFoundError, NotADirectoryError, IsADirectoryEr
 # The same for our own error classes, named by module so that catching them loads nothing (torch, datasets): an
 # error of a module that was never imported cannot have been raised.
 _USER_ERROR_CLASSES = {"yolo11.data.schema": "DataSourceError", "yolo11.weights.safe_pickle": "UnsafeCheckpointError"}
+
+
+def nms_value(text: str) -> bool:
+    """``--nms true|false`` (Ultralytics' ``nms`` argument); anything else is an argparse error."""
+    value = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}.get(text.lower())
+    if value is None:
+        raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+    return value
+
+
+def add_nms_flag(parser: argparse.ArgumentParser, help: str = "YOLO26's head, as Ultralytics' nms: unset (default) "
+                 "or true = the one-to-many head with NMS; false = the NMS-free one-to-one head's top-k") -> None:
+    """``--nms [true|false]``, default unset (``None``): Ultralytics 8.4.190's ``nms`` argument, whose ``False``
+    selects YOLO26's NMS-free one-to-one head; ``--nms`` alone is ``true``."""
+    parser.add_argument("--nms", type=nms_value, nargs="?", const=True, default=None, metavar="{true,false}",
+                        help=help)
+
+
 def is_user_error(err: BaseException) -> bool:
     if isinstance(err, USER_ERRORS) or (isinstance(err, OSError) and err.errno in WRITE_ERRNOS):
         return True

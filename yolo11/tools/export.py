@@ -1,7 +1,8 @@
-"""Export a YOLO11 model to ONNX with decoded outputs, or to an Ultralytics ``.pt`` checkpoint.
+"""Export a YOLO11 or YOLO26 model to ONNX with decoded outputs, or to an Ultralytics ``.pt`` checkpoint.
 
     yolo11-export weights/best.safetensors --imgsz 640 --output yolo11n.onnx
     yolo11-export yolo11n.pt --imgsz 640 --check
+    yolo11-export yolo26n.pt --nms false          # YOLO26's NMS-free graph: output0 (1, 300, 6)
     yolo11-export weights/best.safetensors --format pt --output best.pt   # for Ultralytics' YOLO(...)
 
 The ONNX graph takes ``images`` float32 ``(batch, 3, imgsz, imgsz)`` in [0, 1] and returns ``output0``
@@ -16,12 +17,20 @@ With ``--nms`` the graph ends in ONNX ``NonMaxSuppression`` instead and returns 
 pixels, ``scores`` ``(B, nc, A)`` and ``selected`` ``(K, 3)`` int64 rows ``[image, class, anchor]``: per image and
 class, scores above ``--conf`` and IoU above ``--iou`` suppressed, as ``non_max_suppression(multi_label=True)``;
 but ``--max-det`` caps each class (the operator's ``max_output_boxes_per_class``), not the image total. This layout
-is for onnxruntime users; Ultralytics' runtime reads only the default graph.
+is for onnxruntime users; Ultralytics' runtime reads only the default graph and the end-to-end one.
+
+YOLO26 (two heads), as Ultralytics 8.4.190's ONNX export with its ``nms`` argument (``engine/exporter.py``:
+``model.end2end = args.nms is False``): unset (default), the graph above of the one-to-many head; ``--nms``, that
+head with the NonMaxSuppression graph; ``--nms false``, the end-to-end graph of the one-to-one head:
+``output0`` ``(batch, k, 6)`` rows ``[x1, y1, x2, y2, score, class]`` in input pixels by decreasing score,
+k = min(``--max-det``, A), no threshold applied (``yolo11.postprocess.end2end_topk``), metadata ``end2end`` True.
+``--nms false`` is refused for YOLO11 (it has no such head). The line ``head: ...`` printed says which.
 
 The ONNX model's metadata (``metadata_props``) has Ultralytics' keys and formats, so tools that read Ultralytics
 exports read ours (Ultralytics' ``AutoBackend`` reads ``stride``, ``batch``, ``imgsz``, ``names``, ``task``,
 ``args``, ``channels``, ``end2end``): ``names`` (``{0: 'person', ...}``), ``stride`` (32), ``imgsz``
-(``[640, 640]``), ``task`` (``detect``), ``head`` (``Detect``), ``batch``, ``channels`` (3), ``end2end`` (False),
+(``[640, 640]``), ``task`` (``detect``), ``head`` (``Detect``), ``batch``, ``channels`` (3), ``end2end`` (False;
+True for ``--nms false``),
 ``args`` (``{'batch': 1, 'half': False, 'dynamic': False, 'nms': False, 'opset': 17}``), ``author``, ``version``,
 ``license``, ``date`` and ``description``.
 
@@ -41,12 +50,12 @@ from typing import Any
 
 from yolo11.engine.ultralytics_args import ArgumentParser
 from yolo11.preflight import parse_tool_args
-from yolo11.tools import cli
+from yolo11.tools import add_nms_flag, cli
 
 OPSET = 17  # the lowest opset accepted (yolo11.tools.onnx_export.OPSET, which loads torch)
 # The graph code loads torch and onnx: it is imported in main, after the arguments are checked (--help is instant).
-_GRAPH_NAMES = ("DecodedDetector", "NmsDetector", "OnnxNonMaxSuppression", "check_onnx", "export_onnx",
-                "onnx_metadata")
+_GRAPH_NAMES = ("DecodedDetector", "End2EndDetector", "NmsDetector", "OnnxNonMaxSuppression", "check_onnx",
+                "export_onnx", "onnx_metadata")
 
 
 def __getattr__(name: str) -> Any:
@@ -69,7 +78,7 @@ def default_output(ref: str, suffix: str = ".onnx") -> Path:
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("weights", help="our .safetensors file or folder, an Ultralytics .pt, hf://owner/repo/file, "
-                                        "a Hub repo owner/name, or yolo11n.pt ... yolo11x.pt")
+                                        "a Hub repo owner/name, or yolo11n.pt ... yolo26x.pt")
     parser.add_argument("--format", choices=("onnx", "pt"), default="onnx",
                         help="onnx, or pt: an Ultralytics checkpoint for YOLO(...) (needs ultralytics installed)")
     parser.add_argument("--output", type=Path, default=None,
@@ -83,10 +92,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--half", action="store_true", help="float16 weights (ONNX inputs and outputs stay float32)")
     parser.add_argument("--opset", type=int, default=OPSET, help="ONNX opset (>= 17)")
     parser.add_argument("--check", action="store_true", help="compare onnxruntime with PyTorch after export")
-    parser.add_argument("--nms", action="store_true", help="end the graph in ONNX NonMaxSuppression")
+    add_nms_flag(parser, "as Ultralytics' nms: unset (default) = output0 decoded (YOLO26: its one-to-many head); "
+                         "--nms / true = the graph ends in ONNX NonMaxSuppression; false = YOLO26's NMS-free "
+                         "one-to-one head, output0 (batch, max-det, 6)")
     parser.add_argument("--conf", type=float, default=0.25, help="--nms score threshold")
     parser.add_argument("--iou", type=float, default=0.7, help="--nms IoU threshold")
-    parser.add_argument("--max-det", type=int, default=300, help="--nms detections kept per class and image")
+    parser.add_argument("--max-det", type=int, default=300,
+                        help="--nms: detections kept per class and image; --nms false: rows of output0")
     args = parse_tool_args(parser, argv, {"model": "weights"})
     if args.opset < OPSET:
         parser.error(f"--opset must be >= {OPSET}, got {args.opset}")
@@ -96,29 +108,39 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 @cli
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    if args.format == "pt" and (args.nms or args.dynamic or args.check):
+    if args.format == "pt" and (args.nms is not None or args.dynamic or args.check):
         raise ValueError("--nms, --dynamic and --check are ONNX options, not for --format pt")
+    from yolo11.postprocess import head_line, select_head
     from yolo11.tools.onnx_export import check_onnx, export_onnx  # torch and onnx: after the arguments
     from yolo11.weights import load_weights
 
     model = load_weights(args.weights).eval()
+    name = model.config["name"]
     output = args.output or default_output(args.weights, f".{args.format}")
     if args.format == "pt":
         from yolo11.weights.ultralytics_writer import save_ultralytics
 
         path = save_ultralytics(model, output, imgsz=args.imgsz, half=args.half)
-        print(f"{args.weights} -> {path}: an Ultralytics checkpoint (YOLO({str(path)!r}).predict/val)")
+        heads = " with both heads (Ultralytics' nms picks one at predict/val)" if model.end2end else ""
+        print(f"{args.weights} -> {path}: an Ultralytics {name} checkpoint{heads} (YOLO({str(path)!r}).predict/val)")
         return 0
+    end2end = select_head(name, model.end2end, args.nms)
     nms_settings = (args.conf, args.iou, args.max_det) if args.nms else None
     path = export_onnx(model, output, args.imgsz, args.opset, batch=args.batch, dynamic=args.dynamic,
-                       half=args.half, nms=nms_settings)
+                       half=args.half, nms=nms_settings, end2end=end2end, max_det=args.max_det)
     anchors = sum((args.imgsz // s) ** 2 for s in model.strides)
     batch, side = ("batch", "H") if args.dynamic else (args.batch, args.imgsz)
-    shapes = f"output0 ({batch}, {4 + model.num_classes}, {anchors if not args.dynamic else 'anchors'})" \
-        if not args.nms else f"boxes ({batch}, A, 4), scores ({batch}, {model.num_classes}, A), selected (K, 3)"
+    if end2end:
+        shapes = f"output0 ({batch}, {min(args.max_det, anchors)}, 6) rows x1 y1 x2 y2 score class"
+    elif args.nms:
+        shapes = f"boxes ({batch}, A, 4), scores ({batch}, {model.num_classes}, A), selected (K, 3)"
+    else:
+        shapes = f"output0 ({batch}, {4 + model.num_classes}, {anchors if not args.dynamic else 'anchors'})"
+    print(head_line(name, model.end2end, end2end))
     print(f"{args.weights} -> {path}: images ({batch}, 3, {side}, {side if not args.dynamic else 'W'}) -> {shapes}")
     if args.check and not args.nms:
-        boxes, scores = check_onnx(model, path, args.imgsz, batch=2 if args.dynamic else args.batch)
+        boxes, scores = check_onnx(model, path, args.imgsz, batch=2 if args.dynamic else args.batch,
+                                   end2end=end2end, max_det=args.max_det)
         print(f"onnxruntime vs PyTorch: max |difference| boxes {boxes:.2e} px, scores {scores:.2e}")
     return 0
 

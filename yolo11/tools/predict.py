@@ -10,6 +10,10 @@ quoted globs (``'data/**/*.jpg'`` recurses), videos (``.mp4 .avi .mov .mkv``... 
 image URLs, video URLs and ``rtsp://`` streams, webcam indices. Each image or frame is letterboxed as Ultralytics'
 predict does and detected by ``yolo11.Detector``, whose Python API this tool wraps.
 
+Weights: YOLO11 or YOLO26. A YOLO26 model predicts with its one-to-many head and NMS by default, as Ultralytics
+8.4.190's predict (``nms`` unset); ``--nms false`` (``nms=false``) uses its NMS-free one-to-one head's top-k
+instead (refused for YOLO11, which has no such head). The first line printed names the head used.
+
 Outputs go to ``runs/predict``, or ``runs/predict2``, ``predict3``... when it exists (``--project``, ``--name``;
 ``--exist-ok`` reuses it; ``--output DIR`` writes to DIR as is):
 
@@ -36,7 +40,7 @@ from typing import TYPE_CHECKING
 
 from yolo11.engine.ultralytics_args import ArgumentParser
 from yolo11.preflight import parse_tool_args
-from yolo11.tools import cli
+from yolo11.tools import add_nms_flag, cli
 from yolo11.tools.predict_sources import (
     Source,
     UnreadableSource,
@@ -230,6 +234,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--save-conf", action="store_true", help="end each --save-txt line with the score")
     parser.add_argument("--no-draw", action="store_true", help="do not write drawn images and videos")
     parser.add_argument("--device", default=None, help="torch device (default: cuda when available, else cpu)")
+    add_nms_flag(parser)
     return parse_tool_args(parser, argv, {"model": "weights", "source": "sources"})
 
 
@@ -241,7 +246,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     detector = Detector.from_pretrained(args.weights, names=args.names, device=args.device, imgsz=args.imgsz,
                                         conf=args.conf, iou=args.iou, max_det=args.max_det, rect=args.rect,
-                                        batch=args.batch)
+                                        batch=args.batch, nms=args.nms)
+    print(detector.head)
     directory = args.output or numbered_dir(args.project / args.name, args.exist_ok)
     writer = PredictionWriter(directory, draw=not args.no_draw, save_txt=args.save_txt, save_conf=args.save_conf)
     status = 0

@@ -15,7 +15,7 @@ from huggingface_hub import EvalResult, ModelCardData
 
 LIBRARY_NAME = "yolo11-accelerate"
 LICENSE = "apache-2.0"  # the code's (pyproject.toml); the card's License section covers Ultralytics-derived weights
-TAGS = ["object-detection", "yolo11", "yolo", "vision", "pytorch", "safetensors"]
+TAGS = ["object-detection", "yolo", "vision", "pytorch", "safetensors"]  # + the family and the model name
 # our metric keys -> the names shown on the Hub (Ultralytics' spelling)
 METRIC_NAMES = {"map50_95": "mAP50-95", "map50": "mAP50", "map75": "mAP75", "precision": "precision",
                 "recall": "recall"}
@@ -43,7 +43,9 @@ def card_data(config: dict, metrics: dict | None, dataset: str | None, model_nam
                           dataset_name=dataset or "unknown", metric_type=shown, metric_name=shown,
                           metric_value=round(float(metrics[key]), 5))
                for key, shown in METRIC_NAMES.items() if metrics and isinstance(metrics.get(key), (int, float))]
-    return ModelCardData(library_name=LIBRARY_NAME, license=LICENSE, tags=TAGS + [config["name"]],
+    family = config["name"][:-1]
+    return ModelCardData(library_name=LIBRARY_NAME, license=LICENSE,
+                         tags=[TAGS[0], family, *TAGS[1:], config["name"]],
                          pipeline_tag="object-detection",
                          datasets=[hub_id] if hub_id else None, model_name=model_name,
                          eval_results=results or None)
@@ -57,12 +59,15 @@ def render_model_card(config: dict, *, metrics: dict | None = None, dataset: str
     names = config.get("names") or [str(k) for k in range(config["num_classes"])]
     backbone = f" with a timm `{config['backbone']}` backbone" if config.get("backbone") else ""
     reference = repo_id or "path/to/this/folder"
+    family, scale = config["name"][:-1], config["name"][-1]
+    title = family.upper()  # yolo26 -> YOLO26
     lines = [
         "---", data.to_yaml(), "---", "",
         f"# {model_name}", "",
-        f"A YOLO11{config['name'].removeprefix('yolo11')} object detector{backbone} for {config['num_classes']} "
-        f"classes, made with {LIBRARY_NAME} (the Ultralytics YOLO11 architecture layer for layer, trained with "
+        f"A {title}{scale} object detector{backbone} for {config['num_classes']} "
+        f"classes, made with {LIBRARY_NAME} (the Ultralytics {title} architecture layer for layer, trained with "
         "Hugging Face Accelerate). Weights: `model.safetensors`; architecture and class names: `config.json`.", "",
+        *_head_section(family, reference),
         "## Usage", "",
         f"Install {LIBRARY_NAME} (`pip install -e .` in a clone of its repository: the package and the "
         "`yolo11-*` commands), then:", "",
@@ -93,6 +98,22 @@ def render_model_card(config: dict, *, metrics: dict | None = None, dataset: str
               "(`yolo11n.pt` ...) are derived from them and come under Ultralytics' license (AGPL-3.0 or an "
               "Ultralytics Enterprise license).", ""]
     return "\n".join(lines)
+
+
+def _head_section(family: str, reference: str) -> list[str]:
+    """YOLO26's two heads and how the tools choose between them (YOLO11 has one head: nothing to say)."""
+    if family != "yolo26":
+        return []
+    return ["## Heads", "",
+            "YOLO26 has two detection heads on the same features (`config.json`: `\"head\": \"End2EndDetect\"`): "
+            "the one-to-many head, decoded with NMS, which the tools use by default as Ultralytics 8.4.190 does for "
+            "predict, val and export (its `nms` argument unset); and the one-to-one head, whose top-k detections "
+            "need no NMS: `--nms false` on the command line, `Detector.from_pretrained(..., nms=False)` in Python "
+            "(Ultralytics' `nms=False`).", "",
+            "```bash",
+            f"yolo11-predict {reference} images/ --nms false   # NMS-free",
+            f"yolo11-export {reference} --nms false --output model.onnx   # output0 (1, 300, 6)",
+            "```", ""]
 
 
 def _without_paths(train_config: dict) -> dict:

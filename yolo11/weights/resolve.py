@@ -5,7 +5,8 @@
 - a local ``.safetensors`` / ``.pt`` file or a ``save_pretrained`` folder (always tried first);
 - ``hf://owner/repo/path/in/repo.pt`` (one file of a Hub repo) or ``hf://owner/repo`` (the whole repo);
 - ``owner/repo``: a Hub repo written by ``yolo11.hub.push_to_hub`` (``model.safetensors`` + ``config.json``);
-- an official Ultralytics name, ``yolo11n.pt`` ... ``yolo11x.pt``, from the ``Ultralytics/YOLO11`` Hub repo.
+- an official Ultralytics name, ``yolo11n.pt`` ... ``yolo11x.pt`` from the ``Ultralytics/YOLO11`` Hub repo,
+  ``yolo26n.pt`` ... ``yolo26x.pt`` from ``Ultralytics/YOLO26``.
 
 Downloads go through ``huggingface_hub`` and its cache. The Hub is probed first with a short timeout, because
 ``hf_hub_download`` retries an unreachable host for about 20 s: offline (``HF_HUB_OFFLINE=1``, or no answer), a
@@ -24,10 +25,13 @@ from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
 
 from yolo11.netprobe import url_answers
 
-OFFICIAL_REPO = "Ultralytics/YOLO11"
-OFFICIAL_NAMES = tuple(f"yolo11{scale}.pt" for scale in "nsmlx")
-# The same files as GitHub release assets of ultralytics/assets (where Ultralytics itself downloads them from).
-RELEASE_URL = "https://github.com/ultralytics/assets/releases/download/v8.3.0/{name}"
+# Per family: the Hub repo of Ultralytics' official checkpoints, and the same files as GitHub release assets of
+# ultralytics/assets, where Ultralytics itself downloads them from (8.4.190's attempt_download_asset: tag v8.4.0,
+# yolo26?.pt among its GITHUB_ASSETS_NAMES; the YOLO11 files were published under v8.3.0).
+OFFICIAL_REPOS = {"yolo11": "Ultralytics/YOLO11", "yolo26": "Ultralytics/YOLO26"}
+RELEASE_URLS = {"yolo11": "https://github.com/ultralytics/assets/releases/download/v8.3.0/{name}",
+                "yolo26": "https://github.com/ultralytics/assets/releases/download/v8.4.0/{name}"}
+OFFICIAL_NAMES = tuple(f"{family}{scale}.pt" for family in OFFICIAL_REPOS for scale in "nsmlx")
 # The files of a repo written by yolo11.hub.save_pretrained (README.md is the model card).
 HUB_FILES = ["model.safetensors", "config.json", "README.md"]
 HUB_PROBE_TIMEOUT_S = 5.0
@@ -71,7 +75,9 @@ def resolve_weights(ref: str | Path) -> Path:
             return _fetch_file(repo, file, text)
         return _fetch_repo(repo, text, allow_patterns=None)
     if local.name in OFFICIAL_NAMES and local.parent == Path("."):
-        return _fetch_file(OFFICIAL_REPO, local.name, text, release_url=RELEASE_URL.format(name=local.name))
+        family = local.name[:-len("n.pt")]
+        return _fetch_file(OFFICIAL_REPOS[family], local.name, text,
+                           release_url=RELEASE_URLS[family].format(name=local.name))
     if _REPO_ID.fullmatch(text) and not local.suffix:
         return _fetch_repo(text, text, allow_patterns=HUB_FILES)
     raise FileNotFoundError(

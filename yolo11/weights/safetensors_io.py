@@ -96,9 +96,10 @@ def _metadata(model: YOLO11Detector) -> dict[str, str]:
 
 def hub_config(model: YOLO11Detector) -> dict:
     """``config.json``: ``model.config`` (``create_model`` arguments, class names) plus what a reader of the Hub
-    folder needs without our code (task, strides, DFL bins)."""
-    return {**model.config, "model_type": "yolo11", "task": "detect", "strides": list(model.strides),
-            "reg_max": model.reg_max}
+    folder needs without our code: the family as ``model_type`` (``yolo11``, ``yolo26``), task, strides, box bins
+    (``reg_max``) and the head (``Detect``; YOLO26: ``End2EndDetect``, one-to-many and one-to-one branches)."""
+    return {**model.config, "model_type": model.config["name"][:-1], "task": "detect",
+            "strides": list(model.strides), "reg_max": model.reg_max, "head": type(model.head).__name__}
 
 
 def save_pretrained(model: YOLO11Detector, directory: str | Path, *, metrics: dict | None = None,
@@ -177,20 +178,19 @@ def honour_umask(*paths: str | Path) -> None:
         os.chmod(path, mode)
 
 
-def load_weights(ref: str | Path, *, backbone: str | None = None, end2end: bool = False) -> YOLO11Detector:
+def load_weights(ref: str | Path, *, backbone: str | None = None) -> YOLO11Detector:
     """Load a ``.safetensors`` file, a ``save_pretrained`` folder or an Ultralytics ``.pt`` checkpoint (through
     the restricted unpickler), local or named as ``resolve_weights`` accepts (``hf://owner/repo/file``,
-    ``owner/repo``, ``yolo11n.pt`` ...). Every file passes the loading gate (``yolo11.gate``); ``backbone`` is a
-    timm backbone name the caller allows the file to name even if timm would fetch it (``hf-hub:...``).
-    ``end2end``: the caller handles a YOLO26 model's ``End2EndMaps`` output (the trainer, ``yolo11-val``);
-    otherwise YOLO26 weights are refused in one line."""
+    ``owner/repo``, ``yolo11n.pt``, ``yolo26n.pt`` ...), YOLO11 or YOLO26. Every file passes the loading gate
+    (``yolo11.gate``); ``backbone`` is a timm backbone name the caller allows the file to name even if timm would
+    fetch it (``hf-hub:...``)."""
     path = resolve_weights(ref)
     if path.is_dir():
-        return _end2end_checked(load_pretrained(path, backbone=backbone), path, end2end)
+        return load_pretrained(path, backbone=backbone)
     if path.suffix in (".pt", ".pth") or is_zip(path):  # by content too: a renamed torch file is still one
         from yolo11.weights.ultralytics import load_ultralytics
 
-        return _end2end_checked(load_ultralytics(path), path, end2end)
+        return load_ultralytics(path)
     metadata = read_safetensors_header(path).metadata
     if "config" not in metadata:
         raise FileRefusedError(path, "no model config in the safetensors metadata; was it written by save_weights?")
@@ -198,13 +198,4 @@ def load_weights(ref: str | Path, *, backbone: str | None = None, end2end: bool 
         config = json.loads(metadata["config"])
     except ValueError:
         raise FileRefusedError(path, "the model config in the safetensors metadata is not JSON") from None
-    return _end2end_checked(_build(check_model_config(config, path, user_backbone=backbone), path), path,
-                            end2end)
-
-
-def _end2end_checked(model: YOLO11Detector, path: Path, allowed: bool) -> YOLO11Detector:
-    """``model``, or a one-line refusal of a YOLO26 model where the caller reads only YOLO11's list of maps."""
-    if model.end2end and not allowed:  # issue 31: the other tools, Detector and the Hub API read YOLO11 maps only
-        raise FileRefusedError(path, f"{model.config['name']} weights: the trainer and yolo11-val take YOLO26; "
-                                     "predict, export, convert, Detector and from_pretrained take YOLO11 only so far")
-    return model
+    return _build(check_model_config(config, path, user_backbone=backbone), path)
