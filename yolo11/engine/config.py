@@ -100,8 +100,8 @@ class ModelConfig(_SelfValidating):
     backbone: str | None = _opt(None, "a timm model name to use in place of the native YOLO11 backbone")
     pretrained: bool = _opt(False, "load ImageNet weights for a timm backbone (needs the internet)")
     weights: str | None = _opt(None, "initial weights: a .safetensors / .pt file, a save_pretrained folder, "
-                                     "hf://owner/repo/file, a Hub repo owner/name, or yolo11n.pt ... yolo11x.pt "
-                                     "(downloaded from the Hub)")
+                                     "hf://owner/repo/file, a Hub repo owner/name, or yolo11n.pt ... yolo11x.pt, "
+                                     "yolo26n.pt ... yolo26x.pt (downloaded from the Hub)")
     partial_weights: bool = _opt(False, "with --weights: transfer only the tensors whose names and shapes match "
                                         "when the architecture differs (--model, --backbone); each re-initialised "
                                         "tensor is listed. Without it only the class branch may differ")
