@@ -219,6 +219,8 @@ DISTRIBUTED_SCRIPT = textwrap.dedent("""
         single = CocoEvaluator(hub_dataset(images), CLASS_NAMES).compute(list(predictions.items()))
         json.dump({{"distributed": metrics, "single": single, "local": len(per_image), "gathered": len(gathered)}},
                   open({out!r}, "w"))
+    # the process group torn down before the interpreter: gloo's threads otherwise may abort a rank at exit
+    accelerator.end_training()
 """)
 
 
