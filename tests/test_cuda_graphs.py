@@ -32,10 +32,7 @@ from yolo11.loss import DetectionLoss
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
 
-@pytest.fixture(autouse=True)
-def fresh_accelerate_state():
-    yield
-    reset_accelerate_state()
+pytestmark = pytest.mark.usefixtures("fresh_accelerate_state")
 
 
 @pytest.mark.parametrize("rows, bucket", [(0, MIN_BOX_ROWS), (1, MIN_BOX_ROWS), (MIN_BOX_ROWS, MIN_BOX_ROWS),

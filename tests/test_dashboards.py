@@ -4,39 +4,29 @@ child process, its ``.wandb`` stream parsed to list what was logged (the W&B "sc
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import textwrap
-from pathlib import Path
 
 import pytest
+from tracked_child import run_child
 
-TESTS = Path(__file__).resolve().parent
-
-# A child process, so that wandb's service and global state do not leak into the other tests.
 RUN_SCRIPT = textwrap.dedent("""
     import sys
     from pathlib import Path
     import numpy as np
     import torch
-    from accelerate import Accelerator
+    from tracked_child import start_offline_run, validation_sample
     from yolo11 import create_model
-    from yolo11.engine import dashboards, tracking
+    from yolo11.engine import dashboards
     from yolo11.evaluation import plots
 
     run_dir = Path(sys.argv[1])
-    report_to = tracking.resolve_report_to("wandb,tensorboard")
-    accelerator = Accelerator(log_with=report_to, project_dir=str(run_dir))
-    accelerator.init_trackers("yolo11-test", config={"run.epochs": 1},
-                              init_kwargs=tracking.tracker_init_kwargs(report_to, run_dir, "exp", None))
+    accelerator, _ = start_offline_run(run_dir)
     names = ["cat", "dog"]
     model = create_model("yolo11n", num_classes=2, names=names)
     before = {k: v.clone() for k, v in model.state_dict().items()}
     dashboards.log_model_info(accelerator, model.train(), 64)
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())  # no forward through it
-    sample = {"image": torch.full((3, 32, 48), 128, dtype=torch.uint8),
-              "predictions": torch.tensor([[2.0, 3, 20, 25, 0.8, 1], [1, 1, 5, 5, 0.01, 0]]),
-              "boxes": torch.tensor([[2.0, 2, 21, 26]]), "labels": torch.tensor([1])}
+    sample = validation_sample()
     accelerator.log({"metrics/mAP50(B)": 0.5}, step=3)
     dashboards.log_prediction_table(accelerator, [sample, sample], names, epoch=0, step=3)
     grid = np.linspace(0, 1, 1000)
@@ -57,11 +47,7 @@ RUN_SCRIPT = textwrap.dedent("""
 def test_offline_run_lists_curves_tables_confusion_matrix_plots_and_model_info(tmp_path):
     import wandb_reader
 
-    (tmp_path / "run.py").write_text(RUN_SCRIPT)
-    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "WANDB_MODE": "offline", "WANDB_SILENT": "true",
-           "PYTHONPATH": str(TESTS.parent)}
-    result = subprocess.run([sys.executable, str(tmp_path / "run.py"), str(tmp_path / "run")], env=env,
-                            capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    result = run_child(RUN_SCRIPT, tmp_path, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     stream = wandb_reader.find_stream(tmp_path / "run" / "wandb")
     rows = wandb_reader.history(stream)

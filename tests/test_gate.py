@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from engine_helpers import reset_accelerate_state
 from PIL import Image
 
 from yolo11.gate import FileRefusedError
@@ -356,7 +357,6 @@ def test_data_yaml_with_python_tag_is_refused(tmp_path: Path) -> None:
 def resumable(tmp_path_factory: pytest.TempPathFactory):
     """A prepared yolo11n, its SGD optimizer after one step, an EMA and a checkpoint of them (a template to copy)."""
     from accelerate import Accelerator
-    from accelerate.state import AcceleratorState, GradientState
 
     from yolo11.engine.checkpoint import TrainState, save_checkpoint
     from yolo11.engine.ema import ModelEMA
@@ -372,8 +372,7 @@ def resumable(tmp_path_factory: pytest.TempPathFactory):
     folder = save_checkpoint(accelerator, root, TrainState(epoch=2, iteration=5, optimizer_steps=5), keep=1,
                              model=model, ema=ema, config={"train": {"lr0": 0.01}})
     yield accelerator, model, optimizer, ema, folder
-    AcceleratorState._reset_state(reset_partial_state=True)
-    GradientState._reset_state()
+    reset_accelerate_state()
 
 
 def _resume(resumable, edit, tmp_path: Path, allow_changes: bool = False) -> list[str]:
@@ -506,7 +505,6 @@ def test_checkpoint_without_config_is_an_error_unless_changes_are_allowed(resuma
 def test_trainer_refuses_a_crafted_train_state_in_one_line(tmp_path: Path, capsys) -> None:
     """The trainer passes its model and optimizer to the gate: a checkpoint whose epoch is -5 stops the resume
     with one line and exit 2 (it used to "resume at epoch -4", then fail with a traceback)."""
-    from accelerate.state import AcceleratorState, GradientState
 
     from yolo11 import train
 
@@ -515,8 +513,7 @@ def test_trainer_refuses_a_crafted_train_state_in_one_line(tmp_path: Path, capsy
              "--cache-dir", str(tmp_path / "cache"), "--output-dir", str(tmp_path / "runs"), "--name", "run"]
     try:
         assert train.main([*flags, "--max-steps", "1"]) == 0
-        AcceleratorState._reset_state(reset_partial_state=True)
-        GradientState._reset_state()
+        reset_accelerate_state()
         checkpoints = tmp_path / "runs" / "run" / "checkpoints"
         state_file = checkpoints / (checkpoints / "latest").read_text().strip() / "train_state.json"
         _json_edit(epoch=-5)(state_file)
@@ -525,8 +522,7 @@ def test_trainer_refuses_a_crafted_train_state_in_one_line(tmp_path: Path, capsy
         (line,) = capsys.readouterr().err.strip().splitlines()
         assert line == f"error: {state_file}: epoch is -5, expected an integer >= 0"
     finally:
-        AcceleratorState._reset_state(reset_partial_state=True)
-        GradientState._reset_state()
+        reset_accelerate_state()
 
 
 def test_latest_naming_a_folder_elsewhere_is_refused(resumable) -> None:

@@ -13,7 +13,6 @@ import pytest
 import torch
 import yaml
 from accelerate import Accelerator
-from accelerate.state import AcceleratorState, GradientState
 from engine_helpers import ACCELERATE, CONFIGS, ROOT, TINY_FLAGS, checkpoint_model, describe, launch
 
 import yolo11
@@ -21,12 +20,7 @@ from yolo11.engine import checkpoint as ckpt
 from yolo11.engine.checkpoint import CheckpointError, TrainState, load_checkpoint, resolve_resume, save_checkpoint
 from yolo11.engine.ema import ModelEMA
 
-
-@pytest.fixture(autouse=True)
-def fresh_accelerate_state():
-    yield
-    AcceleratorState._reset_state(reset_partial_state=True)
-    GradientState._reset_state()
+pytestmark = pytest.mark.usefixtures("fresh_accelerate_state")
 
 
 def start_in_own_group(args: list[str], config: str = "cpu.yaml", cpu_ddp: bool = False) -> subprocess.Popen:

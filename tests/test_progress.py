@@ -5,17 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 from accelerate import Accelerator
-from accelerate.state import AcceleratorState, GradientState
 
 from yolo11.engine.checkpoint import TrainState
 from yolo11.engine.progress import BatchReport, Progress, print_summary
 
-
-@pytest.fixture(autouse=True)
-def fresh_accelerate_state():
-    yield
-    AcceleratorState._reset_state(reset_partial_state=True)
-    GradientState._reset_state()
+pytestmark = pytest.mark.usefixtures("fresh_accelerate_state")
 
 
 def report(epoch: int, batch: int, images: int, seconds: float, data_seconds: float, last: bool = False):

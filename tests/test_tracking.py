@@ -4,18 +4,14 @@ from __future__ import annotations
 
 import http.server
 import json
-import subprocess
-import sys
 import textwrap
 import threading
 import time
-from pathlib import Path
 
 import pytest
+from tracked_child import run_child
 
 from yolo11.engine import tracking
-
-TESTS = Path(__file__).resolve().parent
 
 
 @pytest.mark.parametrize(("value", "expected"), [
@@ -93,25 +89,17 @@ def test_wandb_stays_online_when_the_server_answers(tmp_path, monkeypatch):
         server.server_close()
 
 
-# A child process, so that wandb's service and global state do not leak into the other tests.
 RUN_SCRIPT = textwrap.dedent("""
     import sys
     from pathlib import Path
-    import torch
-    from accelerate import Accelerator
+    from tracked_child import start_offline_run, validation_sample
     from yolo11.engine import tracking
 
     run_dir = Path(sys.argv[1])
-    report_to = tracking.resolve_report_to("wandb,tensorboard")
-    accelerator = Accelerator(log_with=report_to, project_dir=str(run_dir))
-    accelerator.init_trackers("yolo11-test", config={"run.epochs": 1},
-                              init_kwargs=tracking.tracker_init_kwargs(report_to, run_dir, "exp", None))
+    accelerator, report_to = start_offline_run(run_dir)
     print("RUN_ID", tracking.current_run_id(accelerator))
     accelerator.log({"train/box_loss": 1.25, "metrics/mAP50(B)": 0.5}, step=3)
-    sample = {"image": torch.full((3, 32, 48), 128, dtype=torch.uint8),
-              "predictions": torch.tensor([[2.0, 3, 20, 25, 0.8, 1], [1, 1, 5, 5, 0.01, 0]]),
-              "boxes": torch.tensor([[2.0, 2, 21, 26]]), "labels": torch.tensor([1])}
-    tracking.log_validation_images(accelerator, [sample], ["cat", "dog"], step=4)
+    tracking.log_validation_images(accelerator, [validation_sample()], ["cat", "dog"], step=4)
     from yolo11 import create_model
     from yolo11.weights import save_weights
     weights = save_weights(create_model("yolo11n", num_classes=2, names=["cat", "dog"]),
@@ -126,12 +114,7 @@ RUN_SCRIPT = textwrap.dedent("""
 def test_offline_wandb_and_tensorboard_run_logs_history_and_boxes(tmp_path):
     import wandb_reader
 
-    script = tmp_path / "run.py"
-    script.write_text(RUN_SCRIPT)
-    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "WANDB_MODE": "offline", "WANDB_SILENT": "true",
-           "PYTHONPATH": str(TESTS.parent)}
-    result = subprocess.run([sys.executable, str(script), str(tmp_path / "run")], env=env, capture_output=True,
-                            text=True, timeout=120, cwd=tmp_path)
+    result = run_child(RUN_SCRIPT, tmp_path, timeout=120)
     assert result.returncode == 0, result.stderr[-3000:]
     run_id = result.stdout.split("RUN_ID ")[1].split()[0]
     stream = wandb_reader.find_stream(tmp_path / "run" / "wandb")
@@ -174,13 +157,9 @@ def test_run_with_a_key_but_no_server_goes_offline_within_seconds(tmp_path):
     """Without the probe, wandb retries the server for about 90 s and then aborts the training."""
     import wandb_reader
 
-    script = tmp_path / "run.py"
-    script.write_text(RUN_SCRIPT)
-    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "WANDB_API_KEY": DUMMY_KEY, "WANDB_BASE_URL": CLOSED_PORT,
-           "WANDB_SILENT": "true", "PYTHONPATH": str(TESTS.parent)}
     start = time.monotonic()
-    result = subprocess.run([sys.executable, str(script), str(tmp_path / "run")], env=env, capture_output=True,
-                            text=True, timeout=60, cwd=tmp_path)
+    result = run_child(RUN_SCRIPT, tmp_path, timeout=60,
+                       wandb_env={"WANDB_API_KEY": DUMMY_KEY, "WANDB_BASE_URL": CLOSED_PORT})
     assert result.returncode == 0, result.stderr[-3000:]
     assert time.monotonic() - start < 15
     stream = wandb_reader.find_stream(tmp_path / "run" / "wandb")

@@ -8,7 +8,6 @@ import types
 
 import pytest
 import torch
-from accelerate.state import AcceleratorState, GradientState
 from engine_helpers import checkpoint_model, describe, launch
 from safetensors.torch import load_file
 
@@ -20,11 +19,7 @@ RUN_FLAGS = ["--model", "yolo26n", "--data", "synthetic:imgsz=64,num_images=32",
              "--batch-size", "16", "--workers", "0"]
 
 
-@pytest.fixture(autouse=True)
-def fresh_accelerate_state():
-    yield
-    AcceleratorState._reset_state(reset_partial_state=True)
-    GradientState._reset_state()
+pytestmark = pytest.mark.usefixtures("fresh_accelerate_state")
 
 
 def read_results(run_dir):
