@@ -228,6 +228,8 @@ def test_detector_refuses_nms_false_for_yolo11_and_the_flag_takes_only_booleans(
     assert predict.parse_args([str(yolo11_weights), "x.jpg", "nms=false"]).nms is False
     assert val.parse_args([str(yolo11_weights), "--data", "synthetic"]).nms is None
     assert export.parse_args([str(yolo11_weights), "--nms"]).nms is True  # the NMS graph, as before
+    parsed = export.parse_args(["--nms", str(yolo11_weights)])  # a bare --nms before the weights
+    assert parsed.nms is True and parsed.weights == str(yolo11_weights)
 
 
 # --- convert, .pt, Hub card, gate -----------------------------------------------------------------------------------

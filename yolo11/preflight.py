@@ -84,6 +84,20 @@ def check_report_to(value: str | None) -> None:
                          f"list of {', '.join(KNOWN_TRACKERS)}, or all, or none")
 
 
+def bare_nms(argv: Sequence[str]) -> list[str]:
+    """``--nms`` followed by an existing file (``yolo11-export --nms best.pt``) is ``--nms true`` and that file:
+    argparse would take the path for the flag's optional true/false value. Any other word stays the flag's value,
+    so that ``--nms maybe`` is still refused."""
+    from yolo11.tools import NMS_VALUES
+
+    argv = list(argv)
+    for index, token in enumerate(argv[:-1]):
+        following = argv[index + 1]
+        if token == "--nms" and following.lower() not in NMS_VALUES and os.path.exists(following):
+            argv[index] = "--nms=true"
+    return argv
+
+
 def parse_tool_args(parser: argparse.ArgumentParser, argv: Sequence[str] | None,
                     positionals: dict[str, str]) -> argparse.Namespace:
     """A tool's flags and Ultralytics ``key=value`` arguments (``positionals``: keys that name a positional), then
@@ -92,7 +106,7 @@ def parse_tool_args(parser: argparse.ArgumentParser, argv: Sequence[str] | None,
     from yolo11.engine.ultralytics_args import read_key_values
 
     argv, notes = read_key_values(parser, sys.argv[1:] if argv is None else argv, positionals)
-    args = parser.parse_args(argv)
+    args = parser.parse_args(bare_nms(argv))
     check_weights(args.weights)
     data_note = None
     if hasattr(args, "data"):

@@ -18,9 +18,12 @@ USER_ERRORS = (ValueError, FileNotFoundError, NotADirectoryError, IsADirectoryEr
 _USER_ERROR_CLASSES = {"yolo11.data.schema": "DataSourceError", "yolo11.weights.safe_pickle": "UnsafeCheckpointError"}
 
 
+NMS_VALUES = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
+
+
 def nms_value(text: str) -> bool:
     """``--nms true|false`` (Ultralytics' ``nms`` argument); anything else is an argparse error."""
-    value = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}.get(text.lower())
+    value = NMS_VALUES.get(text.lower())
     if value is None:
         raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
     return value
