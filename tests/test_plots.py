@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -320,3 +322,45 @@ def test_weights_are_the_epochs_even_when_training_goes_on_while_they_are_writte
     written = load_file(tmp_path / "weights" / "last.safetensors")
     assert written.keys() == expected.keys()
     assert all(torch.equal(written[k], expected[k]) for k in expected)
+
+
+ORPHAN_SCRIPT = """
+import time
+from yolo11.evaluation.plot_pool import PlotPool
+pool = PlotPool(workers=2)  # no __main__ guard: the workers must not run this file again
+pool.wait()
+print(" ".join(str(pid) for pid in pool._executor._processes), flush=True)
+time.sleep(120)
+"""
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads process states from /proc (Linux)")
+def test_plot_workers_die_with_a_killed_trainer_and_do_not_rerun_its_script(tmp_path):
+    """kill -9 of the trainer cannot shut its pool down: its idle workers must not wait forever. And a script that
+    starts a pool without an ``if __name__ == "__main__"`` guard is not run again by the workers."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    script = tmp_path / "unguarded.py"
+    script.write_text(ORPHAN_SCRIPT)
+    trainer = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, cwd=tmp_path)
+    try:
+        workers = [int(pid) for pid in trainer.stdout.readline().split()]
+        assert len(workers) == 2, trainer.stderr.read() if trainer.poll() is not None else "no worker pids"
+    finally:
+        trainer.send_signal(signal.SIGKILL)
+        trainer.wait()
+
+    def alive(pid: int) -> bool:
+        try:
+            return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+        except FileNotFoundError:
+            return False
+
+    deadline = time.monotonic() + 10
+    while any(alive(pid) for pid in workers) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(alive(pid) for pid in workers)

@@ -6,25 +6,37 @@ start: several seconds of a small run's wall time. A few worker processes draw t
 trainer waits for them only at the very end.
 
 Workers are spawned, not forked: ``Process.start`` returns at once (the imports happen in the child, while the run
-goes on), and nothing is inherited from a process that runs threads by then.
+goes on), and nothing is inherited from a process that runs threads by then. They are started without the
+``__main__`` module, which a spawned process otherwise imports again: they need only the figure code, and a
+user's script that calls the trainer without an ``if __name__ == "__main__"`` guard must not run twice.
 """
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import signal
+import sys
 from collections.abc import Callable
 from concurrent.futures import Future, ProcessPoolExecutor
 
 MAX_WORKERS = 4  # the end of a run has 6-8 figures of about a second each
+PR_SET_PDEATHSIG = 1  # Linux prctl: a signal for this process when its parent dies
 
 
-def _worker_start() -> None:
+def _worker_start(parent: int) -> None:
     """The trainer decides when to stop: a worker ignores Ctrl-C (sent to the whole terminal's process group),
-    dies on SIGTERM, and imports the figure code before its first figure is due."""
+    dies on SIGTERM and with the trainer (killed with -9, it cannot shut the pool down: an idle worker would wait
+    for figures forever), and imports the figure code before its first figure is due."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    if sys.platform == "linux":
+        import ctypes
+
+        ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+        if os.getppid() != parent:  # the trainer died before the request took effect
+            os._exit(1)
     from yolo11.evaluation import plots
 
     plots._pyplot()
@@ -32,6 +44,20 @@ def _worker_start() -> None:
 
 def _started() -> int:
     return os.getpid()
+
+
+@contextlib.contextmanager
+def _main_module_hidden():
+    """``multiprocessing``'s spawn re-imports ``__main__`` in the child by its module name or file; without them it
+    imports nothing of the parent's script."""
+    main = sys.modules["__main__"]
+    saved = {name: main.__dict__.pop(name) for name in ("__file__", "__spec__") if name in main.__dict__}
+    try:
+        main.__spec__ = None
+        yield
+    finally:
+        main.__dict__.pop("__spec__", None)
+        main.__dict__.update(saved)
 
 
 class PlotPool:
@@ -43,9 +69,10 @@ class PlotPool:
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
         workers = max(1, min(MAX_WORKERS, cores) if workers is None else workers)
         self._executor = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
-                                             initializer=_worker_start)
+                                             initializer=_worker_start, initargs=(os.getpid(),))
         # one task per worker starts them all now; each is then ready (imports done) when the figures come
-        self._pending: list[Future] = [self._executor.submit(_started) for _ in range(workers)]
+        with _main_module_hidden():
+            self._pending: list[Future] = [self._executor.submit(_started) for _ in range(workers)]
 
     def submit(self, figure: Callable, *args) -> None:
         self._pending.append(self._executor.submit(figure, *args))
