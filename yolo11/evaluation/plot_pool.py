@@ -16,27 +16,19 @@ from __future__ import annotations
 import contextlib
 import multiprocessing
 import os
-import signal
 import sys
 from collections.abc import Callable
 from concurrent.futures import Future, ProcessPoolExecutor
 
+from yolo11.child_process import worker_signals
+
 MAX_WORKERS = 4  # the end of a run has 6-8 figures of about a second each
-PR_SET_PDEATHSIG = 1  # Linux prctl: a signal for this process when its parent dies
 
 
 def _worker_start(parent: int) -> None:
-    """The trainer decides when to stop: a worker ignores Ctrl-C (sent to the whole terminal's process group),
-    dies on SIGTERM and with the trainer (killed with -9, it cannot shut the pool down: an idle worker would wait
-    for figures forever), and imports the figure code before its first figure is due."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    if sys.platform == "linux":
-        import ctypes
-
-        ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-        if os.getppid() != parent:  # the trainer died before the request took effect
-            os._exit(1)
+    """``worker_signals`` (Ctrl-C ignored, dies with the trainer), then the figure code imported before the first
+    figure is due."""
+    worker_signals(parent)
     from yolo11.evaluation import plots
 
     plots._pyplot()

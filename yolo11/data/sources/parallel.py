@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-import signal
 import sys
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 from tqdm.auto import tqdm
+
+from yolo11.child_process import worker_signals
 
 Item = TypeVar("Item")
 Result = TypeVar("Result")
@@ -35,14 +36,6 @@ class _Lines:
 
     def flush(self) -> None:
         self.stream.flush()
-
-
-def _worker_signals() -> None:
-    """A forked worker inherits the trainer's stop handler, which would keep it alive through the SIGTERM that
-    ``Pool.terminate`` ends it with (and print the stop message once per worker): the converting process decides
-    when to stop, so workers ignore Ctrl-C and die on SIGTERM."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def _context(func: Callable) -> multiprocessing.context.BaseContext:
@@ -79,7 +72,7 @@ def ordered_map(func: Callable[[Item], Result], items: Sequence[Item], *, worker
                 bar.update()
             return results
         chunk = max(1, min(MAX_CHUNK, len(items) // (workers * 8)))
-        with _context(func).Pool(workers, initializer=_worker_signals) as pool:
+        with _context(func).Pool(workers, initializer=worker_signals) as pool:
             results = []
             for result in pool.imap(func, items, chunksize=chunk):
                 results.append(result)
