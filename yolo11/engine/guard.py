@@ -70,11 +70,11 @@ class NonFiniteGuard:
         self.skip_flag = self._halted
         self._before = (copy.copy(state), self.ema.updates if self.ema is not None else 0)
 
-    def observe_weights(self, parameters) -> None:
+    def observe_weights(self, parameters: list[torch.Tensor]) -> None:
         """After ``optimizer.step()``: weights made non-finite by the update (an lr of nan, a huge step) stop
         training like a non-finite loss, before the EMA takes them; the training state rolls back to before
         the step. DDP keeps the weights equal on every rank, so each rank finds the same."""
-        bad = non_finite_flag([p for p in parameters if p.requires_grad])
+        bad = non_finite_flag(parameters)  # the trainable ones
         if self.skip_flag is None:
             if bool(bad):  # the host sync of immediate mode
                 raise NonFiniteLossError("non-finite weights after an optimizer step; the run stops. Lower --lr0 "

@@ -77,6 +77,10 @@ class TrainStep:
         self.micro_step = MicroStep(self.model, self.criterion, self.batch_hsv, autocast, self.accelerator.backward,
                                     self.loss_factor, self.channels_last)
         self.graphed = GraphedMicroStep(self.micro_step, self.accelerator.device) if self.cuda_graphs else None
+        # Listed once: model.parameters() walks every module (2+ ms per call for yolo11n on a slow core), and the
+        # clip and the weight check each took one walk per optimizer step. Freezing is decided before this.
+        self.parameters = list(self.model.parameters())  # all of them: what Accelerate's FSDP clip compares with
+        self.trainable = [p for p in self.parameters if p.requires_grad]
 
     @property
     def loss_factor(self) -> float:
@@ -123,12 +127,12 @@ def train_one_epoch(step: TrainStep, loader, state: TrainState, epoch: int,
         with _micro_batch(step, sync=last or pending + 1 >= step.accumulation.steps_at(iteration)) as sync:
             parts = _forward_backward(step, batch, guard)
             if sync:
-                grad_norm = accelerator.clip_grad_norm_(model.parameters(), step.clip_grad) \
+                grad_norm = accelerator.clip_grad_norm_(step.parameters, step.clip_grad) \
                     if step.clip_grad > 0 else None
                 guard.before_update(grad_norm, state)
                 step.optimizer.step()
                 step.optimizer.zero_grad(set_to_none=step.graphed is None)
-                guard.observe_weights(model.parameters())
+                guard.observe_weights(step.trainable)
         pending += 1
         images_seen += batch["images"].shape[0] * accelerator.num_processes
         loss_sum += parts
