@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import shutil
 
 import pytest
@@ -122,3 +123,40 @@ def test_one_line_resume_of_a_run_ends_bitwise_as_the_straight_run(tmp_path):
                for k, v in final.items())
     typed = launch(["--resume", str(tmp_path / "run"), "--epochs", "3"])  # typed and different: refused
     assert typed.returncode != 0 and "--epochs: 2 in the checkpoint, 3 now" in typed.stderr, describe(typed)
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="needs a CUDA device"))])
+@pytest.mark.parametrize("name", ["SGD", "AdamW"])
+def test_optimizer_state_read_back_takes_its_channels_last_parameter_layout(name, device):
+    """Checkpoints hold the optimizer state contiguous; after ``match_parameter_layouts`` the fused optimizer's
+    next steps equal those of the optimizer that never left memory (without it the CPU kernels mixed elements and
+    the CUDA ones refuse mismatched strides)."""
+    from yolo11.engine.build import _optimizer_state_to_host
+    from yolo11.engine.checkpoint import match_parameter_layouts
+
+    def optimizer_for(param):
+        if name == "SGD":
+            return torch.optim.SGD([param], lr=0.1, momentum=0.9, nesterov=True, fused=True)
+        return torch.optim.AdamW([param], lr=0.01, fused=True)
+
+    torch.manual_seed(0)
+    weight = torch.nn.Parameter(torch.randn(8, 4, 3, 3, device=device).contiguous(memory_format=torch.channels_last))
+    grads = [torch.randn(8, 4, 3, 3, device=device).contiguous(memory_format=torch.channels_last) for _ in range(3)]
+    live = optimizer_for(weight)
+    weight.grad = grads[0]
+    live.step()
+    file = io.BytesIO()
+    torch.save(_optimizer_state_to_host(live, live.state_dict()), file)  # as save_state writes it
+    on_disk = torch.load(io.BytesIO(file.getvalue()), weights_only=True)  # on the CPU; loading moves it
+    assert all(v.is_contiguous() for v in on_disk["state"][0].values() if v.dim() == 4)
+    resumed_weight = torch.nn.Parameter(weight.detach().clone(memory_format=torch.preserve_format))
+    resumed = optimizer_for(resumed_weight)
+    resumed.load_state_dict(on_disk)
+    match_parameter_layouts(resumed)
+    for grad in grads[1:]:
+        weight.grad, resumed_weight.grad = grad.clone(), grad.clone()
+        live.step()
+        resumed.step()
+    assert torch.equal(weight, resumed_weight)
+    assert all(v.stride() == resumed_weight.stride() for v in resumed.state[resumed_weight].values() if v.dim() == 4)

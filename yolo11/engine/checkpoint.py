@@ -126,12 +126,29 @@ def load_checkpoint(accelerator: Accelerator, checkpoint: Path, state: TrainStat
                                ema_module=None if ema is None else ema.module,
                                process_index=accelerator.process_index, allow_changes=allow_changes)
     accelerator.load_state(str(checkpoint))
+    if optimizer is not None:
+        match_parameter_layouts(optimizer)
     if checked.rng is not None:  # Accelerate skips RNG state it cannot apply without a word: apply it ourselves
         apply_rng_state(checked.rng)
     state.load_state_dict(checked.train_state)
     if ema is not None and checked.ema is not None:
         ema.load_state_dict(checked.ema)
     return checked.notes
+
+
+def match_parameter_layouts(optimizer: torch.optim.Optimizer) -> None:
+    """Give each optimizer state tensor its parameter's memory layout (channels_last convs), in place.
+
+    Checkpoints store the state contiguous, and ``load_state_dict`` keeps the layout it reads. Fused optimizer
+    kernels walk a parameter, its gradient and its state as flat arrays: on the CPU a contiguous momentum buffer
+    beside a channels_last weight gave each element another element's momentum (a resumed run left the straight
+    one's weights; caught by the bitwise resume test), and PyTorch's CUDA fused kernels check sizes and strides
+    and refuse the step ("must have same dtype, device, and layout")."""
+    inner = getattr(optimizer, "optimizer", optimizer)  # under Accelerate's wrapper
+    for param, state in inner.state.items():
+        for key, value in state.items():
+            if isinstance(value, torch.Tensor) and value.shape == param.shape and value.stride() != param.stride():
+                state[key] = torch.empty_like(param, dtype=value.dtype).copy_(value)
 
 
 def check_resume_config(checkpoint: Path, current: dict, allow_changes: bool) -> list[str]:

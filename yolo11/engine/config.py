@@ -243,7 +243,7 @@ class RunConfig(_SelfValidating):
                                           "runs that do not compile the model (not with fp16 or DeepSpeed)")
     compile_cache_dir: str = _opt("~/.cache/yolo11/compile", "compiled kernels kept between runs, so that a run of "
                                   "the same shapes does not compile again (TORCHINDUCTOR_CACHE_DIR, if set, wins)")
-    channels_last: bool = _opt(True, "channels_last memory format on CUDA")
+    channels_last: bool = _opt(True, "channels_last memory format on CUDA and the CPU (faster there)")
     log_interval: int = _opt(20, "progress every N batches and at each epoch's end: a line when the output is "
                                  "not a terminal (a bar otherwise); trackers get the values at the same points")
     profile: bool = _opt(False, "trace optimizer steps 10-14 with torch.profiler into <run>/profile")

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from accelerate import PartialState
 from accelerate.utils import DistributedType
 
+from yolo11.data.collate import CHANNELS_LAST_DEVICES
 from yolo11.engine.config import TrainConfig
 from yolo11.engine.optim import OptimizerChoice, lr_scale_for_batch, resolve_optimizer
 
@@ -29,7 +30,7 @@ class RunPlan:
     steps_per_epoch: int  # optimizer steps
     batches_per_epoch: int  # per process
     warmup_iters: int  # batches; -1 disables warmup
-    channels_last: bool  # the model, its inputs and validation run channels_last (CUDA only)
+    channels_last: bool  # the model, its inputs and validation run channels_last (CUDA and CPU)
     hsv_on_device: bool  # the loader leaves the HSV pixels to BatchHSV on the device
     val_batch_size: int  # per process
     cache_images: bool  # decoded images in RAM for the train and val loaders
@@ -115,7 +116,7 @@ def plan_run(config: TrainConfig, num_processes: int, num_train_images: int, num
         steps_per_epoch=math.ceil(batches_per_epoch / accumulation),
         batches_per_epoch=batches_per_epoch,
         warmup_iters=warmup,
-        channels_last=run.channels_last and device_type == "cuda",
+        channels_last=run.channels_last and device_type in CHANNELS_LAST_DEVICES,
         hsv_on_device=config.data.hsv_on_device if config.data.hsv_on_device is not None else device_type == "cuda",
         val_batch_size=max((run.val_batch_size or 2 * run.batch_size) // num_processes, 1),
         cache_images=cache[0],

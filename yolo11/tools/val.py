@@ -77,7 +77,10 @@ def evaluate_weights(accelerator: Accelerator, model: nn.Module, source: Detecti
     With ``rect``, batches are formed per process (``batch // num_processes`` images): the padding, hence the
     predictions, are those of a single process with that batch size.
     """
+    import torch
+
     from yolo11.data import LoaderConfig, build_dataloader
+    from yolo11.data.collate import CHANNELS_LAST_DEVICES
     from yolo11.evaluation import CocoEvaluator, predict_and_score
     from yolo11.evaluation.coco import evaluation_device
     from yolo11.postprocess import Postprocessor
@@ -92,9 +95,12 @@ def evaluate_weights(accelerator: Accelerator, model: nn.Module, source: Detecti
                                   end2end=end2end)
     device = evaluation_device(accelerator.device, len(source.dataset))
     evaluator = CocoEvaluator(source.dataset, source.class_names, backend=backend, device=device)
+    channels_last = accelerator.device.type in CHANNELS_LAST_DEVICES
     model = model.to(accelerator.device).eval()
+    if channels_last:
+        model = model.to(memory_format=torch.channels_last)
     result = predict_and_score(accelerator, model, accelerator.prepare(loader), postprocessor, evaluator,
-                               channels_last=accelerator.device.type == "cuda")
+                               channels_last=channels_last)
     return result.metrics, result.predictions, evaluator.ground_truth
 
 
