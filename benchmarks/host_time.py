@@ -78,6 +78,7 @@ def ours(args, batches: list[dict], device: torch.device) -> tuple[dict, int]:
 
     import yolo11
     from yolo11.data import BatchHSV
+    from yolo11.data.collate import CHANNELS_LAST_DEVICES
     from yolo11.engine.checkpoint import TrainState
     from yolo11.engine.ema import ModelEMA
     from yolo11.engine.loop import Accumulation, TrainStep, train_one_epoch
@@ -86,17 +87,18 @@ def ours(args, batches: list[dict], device: torch.device) -> tuple[dict, int]:
     from yolo11.loss import DetectionLoss
 
     cuda = device.type == "cuda"
+    channels_last = device.type in CHANNELS_LAST_DEVICES  # as the trainer's plan decides
     accelerator = Accelerator(cpu=not cuda, mixed_precision="bf16" if cuda else "no")
     torch.manual_seed(0)
     model = yolo11.create_model(args.model, num_classes=80).to(device)
-    if cuda:
+    if channels_last:
         model = model.to(memory_format=torch.channels_last)
     ema = ModelEMA(model)
     optimizer = build_optimizer(model, OptimizerChoice("AdamW", 0.000119, 0.9), 5e-4)
     schedule = WarmupSchedule(optimizer, lr_lambda("linear", 100, 0.01), -1, 0.1, 0.8, 0.937)
     model, optimizer = accelerator.prepare(model, optimizer)
     step = TrainStep(accelerator=accelerator, model=model, criterion=DetectionLoss(80), optimizer=optimizer,
-                     schedule=schedule, ema=ema, accumulation=Accumulation(1), clip_grad=10.0, channels_last=cuda,
+                     schedule=schedule, ema=ema, accumulation=Accumulation(1), clip_grad=10.0, channels_last=channels_last,
                      batch_hsv=BatchHSV().to(device),
                      progress=Progress(accelerator, interval=10**9, epochs=1, batches_per_epoch=10**6, bars=False))
     clock = Clock(device)
@@ -215,7 +217,8 @@ def make_batches(args, device: torch.device) -> tuple[list[dict], list[dict]]:
     for b in mine:
         xyxy = b["boxes"].reshape(-1, 4) / args.imgsz
         xywh = torch.cat([(xyxy[:, :2] + xyxy[:, 2:]) / 2, xyxy[:, 2:] - xyxy[:, :2]], 1)
-        theirs.append({"img": b["images"], "bboxes": xywh, "cls": b["labels"].reshape(-1, 1).float(),
+        # Ultralytics' collate stacks contiguous (3, H, W) arrays: an NCHW batch (ours arrives channels_last)
+        theirs.append({"img": b["images"].contiguous(), "bboxes": xywh, "cls": b["labels"].reshape(-1, 1).float(),
                        "batch_idx": torch.arange(args.batch, device=device).repeat_interleave(args.boxes).float()})
     if device.type == "cpu":  # the CPU step applies HSV in the loader, not in the step
         for b in mine:
