@@ -192,6 +192,19 @@ def test_musgd_groups_follow_ultralytics():
     assert all(g["initial_lr"] == g["lr"] for g in groups)
 
 
+@pytest.mark.parametrize("cores, device, expected", [(2, "cpu", 0), (1, "cpu", 0), (4, "cpu", 8), (2, "cuda", 8),
+                                                      (16, "cuda", 8)])
+def test_workers_auto_loads_in_the_training_process_on_a_small_cpu(monkeypatch, cores, device, expected):
+    import yolo11.engine.plan as plan
+
+    monkeypatch.setattr(plan, "usable_workers", lambda requested: min(requested, cores))
+    workers, reason = plan.decide_workers(None, device)
+    assert workers == expected and "auto" in reason
+    assert plan.decide_workers(2, "cpu") == (2, "loader workers: 2 per process (--workers 2)")  # as typed
+    assert plan_run(parse_config([]), 1, 100, 80, device_type=device).workers == expected
+    assert plan_run(parse_config(["--workers", "3"]), 1, 100, 80, device_type=device).workers == 3
+
+
 def test_cache_images_auto_caches_when_the_images_fit_in_half_the_ram(monkeypatch):
     from yolo11.engine.plan import decide_cache
 

@@ -194,7 +194,7 @@ def build_train_loader_config(config: TrainConfig, plan: RunPlan) -> LoaderConfi
     """The training split's ``LoaderConfig`` (per-process batch)."""
     data = config.data
     hyp = AugmentParams(**{f.name: getattr(data, f.name) for f in dataclasses.fields(AugmentParams)})
-    return LoaderConfig(imgsz=data.imgsz, batch_size=plan.per_process_batch, workers=data.workers, augment=True,
+    return LoaderConfig(imgsz=data.imgsz, batch_size=plan.per_process_batch, workers=plan.workers, augment=True,
                         epochs=config.run.epochs, close_mosaic=data.close_mosaic, seed=config.run.seed, hyp=hyp,
                         max_boxes=data.max_boxes, cache_images=plan.cache_images, hsv_on_device=plan.hsv_on_device,
                         full_batches=plan.compile.model)  # one batch shape for the compiled graph

@@ -131,7 +131,9 @@ class DataConfig(_SelfValidating):
                                     "Hub and COCO convention), xyxy, or auto (COCO json: xywh; Hub/folder: read "
                                     "from the boxes, an error when they fit both)", ("auto", "xywh", "xyxy"))
     imgsz: int = _opt(640, "training and validation image size in pixels (multiple of 32)")
-    workers: int = _opt(8, "data-loader worker processes per training process (at most the CPU cores per process)")
+    workers: int | None = _opt(None, "data-loader worker processes per training process, at most its CPU cores; "
+                                     "default auto: 8, but none on a CPU run with 2 cores or fewer per process, "
+                                     "where they only take cycles from the training step")
     cache_dir: str | None = _opt(None, "where converted Arrow datasets are cached (default ~/.cache/yolo11)")
     cache_images: bool | None = _opt(None, "decode and resize every image once into RAM shared by the loader "
                                            "workers (Ultralytics' cache=ram); default auto: when the train and val "

@@ -48,7 +48,7 @@ class Validator:
         with ``model``'s strides and ``reg_max``; a YOLO26 ``model``'s head as ``--val-nms`` says (default: the
         one-to-many head with NMS; false: the one-to-one top-k)."""
         run, data = config.run, config.data
-        loader_config = LoaderConfig(imgsz=data.imgsz, batch_size=plan.val_batch_size, workers=data.workers,
+        loader_config = LoaderConfig(imgsz=data.imgsz, batch_size=plan.val_batch_size, workers=plan.workers,
                                      augment=False, shuffle=False, seed=run.seed, max_boxes=data.max_boxes,
                                      rect=run.val_rect, cache_images=plan.cache_images and run.val_interval > 0)
         loader = build_val_stream(source, loader_config, num_processes=accelerator.num_processes,

@@ -12,6 +12,7 @@ from accelerate import PartialState
 from accelerate.utils import DistributedType
 
 from yolo11.data.collate import CHANNELS_LAST_DEVICES
+from yolo11.data.workers import usable_workers
 from yolo11.engine.config import TrainConfig
 from yolo11.engine.optim import OptimizerChoice, lr_scale_for_batch, resolve_optimizer
 
@@ -35,6 +36,8 @@ class RunPlan:
     val_batch_size: int  # per process
     cache_images: bool  # decoded images in RAM for the train and val loaders
     cache_reason: str  # why, for the run's first lines
+    workers: int  # loader worker processes per process, before the loader caps them at its cores
+    workers_reason: str  # for the run's first lines
     compile: CompileChoice  # torch.compile of the model and the loss
     cuda_graphs: GraphsChoice  # the training micro-step replayed as CUDA graphs
 
@@ -103,6 +106,7 @@ def plan_run(config: TrainConfig, num_processes: int, num_train_images: int, num
     warmup = round(warmup_epochs * batches_per_epoch) if warmup_epochs > 0 else 0
     warmup = warmup or -1
     cache = decide_cache(config.data.cache_images, cache_bytes, available_ram)
+    workers = decide_workers(config.data.workers, device_type)
     compile_choice = decide_compile(config.run.compile, config.run.compile_loss, config.run.compile_mode,
                                     device_type, run.epochs * num_train_images, num_processes)
     graphs = decide_cuda_graphs(config.run.cuda_graphs, device_type, num_processes, compile_choice.model,
@@ -121,6 +125,8 @@ def plan_run(config: TrainConfig, num_processes: int, num_train_images: int, num
         val_batch_size=max((run.val_batch_size or 2 * run.batch_size) // num_processes, 1),
         cache_images=cache[0],
         cache_reason=cache[1],
+        workers=workers[0],
+        workers_reason=workers[1],
         compile=compile_choice,
         cuda_graphs=graphs,
     )
@@ -200,6 +206,25 @@ def decide_cuda_graphs(requested: bool | None, device_type: str, num_processes: 
     why = "--cuda-graphs true" if requested else "auto: a one-process CUDA run"
     return GraphsChoice(True, f"CUDA graphs: the training step's forward, loss and backward, one graph per input "
                               f"shape ({why}; --cuda-graphs false for the eager step)")
+
+
+DEFAULT_WORKERS = 8  # Ultralytics' default; the loader caps it at the cores per process
+# A CPU run's step already uses every core (oneDNN's threads): on 2 cores, 2 workers made a coco128 run at 320 px
+# about 15% slower than loading in the training process (benchmarks/RESULTS.md), validation most of all.
+CPU_RUN_MAX_CORES_WITHOUT_WORKERS = 2
+
+
+def decide_workers(requested: int | None, device_type: str) -> tuple[int, str]:
+    """``--workers`` as asked; auto (None): ``DEFAULT_WORKERS``, or none on a CPU run with few cores per process.
+    Returns the count and, for the run's first lines, why."""
+    if requested is not None:
+        return requested, f"loader workers: {requested} per process (--workers {requested})"
+    cores = usable_workers(1 << 16)  # the cores this process may use, shared among the processes of this machine
+    if device_type == "cpu" and cores <= CPU_RUN_MAX_CORES_WITHOUT_WORKERS:
+        return 0, (f"loader workers: none, batches made in the training process (auto: a CPU run with {cores} "
+                   f"core(s) per process, which the step uses; --workers N to choose)")
+    count = min(DEFAULT_WORKERS, cores)
+    return DEFAULT_WORKERS, f"loader workers: {count} per process (auto; --workers N to choose)"
 
 
 CACHE_RAM_SHARE = 0.5  # --cache-images auto caches when the images take at most this share of the available RAM

@@ -281,6 +281,7 @@ def start_run(run: Run, val_source: DetectionSource, resume: Resume | None = Non
                       f"{len(run.train_source.dataset)} train / {len(val_source.dataset)} val images | "
                       f"{run.run_dir}")
     accelerator.print(plan.cache_reason)
+    accelerator.print(plan.workers_reason)
     accelerator.print(plan.compile.reason)
     accelerator.print(plan.cuda_graphs.reason)
 
