@@ -217,6 +217,8 @@ CPU_RUN_MAX_CORES_WITHOUT_WORKERS = 2
 def decide_workers(requested: int | None, device_type: str) -> tuple[int, str]:
     """``--workers`` as asked; auto (None): ``DEFAULT_WORKERS``, or none on a CPU run with few cores per process.
     Returns the count and, for the run's first lines, why."""
+    if requested == 0:
+        return 0, "loader workers: none, batches made in the training process (--workers 0)"
     if requested is not None:
         return requested, f"loader workers: {requested} per process (--workers {requested})"
     cores = usable_workers(1 << 16)  # the cores this process may use, shared among the processes of this machine
