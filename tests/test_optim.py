@@ -197,7 +197,7 @@ def test_musgd_groups_follow_ultralytics():
 def test_workers_auto_loads_in_the_training_process_on_a_small_cpu(monkeypatch, cores, device, expected):
     import yolo11.engine.plan as plan
 
-    monkeypatch.setattr(plan, "usable_workers", lambda requested: min(requested, cores))
+    monkeypatch.setattr(plan, "cores_per_process", lambda: cores)
     workers, reason = plan.decide_workers(None, device)
     assert workers == expected and "auto" in reason
     assert plan.decide_workers(2, "cpu") == (2, "loader workers: 2 per process (--workers 2)")  # as typed

@@ -58,12 +58,17 @@ def seed_worker(worker_id: int) -> None:
     keep_freed_memory()
 
 
-def usable_workers(requested: int) -> int:
-    """``requested`` loader workers, capped at the CPU cores this process may use divided by the training processes
-    on this machine (as Ultralytics caps them): more workers than cores only oversubscribe them."""
+def cores_per_process() -> int:
+    """The CPU cores this process may use divided by the training processes on this machine, at least 1."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     local_processes = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
-    return min(requested, max(cores // max(local_processes, 1), 1))
+    return max(cores // max(local_processes, 1), 1)
+
+
+def usable_workers(requested: int) -> int:
+    """``requested`` loader workers, capped at ``cores_per_process()`` (as Ultralytics caps them): more workers
+    than cores only oversubscribe them."""
+    return min(requested, cores_per_process())
 
 
 def stop_workers_at_exit(iterator) -> None:

@@ -12,7 +12,7 @@ from accelerate import PartialState
 from accelerate.utils import DistributedType
 
 from yolo11.data.collate import CHANNELS_LAST_DEVICES
-from yolo11.data.workers import usable_workers
+from yolo11.data.workers import cores_per_process
 from yolo11.engine.config import TrainConfig
 from yolo11.engine.optim import OptimizerChoice, lr_scale_for_batch, resolve_optimizer
 
@@ -221,7 +221,7 @@ def decide_workers(requested: int | None, device_type: str) -> tuple[int, str]:
         return 0, "loader workers: none, batches made in the training process (--workers 0)"
     if requested is not None:
         return requested, f"loader workers: {requested} per process (--workers {requested})"
-    cores = usable_workers(1 << 16)  # the cores this process may use, shared among the processes of this machine
+    cores = cores_per_process()
     if device_type == "cpu" and cores <= CPU_RUN_MAX_CORES_WITHOUT_WORKERS:
         return 0, (f"loader workers: none, batches made in the training process (auto: a CPU run with {cores} "
                    f"core(s) per process, which the step uses; --workers N to choose)")
