@@ -192,16 +192,19 @@ def test_musgd_groups_follow_ultralytics():
     assert all(g["initial_lr"] == g["lr"] for g in groups)
 
 
-@pytest.mark.parametrize("cores, device, expected", [(2, "cpu", 0), (1, "cpu", 0), (4, "cpu", 8), (2, "cuda", 8),
-                                                      (16, "cuda", 8)])
-def test_workers_auto_loads_in_the_training_process_on_a_small_cpu(monkeypatch, cores, device, expected):
+@pytest.mark.parametrize("cores, device, imgsz, expected", [
+    (2, "cpu", 640, 0), (1, "cpu", 320, 0), (2, "cpu", 160, 8), (4, "cpu", 640, 8), (2, "cuda", 640, 8),
+    (16, "cuda", 640, 8)])
+def test_workers_auto_loads_in_the_training_process_on_a_small_busy_cpu(monkeypatch, cores, device, imgsz,
+                                                                         expected):
     import yolo11.engine.plan as plan
 
     monkeypatch.setattr(plan, "cores_per_process", lambda: cores)
-    workers, reason = plan.decide_workers(None, device)
+    workers, reason = plan.decide_workers(None, device, imgsz)
     assert workers == expected and "auto" in reason
     assert plan.decide_workers(2, "cpu") == (2, "loader workers: 2 per process (--workers 2)")  # as typed
-    assert plan_run(parse_config([]), 1, 100, 80, device_type=device).workers == expected
+    config = parse_config(["--imgsz", str(imgsz)])
+    assert plan_run(config, 1, 100, 80, device_type=device).workers == expected
     assert plan_run(parse_config(["--workers", "3"]), 1, 100, 80, device_type=device).workers == 3
 
 

@@ -132,8 +132,8 @@ class DataConfig(_SelfValidating):
                                     "from the boxes, an error when they fit both)", ("auto", "xywh", "xyxy"))
     imgsz: int = _opt(640, "training and validation image size in pixels (multiple of 32)")
     workers: int | None = _opt(None, "data-loader worker processes per training process, at most its CPU cores; "
-                                     "default auto: 8, but none on a CPU run with 2 cores or fewer per process, "
-                                     "where they only take cycles from the training step")
+                                     "default auto: 8, but none on a CPU run at 320 px or more with 2 cores or "
+                                     "fewer per process, where they only take cycles from the training step")
     cache_dir: str | None = _opt(None, "where converted Arrow datasets are cached (default ~/.cache/yolo11)")
     cache_images: bool | None = _opt(None, "decode and resize every image once into RAM shared by the loader "
                                            "workers (Ultralytics' cache=ram); default auto: when the train and val "

@@ -106,7 +106,7 @@ def plan_run(config: TrainConfig, num_processes: int, num_train_images: int, num
     warmup = round(warmup_epochs * batches_per_epoch) if warmup_epochs > 0 else 0
     warmup = warmup or -1
     cache = decide_cache(config.data.cache_images, cache_bytes, available_ram)
-    workers = decide_workers(config.data.workers, device_type)
+    workers = decide_workers(config.data.workers, device_type, config.data.imgsz)
     compile_choice = decide_compile(config.run.compile, config.run.compile_loss, config.run.compile_mode,
                                     device_type, run.epochs * num_train_images, num_processes)
     graphs = decide_cuda_graphs(config.run.cuda_graphs, device_type, num_processes, compile_choice.model,
@@ -209,22 +209,25 @@ def decide_cuda_graphs(requested: bool | None, device_type: str, num_processes: 
 
 
 DEFAULT_WORKERS = 8  # Ultralytics' default; the loader caps it at the cores per process
-# A CPU run's step already uses every core (oneDNN's threads): on 2 cores, 2 workers made a coco128 run at 320 px
-# about 15% slower than loading in the training process (benchmarks/RESULTS.md), validation most of all.
+# A CPU run's step at 320 px and more keeps every core busy (oneDNN's threads): on 2 cores, 2 workers made a
+# coco128 run 14% slower than making the batches in the training process, validation most of all; at 160 px
+# both took the same time, and at 64 px (the synthetic demo) the workers were 7% faster (benchmarks/RESULTS.md).
 CPU_RUN_MAX_CORES_WITHOUT_WORKERS = 2
+CPU_RUN_MIN_IMGSZ_WITHOUT_WORKERS = 320
 
 
-def decide_workers(requested: int | None, device_type: str) -> tuple[int, str]:
-    """``--workers`` as asked; auto (None): ``DEFAULT_WORKERS``, or none on a CPU run with few cores per process.
-    Returns the count and, for the run's first lines, why."""
+def decide_workers(requested: int | None, device_type: str, imgsz: int = 640) -> tuple[int, str]:
+    """``--workers`` as asked; auto (None): ``DEFAULT_WORKERS``, or none on a CPU run with few cores per process
+    whose step keeps them busy. Returns the count and, for the run's first lines, why."""
     if requested == 0:
         return 0, "loader workers: none, batches made in the training process (--workers 0)"
     if requested is not None:
         return requested, f"loader workers: {requested} per process (--workers {requested})"
     cores = cores_per_process()
-    if device_type == "cpu" and cores <= CPU_RUN_MAX_CORES_WITHOUT_WORKERS:
-        return 0, (f"loader workers: none, batches made in the training process (auto: a CPU run with {cores} "
-                   f"core(s) per process, which the step uses; --workers N to choose)")
+    if (device_type == "cpu" and cores <= CPU_RUN_MAX_CORES_WITHOUT_WORKERS
+            and imgsz >= CPU_RUN_MIN_IMGSZ_WITHOUT_WORKERS):
+        return 0, (f"loader workers: none, batches made in the training process (auto: a CPU run at {imgsz} px "
+                   f"with {cores} core(s) per process, which the step keeps busy; --workers N to choose)")
     count = min(DEFAULT_WORKERS, cores)
     return DEFAULT_WORKERS, f"loader workers: {count} per process (auto; --workers N to choose)"
 
