@@ -142,7 +142,8 @@ class DetectionLoss(nn.Module):
         """``(B, A)`` mean L1 over the 4 sides between predicted and target distances (unclamped), in pixels over the
         input width (l, r) or height (t, b), as Ultralytics' ``BboxLoss`` for ``reg_max`` 1."""
         height, width = (size * self.strides[0] for size in first_level)  # the input size, as Ultralytics derives it
-        scale = distances.new_tensor([width, height, width, height])
+        scale = distances.new_empty(4)  # filled on the device: a host tensor's copy cannot be captured in a graph
+        scale[0::2], scale[1::2] = width, height
         left_top, right_bottom = target_boxes.chunk(2, -1)
         target = torch.cat((points - left_top, right_bottom - points), -1)
         return F.l1_loss(distances * stride / scale, target * stride / scale, reduction="none").mean(-1)
