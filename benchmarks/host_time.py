@@ -98,8 +98,8 @@ def ours(args, batches: list[dict], device: torch.device) -> tuple[dict, int]:
     schedule = WarmupSchedule(optimizer, lr_lambda("linear", 100, 0.01), -1, 0.1, 0.8, 0.937)
     model, optimizer = accelerator.prepare(model, optimizer)
     step = TrainStep(accelerator=accelerator, model=model, criterion=DetectionLoss(80), optimizer=optimizer,
-                     schedule=schedule, ema=ema, accumulation=Accumulation(1), clip_grad=10.0, channels_last=channels_last,
-                     batch_hsv=BatchHSV().to(device),
+                     schedule=schedule, ema=ema, accumulation=Accumulation(1), clip_grad=10.0,
+                     channels_last=channels_last, batch_hsv=BatchHSV().to(device),
                      progress=Progress(accelerator, interval=10**9, epochs=1, batches_per_epoch=10**6, bars=False))
     clock = Clock(device)
     plain = accelerator.unwrap_model(model)
