@@ -74,35 +74,16 @@ class Clock:
 
 
 def ours(args, batches: list[dict], device: torch.device) -> tuple[dict, int]:
-    from accelerate import Accelerator
+    from step_overhead import build_step
 
-    import yolo11
-    from yolo11.data import BatchHSV
-    from yolo11.data.collate import CHANNELS_LAST_DEVICES
     from yolo11.engine.checkpoint import TrainState
-    from yolo11.engine.ema import ModelEMA
-    from yolo11.engine.loop import Accumulation, TrainStep, train_one_epoch
-    from yolo11.engine.optim import OptimizerChoice, WarmupSchedule, build_optimizer, lr_lambda
-    from yolo11.engine.progress import Progress
-    from yolo11.loss import DetectionLoss
+    from yolo11.engine.loop import train_one_epoch
 
+    step = build_step("eager", args.model, args.batch, nominal=args.batch, device=device)  # a step per batch
+    accelerator, optimizer, ema = step.accelerator, step.optimizer, step.ema
     cuda = device.type == "cuda"
-    channels_last = device.type in CHANNELS_LAST_DEVICES  # as the trainer's plan decides
-    accelerator = Accelerator(cpu=not cuda, mixed_precision="bf16" if cuda else "no")
-    torch.manual_seed(0)
-    model = yolo11.create_model(args.model, num_classes=80).to(device)
-    if channels_last:
-        model = model.to(memory_format=torch.channels_last)
-    ema = ModelEMA(model)
-    optimizer = build_optimizer(model, OptimizerChoice("AdamW", 0.000119, 0.9), 5e-4)
-    schedule = WarmupSchedule(optimizer, lr_lambda("linear", 100, 0.01), -1, 0.1, 0.8, 0.937)
-    model, optimizer = accelerator.prepare(model, optimizer)
-    step = TrainStep(accelerator=accelerator, model=model, criterion=DetectionLoss(80), optimizer=optimizer,
-                     schedule=schedule, ema=ema, accumulation=Accumulation(1), clip_grad=10.0,
-                     channels_last=channels_last, batch_hsv=BatchHSV().to(device),
-                     progress=Progress(accelerator, interval=10**9, epochs=1, batches_per_epoch=10**6, bars=False))
     clock = Clock(device)
-    plain = accelerator.unwrap_model(model)
+    plain = accelerator.unwrap_model(step.model)
     for name, layer in [*plain.backbone.layers.named_children(), *plain.neck.named_children()]:
         clock.hook(layer, f"layer {name} {type(layer).__name__}")
     clock.hook(plain.head, f"layer head {type(plain.head).__name__}")
@@ -114,6 +95,7 @@ def ours(args, batches: list[dict], device: torch.device) -> tuple[dict, int]:
     clock.wrap(optimizer, "step", "optimizer")
     clock.wrap(optimizer, "zero_grad", "optimizer")
     clock.wrap(ema, "update", "EMA")
+
     def feed():  # a step runs from one batch request to the next: the loop's own per-step work included
         start = time.perf_counter()
         for batch in batches:

@@ -47,12 +47,15 @@ def make_batches(count: int, batch: int, imgsz: int, boxes: int, device) -> list
     return out
 
 
-def build_step(variant: str, model_name: str, batch: int, nominal: int = 64):
+def build_step(variant: str, model_name: str, batch: int, nominal: int = 64, device: str | torch.device = "cuda"):
+    """The trainer's ``TrainStep`` for ``variant`` on ``device`` (bf16 on CUDA, fp32 elsewhere; channels_last where
+    the trainer's plan uses it), one optimizer step per ``nominal / batch`` batches."""
     from accelerate import Accelerator
     from accelerate.state import AcceleratorState, GradientState
 
     import yolo11
     from yolo11.data import BatchHSV
+    from yolo11.data.collate import CHANNELS_LAST_DEVICES
     from yolo11.engine.compile import CompiledLoss, compile_model
     from yolo11.engine.ema import ModelEMA
     from yolo11.engine.loop import Accumulation, TrainStep
@@ -62,13 +65,18 @@ def build_step(variant: str, model_name: str, batch: int, nominal: int = 64):
 
     AcceleratorState._reset_state(reset_partial_state=True)
     GradientState._reset_state()
-    accelerator = Accelerator(mixed_precision="bf16")
+    device = torch.device(device)
+    cuda = device.type == "cuda"
+    channels_last = device.type in CHANNELS_LAST_DEVICES
+    accelerator = Accelerator(cpu=not cuda, mixed_precision="bf16" if cuda else "no")
     torch.manual_seed(0)
-    model = yolo11.create_model(model_name, num_classes=80).cuda().to(memory_format=torch.channels_last)
+    model = yolo11.create_model(model_name, num_classes=80).to(device)
+    if channels_last:
+        model = model.to(memory_format=torch.channels_last)
     ema = ModelEMA(model)
     optimizer = build_optimizer(model, OptimizerChoice("AdamW", 0.000119, 0.9), 5e-4)
     schedule = WarmupSchedule(optimizer, lr_lambda("linear", 100, 0.01), -1, 0.1, 0.8, 0.937)
-    criterion, batch_hsv = DetectionLoss(80), BatchHSV().cuda()
+    criterion, batch_hsv = DetectionLoss(80), BatchHSV().to(device)
     if variant == "cudagraphs-backend":
         model = torch.compile(model, backend="cudagraphs")
         criterion = torch.compile(criterion, backend="cudagraphs")
@@ -79,7 +87,7 @@ def build_step(variant: str, model_name: str, batch: int, nominal: int = 64):
     model, optimizer = accelerator.prepare(model, optimizer)
     return TrainStep(accelerator=accelerator, model=model, criterion=criterion, optimizer=optimizer,
                      schedule=schedule, ema=ema, accumulation=Accumulation(max(round(nominal / batch), 1)),
-                     clip_grad=10.0, channels_last=True, batch_hsv=batch_hsv,
+                     clip_grad=10.0, channels_last=channels_last, batch_hsv=batch_hsv,
                      progress=Progress(accelerator, interval=10**9, epochs=1, batches_per_epoch=10**6, bars=False),
                      cuda_graphs=variant == "graphs")
 
