@@ -23,6 +23,7 @@ import cv2
 import numpy as np
 import torch
 
+from yolo11.data.image_io import load_bgr
 from yolo11.data.transforms import LetterBox
 from yolo11.gate import read_yaml
 from yolo11.geometry import MAX_STRIDE, rect_input_size
@@ -35,13 +36,8 @@ ImageInput = str | Path | np.ndarray | Any
 
 
 def read_rgb(path: str | Path) -> np.ndarray:
-    """(H, W, 3) uint8 RGB of an image file (OpenCV applies its EXIF orientation)."""
-    if not Path(path).is_file():  # cv2.imread returns None alike for a missing and a corrupt file
-        raise FileNotFoundError(f"no such file: {path}")
-    image = cv2.imread(str(path), cv2.IMREAD_COLOR)
-    if image is None:
-        raise ValueError(f"cannot read image {path}")
-    return cv2.cvtColor(image, cv2.COLOR_BGR2RGB)
+    """(H, W, 3) uint8 RGB of an image file, its EXIF orientation applied (``image_io.load_bgr``)."""
+    return cv2.cvtColor(load_bgr(path), cv2.COLOR_BGR2RGB)
 
 
 def as_rgb(image: ImageInput) -> np.ndarray:

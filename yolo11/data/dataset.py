@@ -14,11 +14,11 @@ import os
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
-import cv2
 import datasets
 import numpy as np
 import torch
 
+from yolo11.data.image_io import decode_bgr, load_bgr
 from yolo11.data.sampling import epoch_permutation
 from yolo11.data.transforms import (
     AugmentParams,
@@ -58,18 +58,17 @@ class EpochKeySampler(torch.utils.data.Sampler):
 
 
 def decode_image(image: dict) -> np.ndarray:
-    """BGR uint8 ``(H, W, 3)`` from the schema's ``{"bytes", "path"}``, EXIF orientation applied (OpenCV does it
-    for both paths); raises ``ValueError`` naming the file if undecodable."""
+    """BGR uint8 ``(H, W, 3)`` from the schema's ``{"bytes", "path"}``, EXIF orientation applied (``image_io``);
+    raises ``ValueError`` naming the file if undecodable."""
+    if image.get("bytes"):
+        decoded = decode_bgr(image["bytes"])
+        if decoded is None:
+            raise ValueError(f"cannot decode image {image.get('path') or '(stored bytes without a path)'}")
+        return decoded
     try:
-        if image.get("bytes"):
-            decoded = cv2.imdecode(np.frombuffer(image["bytes"], np.uint8), cv2.IMREAD_COLOR)
-        else:
-            decoded = cv2.imread(image.get("path") or "", cv2.IMREAD_COLOR)
-    except cv2.error:  # OpenCV asserts on some malformed buffers instead of returning None
-        decoded = None
-    if decoded is None:
-        raise ValueError(f"cannot decode image {image.get('path') or '(stored bytes without a path)'}")
-    return decoded
+        return load_bgr(image.get("path") or "")
+    except FileNotFoundError as err:
+        raise ValueError(str(err)) from None
 
 
 class ImageCache:

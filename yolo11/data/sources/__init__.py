@@ -29,6 +29,7 @@ from yolo11.data.schema import LOGGER, BadSampleSummary, DataSourceError, Detect
 from yolo11.data.sources.box_format import BBOX_FORMATS
 from yolo11.data.sources.coco import coco_fingerprint_files, coco_rows, image_folder
 from yolo11.data.sources.hub import load_disk, load_hub, normalise, pick_split
+from yolo11.data.sources.layouts import Layout, detect_layout
 from yolo11.data.sources.splits import VAL_FALLBACKS, choose_split
 from yolo11.data.sources.synthetic import SHAPES, SyntheticOptions, synthetic_rows
 from yolo11.data.sources.yolo import (
@@ -232,7 +233,8 @@ def load_source(spec: str, split: str = "train", cache_dir: str | os.PathLike | 
         return _load_coco(path.resolve(), request.images, request)
     if path.is_dir():
         _no_image_folder(request, os.fspath(path))
-        return _load_folder(path, request)
+        layout = detect_layout(path)
+        return _load_folder(path, request) if layout is None else _load_layout(layout, request)
     if _looks_like_path(spec):
         templated = f" ({spec} for split {split!r}; {split_flag or 'the split argument'} names the split)" \
             if "{split}" in spec else ""
@@ -274,9 +276,24 @@ def _load_folder(folder: Path, request: _Request) -> DetectionSource:
     return DetectionSource(dataset, names, f"{folder.name}-{chosen}", origin=origin)
 
 
-def _load_yaml(path: Path, request: _Request) -> DetectionSource:
-    """An Ultralytics data YAML: YOLO txt labels, or COCO jsons named per split (converted as a json given alone)."""
-    data = read_data_yaml(path)
+def _load_layout(layout: Layout, request: _Request) -> DetectionSource:
+    """A folder another tool exported (``layouts.py``): its data YAML, its COCO jsons or its YOLO folders."""
+    _report(layout.note)
+    if layout.kind == "yaml":
+        return _load_yaml(layout.path.resolve(), request)
+    if layout.kind == "coco":
+        split, note = choose_split(list(layout.coco_jsons), request.split, request.fallback_splits,
+                                   request.split_flag, f"{layout.path} (COCO export)")
+        _report(note)
+        return _load_coco(layout.coco_jsons[split].resolve(), None, request)
+    return _load_yaml(layout.path.resolve(), request, layout.data, layout.labels_beside_images)
+
+
+def _load_yaml(path: Path, request: _Request, data: dict | None = None,
+               labels_beside_images: bool = False) -> DetectionSource:
+    """An Ultralytics data YAML: YOLO txt labels, or COCO jsons named per split (converted as a json given alone).
+    ``data``: the YAML's content for a folder without one (``path`` is then its names file)."""
+    data = data or read_data_yaml(path)
     split, note = choose_split(yaml_splits(data), request.split, request.fallback_splits, request.split_flag,
                                os.fspath(path))
     _report(note)
@@ -290,9 +307,11 @@ def _load_yaml(path: Path, request: _Request) -> DetectionSource:
     if request.bbox_format != "auto":
         raise DataSourceError(f"{path}: --bbox-format applies to Hub datasets, dataset folders and COCO jsons; YOLO "
                               "txt labels are always 'class cx cy w h', normalised")
-    fingerprint = _fingerprint_stats({"kind": "yolo", "split": split}, yolo_fingerprint_stats(path, split))
+    stats = yolo_fingerprint_stats(path, split, data, labels_beside_images)
+    fingerprint = _fingerprint_stats({"kind": "yolo", "split": split, "data": data if path.suffix not in (
+        ".yaml", ".yml") else None, "beside": labels_beside_images}, stats)
     result = _cached(request.cache_root, f"yolo-{path.stem}-{split}", fingerprint,
-                     lambda: yolo_rows(path, split, request.workers))
+                     lambda: yolo_rows(path, split, request.workers, data, labels_beside_images))
     origin = "yolo:" + ";".join(sorted(os.fspath(p.resolve()) for p in split_locations(path, data, split)))
     return _checked(f"{path.stem}-{split}", result, f"{path}: split {split!r}", origin)
 

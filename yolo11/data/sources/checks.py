@@ -1,87 +1,17 @@
-"""Checks shared by the file-based sources: image headers and box sanity, each with a message naming the file."""
+"""Checks shared by the file-based sources: box sanity, with a message naming the file (images: ``image_io``)."""
 
 from __future__ import annotations
 
-import os
-import sys
-import tempfile
-from pathlib import Path
-
-import cv2
 import numpy as np
-from PIL import Image
 
-IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff")
+from yolo11.data.image_io import IMAGE_SUFFIXES, image_size, oriented_size
+
+__all__ = ["IMAGE_SUFFIXES", "check_box", "image_size", "objects_row", "oriented_size"]
+
 # A box may stick out of the image by this fraction of the image size (label rounding) and is clipped; further out
 # it is treated as a wrong label and dropped.
 OUT_OF_IMAGE_TOLERANCE = 0.02
 MIN_BOX_SIZE_PX = 1e-3  # narrower boxes (after clipping) carry no signal and break IoU-based losses
-EXIF_ORIENTATION = 274
-TRANSPOSED_ORIENTATIONS = (5, 6, 7, 8)  # rotated by 90 or 270 degrees (5 and 7 also mirrored)
-LIBJPEG_CORRUPTION = ("Corrupt JPEG data", "Premature end of JPEG file")  # libjpeg's data-error warnings
-
-
-def oriented_size(image: Image.Image) -> tuple[int, int]:
-    """``(width, height)`` once the EXIF orientation is applied, as OpenCV decodes the pixels (``cv2.imread`` and
-    ``cv2.imdecode`` both rotate) and as YOLO labels are drawn; PIL's ``size`` is the stored, unrotated size."""
-    width, height = image.size
-    try:
-        orientation = image.getexif().get(EXIF_ORIENTATION)
-    except Exception:  # a malformed EXIF block: OpenCV ignores it too
-        orientation = None
-    return (height, width) if orientation in TRANSPOSED_ORIENTATIONS else (width, height)
-
-
-def image_size(path: Path) -> tuple[int, int]:
-    """``(width, height)`` of an image file with its EXIF orientation applied, verified to be complete.
-
-    Raises ``ValueError`` with the reason for an unreadable, corrupt or truncated file: PIL ``verify`` checks the
-    header and the container, then OpenCV (the loader's decoder) decodes it once at 1/8 scale (``decode_problem``).
-    """
-    try:
-        with Image.open(path) as image:
-            width, height = oriented_size(image)
-            image_format = image.format
-            image.verify()
-    except Exception as err:  # PIL raises many types (OSError, SyntaxError, struct.error...)
-        raise ValueError(f"unreadable or corrupt image ({type(err).__name__}: {err})") from None
-    if width < 2 or height < 2:
-        raise ValueError(f"image too small ({width}x{height})")
-    if image_format == "JPEG":
-        with open(path, "rb") as file:  # PIL's verify does not see a JPEG cut short: look for the end marker
-            file.seek(-2, 2)
-            if file.read() != b"\xff\xd9":
-                raise ValueError("truncated JPEG (no end-of-image marker)")
-    problem = decode_problem(Path(path).read_bytes())
-    if problem:
-        raise ValueError(problem)
-    return width, height
-
-
-def decode_problem(data: bytes) -> str:
-    """Why OpenCV cannot decode ``data`` cleanly, or ``""``.
-
-    A JPEG damaged in the middle decodes to garbage pixels while libjpeg prints "Corrupt JPEG data: ..." to the
-    process's stderr without a file name, so stderr (file descriptor 2) is captured around the decode to tie the
-    warning to the file. Decoding at 1/8 scale still reads every coefficient: about 0.6 ms for a COCO image.
-    """
-    sys.stderr.flush()
-    with tempfile.TemporaryFile() as sink:
-        saved = os.dup(2)
-        os.dup2(sink.fileno(), 2)
-        try:
-            decoded = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_REDUCED_GRAYSCALE_8)
-        except cv2.error:
-            decoded = None
-        finally:
-            os.dup2(saved, 2)
-            os.close(saved)
-        sink.seek(0)
-        warnings = sink.read().decode(errors="replace").splitlines()
-    corrupt = [line.strip() for line in warnings if line.startswith(LIBJPEG_CORRUPTION)]
-    if corrupt:
-        return f"corrupt image data (libjpeg: {corrupt[0]})"
-    return "" if decoded is not None else "OpenCV cannot decode it"
 
 
 def check_box(box: np.ndarray, width: int, height: int) -> tuple[np.ndarray | None, bool, str]:

@@ -7,12 +7,14 @@ from pathlib import Path
 
 import numpy as np
 
+from yolo11.data.image_io import read_regular_file
 from yolo11.data.schema import BadSampleSummary, DataSourceError
 from yolo11.data.sources.checks import IMAGE_SUFFIXES, check_box, image_size, objects_row
 from yolo11.data.sources.parallel import ordered_map
 from yolo11.gate import FileRefusedError, read_yaml
 
 SPLIT_KEYS = ("train", "val", "test")
+MAX_LABEL_BYTES = 64 << 20  # a label file of a million boxes is ~40 MB; more is not a label file
 
 
 def names_coco_jsons(data: dict) -> bool:
@@ -80,10 +82,19 @@ def coco_split(yaml_path: Path, data: dict, split: str) -> tuple[Path, Path | No
 
 
 def split_locations(yaml_path: Path, data: dict, split: str) -> list[Path]:
-    """The folders, txt lists or jsons ``split`` names, resolved against the dataset root."""
+    """The folders, txt lists or jsons ``split`` names, resolved against the dataset root.
+
+    A relative entry starting with ``../`` that does not exist is tried again without it, as Ultralytics does:
+    a Roboflow export's ``data.yaml`` says ``train: ../train/images`` beside the ``train/`` folder."""
     root = dataset_root(yaml_path, data)
     entries = data[split] if isinstance(data[split], list) else [data[split]]
-    return [Path(entry) if Path(entry).is_absolute() else root / entry for entry in entries]
+    locations = []
+    for entry in map(str, entries):
+        location = Path(entry) if Path(entry).is_absolute() else root / entry
+        if not location.exists() and entry.startswith("../") and (root / entry[3:]).exists():
+            location = root / entry[3:]
+        locations.append(location)
+    return locations
 
 
 def list_split_images(yaml_path: Path, data: dict, split: str) -> list[Path]:
@@ -106,14 +117,23 @@ def list_split_images(yaml_path: Path, data: dict, split: str) -> list[Path]:
     return images
 
 
-def label_path(image: Path) -> Path:
-    """The parallel ``labels/`` file of an image: the last ``images`` folder in the path becomes ``labels``."""
+def label_path(image: Path, beside: bool = False) -> Path:
+    """The parallel ``labels/`` file of an image: the last ``images`` folder in the path becomes ``labels``;
+    ``beside``: the ``.txt`` of the same name in the image's folder."""
+    if beside:
+        return image.with_suffix(".txt")
     parts = list(image.parts)
     for i in range(len(parts) - 2, -1, -1):
         if parts[i] == "images":
             parts[i] = "labels"
             break
     return Path(*parts).with_suffix(".txt")
+
+
+def read_label_text(path: Path) -> str:
+    """A label file's text; ``ValueError`` for a FIFO or device named ``.txt`` (a read would block or never end)
+    or a file over ``MAX_LABEL_BYTES``."""
+    return read_regular_file(path, MAX_LABEL_BYTES).decode(errors="replace")
 
 
 def parse_label_file(path: Path, width: int, height: int, num_classes: int,
@@ -124,7 +144,7 @@ def parse_label_file(path: Path, width: int, height: int, num_classes: int,
     box, as Ultralytics does). Exact duplicate lines are dropped silently.
     """
     boxes, classes, seen = [], [], set()
-    for number, line in enumerate(path.read_text(errors="replace").splitlines(), start=1):
+    for number, line in enumerate(read_label_text(path).splitlines(), start=1):
         fields = line.split()
         if not fields or tuple(fields) in seen:
             continue
@@ -137,6 +157,9 @@ def parse_label_file(path: Path, width: int, height: int, num_classes: int,
             values = np.array([float(v) for v in fields], dtype=np.float64)
         except ValueError:
             summary.skipped_lines.append(f"{where}: non-numeric field in {line.strip()!r}")
+            continue
+        if not np.isfinite(values).all():
+            summary.skipped_lines.append(f"{where}: non-finite value (nan or inf) in {line.strip()!r}")
             continue
         cls = values[0]
         if cls != int(cls) or not 0 <= cls < num_classes:
@@ -171,20 +194,27 @@ def check_image_and_labels(task: tuple[Path, Path, int]) -> tuple[tuple[int, int
     except (ValueError, OSError) as err:
         summary.skipped_images.append(f"{image}: {err}, image skipped")
         return None, [], [], summary
-    boxes, classes = (parse_label_file(label, width, height, num_classes, summary) if label.is_file() else ([], []))
+    try:  # exists, not is_file: a FIFO or device named .txt is refused with its reason, not read as "no labels"
+        boxes, classes = parse_label_file(label, width, height, num_classes, summary) if label.exists() else ([], [])
+    except (ValueError, OSError) as err:
+        summary.skipped_images.append(f"{label}: {err}, image skipped")
+        return None, [], [], summary
     return (width, height), boxes, classes, summary
 
 
-def yolo_rows(yaml_path: Path, split: str,
-              workers: int | None = None) -> tuple[list[dict], list[str], BadSampleSummary]:
+def yolo_rows(yaml_path: Path, split: str, workers: int | None = None, data: dict | None = None,
+              labels_beside_images: bool = False) -> tuple[list[dict], list[str], BadSampleSummary]:
     """Rows of one split; bad images are skipped and every problem is recorded in the summary.
 
+    ``data`` is the YAML's content when it does not come from ``yaml_path`` (a folder recognised by
+    ``layouts.py``: ``yaml_path`` is then its names file); ``labels_beside_images``: ``x.txt`` beside ``x.jpg``
+    (darknet, CVAT YOLO 1.1, LabelImg) instead of the ``labels/`` folder beside ``images/``.
     The per-image checks run in ``workers`` processes (all cores when ``None``); the rows do not depend on it.
     """
-    data = read_data_yaml(yaml_path)
+    data = data or read_data_yaml(yaml_path)
     names = data["names"]
     images = list_split_images(yaml_path, data, split)
-    labels = [label_path(image) for image in images]
+    labels = [label_path(image, labels_beside_images) for image in images]
     if not any(p.is_file() for p in labels):  # a few missing files are backgrounds; all missing is a wrong layout
         folders = sorted({os.fspath(p.parent) for p in labels})
         raise DataSourceError(f"{yaml_path}: no label file for any of the {len(images)} '{split}' images; expected "
@@ -205,21 +235,24 @@ def yolo_rows(yaml_path: Path, split: str,
     return rows, names, summary
 
 
-def yolo_fingerprint_files(yaml_path: Path, split: str) -> list[Path]:
+def yolo_fingerprint_files(yaml_path: Path, split: str, data: dict | None = None,
+                           labels_beside_images: bool = False) -> list[Path]:
     """Files whose size/mtime decide whether a cached conversion is still valid."""
-    data = read_data_yaml(yaml_path)
+    data = data or read_data_yaml(yaml_path)
     images = list_split_images(yaml_path, data, split)
-    return [yaml_path, *images, *(p for p in map(label_path, images) if p.exists())]
+    labels = (label_path(image, labels_beside_images) for image in images)
+    return [yaml_path, *images, *(p for p in labels if p.exists())]
 
 
-def yolo_fingerprint_stats(yaml_path: Path, split: str) -> list[tuple[str, int, int]]:
+def yolo_fingerprint_stats(yaml_path: Path, split: str, data: dict | None = None,
+                           labels_beside_images: bool = False) -> list[tuple[str, int, int]]:
     """``(path, size, mtime_ns)`` of ``yolo_fingerprint_files``, in the same order, from one directory scan per
     folder instead of a ``Path`` and a ``stat`` per file: a cached start on COCO's 118k images spent most of its
     time here. Splits given as txt lists take the per-file way."""
-    data = read_data_yaml(yaml_path)
+    data = data or read_data_yaml(yaml_path)
     locations = split_locations(yaml_path, data, split) if data.get(split) else []
-    if not locations or not all(location.is_dir() for location in locations):
-        return [_stat(path) for path in yolo_fingerprint_files(yaml_path, split)]
+    if labels_beside_images or not locations or not all(location.is_dir() for location in locations):
+        return [_stat(path) for path in yolo_fingerprint_files(yaml_path, split, data, labels_beside_images)]
     entries: dict[str, os.stat_result] = {}
     images: list[str] = []
     image_folders = [folder for location in locations for folder in _folders(os.fspath(location))]
@@ -259,9 +292,13 @@ def _scan(folder: str, into: dict[str, os.stat_result]) -> list[str]:
     try:
         with os.scandir(folder) as it:
             for entry in it:
-                if not entry.is_dir():
+                try:
+                    if entry.is_dir():
+                        continue
                     into[entry.path] = entry.stat()
-                    found.append(entry.path)
+                except OSError:  # a dangling link or a link loop: the conversion reports it by name
+                    continue
+                found.append(entry.path)
     except FileNotFoundError:  # a labels folder that does not exist: no labels
         pass
     return found

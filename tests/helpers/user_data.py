@@ -1,0 +1,220 @@
+"""Datasets as users bring them, generated from the shipped coco8 sample: every image format and the layouts that
+labelling tools export. Each image is written so that it *displays* as the original (EXIF-rotated files store the
+pixels turned the other way), so its YOLO labels are the original's and its expected pixels are known."""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+ROOT = Path(__file__).resolve().parents[2]
+COCO8 = ROOT / "yolo11" / "assets" / "coco8"
+# stored = displayed turned by this; the EXIF orientation turns it back (PIL's exif_transpose convention)
+ORIENTATION_STORE = {6: Image.Transpose.ROTATE_90, 8: Image.Transpose.ROTATE_270, 3: Image.Transpose.ROTATE_180}
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One way of writing an image: the file name suffix, PIL's save call, and how exactly its pixels survive."""
+
+    name: str
+    suffix: str
+    mode: str = "RGB"  # PIL mode the displayed image is converted to before saving
+    save: dict | None = None
+    orientation: int = 1
+    lossless: bool = True
+    sixteen_bit: bool = False
+
+
+VARIANTS = (
+    Variant("jpeg baseline", ".jpg", save={"format": "JPEG", "quality": 95}, lossless=False),
+    Variant("jpeg progressive", ".jpeg", save={"format": "JPEG", "quality": 95, "progressive": True}, lossless=False),
+    Variant("jpeg cmyk", ".jpg", mode="CMYK", save={"format": "JPEG", "quality": 95}, lossless=False),
+    Variant("jpeg exif 6", ".jpg", save={"format": "JPEG", "quality": 95}, orientation=6, lossless=False),
+    Variant("jpeg exif 3 upper case", ".JPG", save={"format": "JPEG", "quality": 95}, orientation=3, lossless=False),
+    Variant("png rgb", ".png", save={"format": "PNG"}),
+    Variant("png 16 bit", ".png", sixteen_bit=True),
+    Variant("png palette", ".png", mode="P", save={"format": "PNG"}),
+    Variant("png grey", ".Png", mode="L", save={"format": "PNG"}),
+    Variant("png rgba", ".png", mode="RGBA", save={"format": "PNG"}),
+    Variant("png exif 8", ".png", save={"format": "PNG"}, orientation=8),
+    Variant("bmp", ".bmp", save={"format": "BMP"}),
+    Variant("tiff lzw", ".tif", save={"format": "TIFF", "compression": "tiff_lzw"}),
+    Variant("tiff exif 6", ".TIFF", save={"format": "TIFF"}, orientation=6),
+    Variant("webp lossless", ".webp", save={"format": "WEBP", "lossless": True}),
+    Variant("webp lossy", ".webp", save={"format": "WEBP", "quality": 90}, lossless=False),
+)
+
+
+def coco8_samples() -> list[tuple[Path, Path]]:
+    """``(image, label)`` of the 8 shipped images, train then val."""
+    images = sorted((COCO8 / "images" / "train").glob("*.jpg")) + sorted((COCO8 / "images" / "val").glob("*.jpg"))
+    return [(p, COCO8 / "labels" / p.parent.name / f"{p.stem}.txt") for p in images]
+
+
+def expected_rgb(displayed: Image.Image, variant: Variant) -> np.ndarray:
+    """The RGB pixels a reader must produce for ``displayed`` written as ``variant`` (alpha dropped, grey and
+    palette expanded, 16-bit shifted back to 8)."""
+    return np.asarray(_as_mode(displayed, variant.mode).convert("RGB"))
+
+
+def _as_mode(displayed: Image.Image, mode: str) -> Image.Image:
+    return displayed.convert("P", palette=Image.Palette.ADAPTIVE) if mode == "P" else displayed.convert(mode)
+
+
+def write_image(displayed: Image.Image, path: Path, variant: Variant) -> None:
+    """Write ``displayed`` so that a viewer shows it: EXIF-rotated variants store it turned the other way."""
+    if variant.sixteen_bit:  # 16-bit RGB PNG: PIL cannot write it, build the file through OpenCV's encoder
+        import cv2
+
+        rgb16 = np.asarray(displayed.convert("RGB")).astype(np.uint16) * 257  # value v -> v*257: >>8 gives v back
+        ok, encoded = cv2.imencode(".png", np.ascontiguousarray(rgb16[..., ::-1]))
+        assert ok
+        path.write_bytes(encoded.tobytes())
+        return
+    image = _as_mode(displayed, variant.mode)
+    save = dict(variant.save or {})
+    if variant.orientation != 1:
+        image = image.transpose(ORIENTATION_STORE[variant.orientation])
+        exif = Image.Exif()
+        exif[274] = variant.orientation
+        save["exif"] = exif
+    buffer = io.BytesIO()
+    image.save(buffer, **save)
+    path.write_bytes(buffer.getvalue())
+
+
+@dataclass(frozen=True)
+class CorpusImage:
+    path: Path
+    variant: Variant
+    expected: np.ndarray  # (H, W, 3) RGB as displayed
+    label_text: str
+
+
+def format_corpus(folder: Path) -> tuple[Path, list[CorpusImage]]:
+    """An Ultralytics data YAML over every variant of the coco8 images (train: 12 files, val: 4; names with spaces
+    and non-ASCII characters); returns the YAML and what each image must read as."""
+    samples = coco8_samples()
+    written = []
+    for index, variant in enumerate(VARIANTS):
+        source, label = samples[index % len(samples)]
+        split = "val" if index % 4 == 3 else "train"
+        stem = f"{index:02d} {variant.name} é✓".replace(" ", "_" if index % 2 else " ")
+        path = folder / "images" / split / f"{stem}{variant.suffix}"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        (folder / "labels" / split).mkdir(parents=True, exist_ok=True)
+        displayed = Image.open(source).convert("RGB")
+        write_image(displayed, path, variant)
+        (folder / "labels" / split / f"{stem}.txt").write_text(label.read_text())
+        written.append(CorpusImage(path, variant, expected_rgb(displayed, variant), label.read_text()))
+    names = coco8_names()
+    data_yaml = folder / "data.yaml"
+    data_yaml.write_text(json.dumps({"path": ".", "train": "images/train", "val": "images/val", "names": names}))
+    return data_yaml, written
+
+
+def coco8_names() -> list[str]:
+    import yaml
+
+    names = yaml.safe_load((ROOT / "yolo11" / "assets" / "coco8.yaml").read_text())["names"]
+    return [names[k] for k in range(len(names))]
+
+
+def label_boxes(label_text: str, width: int, height: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(classes, xyxy pixel boxes)`` of YOLO label text; exact duplicate lines dropped as the converter does."""
+    seen, rows = set(), []
+    for line in label_text.splitlines():
+        fields = tuple(line.split())
+        if fields and fields not in seen:
+            seen.add(fields)
+            rows.append([float(v) for v in fields])
+    table = np.array(rows, dtype=np.float64).reshape(-1, 5)
+    cx, cy, w, h = table[:, 1] * width, table[:, 2] * height, table[:, 3] * width, table[:, 4] * height
+    boxes = np.stack([cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2], 1)
+    return table[:, 0].astype(int), np.clip(boxes, 0, [width, height, width, height])
+
+
+# --- layouts ---------------------------------------------------------------------------------------------------
+
+def _copy_split(folder: Path, images_to: str, labels_to: str | None, samples: list[tuple[Path, Path]]) -> None:
+    """Copy samples: images into ``folder/images_to``, labels into ``folder/labels_to`` (``None``: beside)."""
+    (folder / images_to).mkdir(parents=True, exist_ok=True)
+    for image, label in samples:
+        shutil.copy(image, folder / images_to / image.name)
+        target = folder / (labels_to or images_to)
+        target.mkdir(parents=True, exist_ok=True)
+        shutil.copy(label, target / label.name)
+
+
+def roboflow_yolo(folder: Path) -> Path:
+    """Roboflow's YOLOv8/YOLO11 export: ``data.yaml`` with ``../train/images`` paths, ``nc`` and a names list."""
+    samples = coco8_samples()
+    _copy_split(folder, "train/images", "train/labels", samples[:4])
+    _copy_split(folder, "valid/images", "valid/labels", samples[4:])
+    _copy_split(folder, "test/images", "test/labels", samples[4:6])
+    names = coco8_names()
+    (folder / "data.yaml").write_text(
+        "train: ../train/images\nval: ../valid/images\ntest: ../test/images\n\n"
+        f"nc: {len(names)}\nnames: {json.dumps(names)}\n\n"
+        "roboflow:\n  workspace: ws\n  project: coco8\n  version: 1\n  license: CC BY 4.0\n"
+        "  url: https://universe.roboflow.com/ws/coco8/dataset/1\n")
+    return folder
+
+
+def label_studio_yolo(folder: Path) -> Path:
+    """Label Studio's "YOLO" export: ``classes.txt``, ``notes.json``, ``images/`` and ``labels/``, no splits."""
+    _copy_split(folder, "images", "labels", coco8_samples())
+    (folder / "classes.txt").write_text("\n".join(coco8_names()) + "\n")
+    (folder / "notes.json").write_text(json.dumps({"categories": [{"id": i, "name": n}
+                                                                  for i, n in enumerate(coco8_names())]}))
+    return folder
+
+
+def cvat_yolo_1_1(folder: Path) -> Path:
+    """CVAT's "YOLO 1.1" (darknet) export: ``obj.names``, ``obj.data``, ``train.txt``, labels beside the images in
+    ``obj_train_data/``."""
+    samples = coco8_samples()
+    _copy_split(folder, "obj_train_data", None, samples[:6])
+    _copy_split(folder, "obj_valid_data", None, samples[6:])
+    (folder / "obj.names").write_text("\n".join(coco8_names()) + "\n")
+    (folder / "obj.data").write_text(f"classes = {len(coco8_names())}\ntrain = data/train.txt\n"
+                                     "names = data/obj.names\nbackup = backup/\n")
+    (folder / "train.txt").write_text("".join(f"data/obj_train_data/{p.name}\n" for p, _ in samples[:6]))
+    return folder
+
+
+def labelimg_folder(folder: Path) -> Path:
+    """LabelImg in YOLO mode: images, their txt labels and ``classes.txt`` in one folder."""
+    _copy_split(folder, ".", None, coco8_samples())
+    (folder / "classes.txt").write_text("\n".join(coco8_names()) + "\n")
+    return folder
+
+
+def yaml_variants(folder: Path) -> dict[str, Path]:
+    """Ultralytics data YAMLs over one images/labels tree: without ``path``, lists of folders, txt image lists,
+    names as a list and as a dict, with ``nc``."""
+    samples = coco8_samples()
+    _copy_split(folder, "images/a", "labels/a", samples[:3])
+    _copy_split(folder, "images/b", "labels/b", samples[3:6])
+    _copy_split(folder, "images/val", "labels/val", samples[6:])
+    names = coco8_names()
+    (folder / "train.txt").write_text("".join(f"./images/a/{p.name}\n" for p, _ in samples[:3])
+                                      + "".join(f"{folder}/images/b/{p.name}\n" for p, _ in samples[3:6]))
+    dict_names = "\n".join(f"  {i}: {n}" for i, n in enumerate(names))
+    variants = {
+        "no path, folder list": f"train: [images/a, images/b]\nval: images/val\nnames: {json.dumps(names)}\n",
+        "path, txt list, dict names": f"path: {folder}\ntrain: train.txt\nval: images/val\nnames:\n{dict_names}\n",
+        "nc and names": f"train: images/a\nval: [images/val]\nnc: {len(names)}\nnames: {json.dumps(names)}\n",
+    }
+    paths = {}
+    for index, (name, text) in enumerate(variants.items()):
+        paths[name] = folder / f"data{index}.yaml"
+        paths[name].write_text(text)
+    return paths

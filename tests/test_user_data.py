@@ -1,0 +1,182 @@
+"""The data users bring: every image format and the layouts other tools export convert whole, with the pixels
+right and the boxes in the displayed frame, then train a step and validate on all of their images."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+from helpers import user_data
+from PIL import Image
+
+from yolo11.data.dataset import decode_image
+from yolo11.data.image_io import image_size
+from yolo11.data.sources import load_source
+
+pytestmark = pytest.mark.usefixtures("fresh_accelerate_state")
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[user_data.CorpusImage]]:
+    return user_data.format_corpus(tmp_path_factory.mktemp("formats"))
+
+
+def _rows_by_path(source) -> dict[str, dict]:
+    """Rows by image file name (the Arrow cache keeps the bytes and the base name)."""
+    return {Path(row["image"]["path"]).name: row for row in source.dataset}
+
+
+def test_every_format_converts_with_its_displayed_size_boxes_and_pixels(corpus, tmp_path: Path) -> None:
+    data_yaml, images = corpus
+    rows = {}
+    for split in ("train", "val"):
+        source = load_source(os.fspath(data_yaml), split, cache_dir=tmp_path, workers=1)
+        assert not source.summary.skipped_images, source.summary.skipped_images
+        rows |= _rows_by_path(source)
+    assert len(rows) == len(images) == len(user_data.VARIANTS)  # not one dropped as "corrupt"
+    for image in images:
+        row = rows[image.path.name]
+        height, width = image.expected.shape[:2]
+        assert (row["width"], row["height"]) == (width, height), image.variant.name
+        classes, boxes = user_data.label_boxes(image.label_text, width, height)
+        stored = np.array(row["objects"]["bbox"], dtype=np.float64).reshape(-1, 4)
+        assert row["objects"]["category"] == classes.tolist(), image.variant.name
+        np.testing.assert_allclose(stored[:, :2], boxes[:, :2], atol=1e-3, err_msg=image.variant.name)
+        np.testing.assert_allclose(stored[:, :2] + stored[:, 2:], boxes[:, 2:], atol=1e-3, err_msg=image.variant.name)
+        rgb = decode_image(row["image"])[..., ::-1]
+        assert rgb.shape == image.expected.shape, image.variant.name
+        error = np.abs(rgb.astype(int) - image.expected.astype(int))
+        if image.variant.lossless:  # PNG 8/16 bit, palette, grey, alpha, BMP, TIFF, lossless WebP: exact
+            assert error.max() == 0, image.variant.name
+        else:  # JPEG (CMYK included) and lossy WebP: close, and the right way up (a turned image differs by ~60)
+            assert error.mean() < 4, (image.variant.name, error.mean())
+
+
+def test_rotated_16_bit_and_palette_images_keep_their_boxes_on_the_objects(corpus) -> None:
+    """The boxes of an EXIF-rotated, a 16-bit and a palette image cut the same patch from the decoded pixels as
+    from the displayed original: labels and pixels share one frame."""
+    _, images = corpus
+    for name in ("jpeg exif 6", "png exif 8", "tiff exif 6", "png 16 bit", "png palette"):
+        image = next(i for i in images if i.variant.name == name)
+        decoded = decode_image({"bytes": image.path.read_bytes(), "path": os.fspath(image.path)})[..., ::-1]
+        height, width = image.expected.shape[:2]
+        _, boxes = user_data.label_boxes(image.label_text, width, height)
+        for x1, y1, x2, y2 in boxes.round().astype(int):
+            patch, reference = decoded[y1:y2, x1:x2].astype(int), image.expected[y1:y2, x1:x2].astype(int)
+            assert patch.shape == reference.shape and np.abs(patch - reference).mean() < 4, name
+
+
+def test_corrupt_images_are_skipped_by_name_and_readable_oddities_are_not(tmp_path: Path) -> None:
+    source_image, label = user_data.coco8_samples()[0]
+    data = source_image.read_bytes()
+    folder = tmp_path / "set"
+    (folder / "images").mkdir(parents=True)
+    (folder / "labels").mkdir()
+    good = {"trailer.jpg": data + b"\x00samsung-trailer" * 8}  # bytes after the end marker (phone cameras do)
+    png = Image.open(source_image)
+    from PIL import PngImagePlugin
+
+    info = PngImagePlugin.PngInfo()
+    info.add_text("Comment", "hello")
+    png.save(folder / "images" / "text.png", pnginfo=info)
+    raw = bytearray((folder / "images" / "text.png").read_bytes())
+    chunk = raw.find(b"tEXt")
+    raw[chunk + 4 + int.from_bytes(raw[chunk - 4:chunk], "big")] ^= 0xFF  # bad checksum of a text chunk: libpng
+    good["text.png"] = bytes(raw)  # warns and reads it; PIL refuses to open it
+    bad = {"truncated.jpg": data[: len(data) // 2], "garbage.png": b"\x89PNG\r\n\x1a\n" + b"\x00" * 64,
+           "empty.webp": b""}
+    for name, content in {**good, **bad}.items():
+        (folder / "images" / name).write_bytes(content)
+        (folder / "labels" / f"{Path(name).stem}.txt").write_text(label.read_text())
+    os.mkfifo(folder / "images" / "fifo.jpg")  # would block a plain read forever
+    (folder / "images" / "loop.jpg").symlink_to(folder / "images" / "loop.jpg")
+    (folder / "data.yaml").write_text(f"path: .\ntrain: images\nval: images\nnames: {user_data.coco8_names()}\n")
+    source = load_source(os.fspath(folder / "data.yaml"), "train", cache_dir=tmp_path / "cache", workers=1)
+    kept = sorted(Path(row["image"]["path"]).name for row in source.dataset)
+    assert kept == sorted(good)
+    skipped = "\n".join(source.summary.skipped_images)
+    for name in [*bad, "fifo.jpg", "loop.jpg"]:
+        assert re.search(rf"{re.escape(name)}: .*image skipped", skipped), (name, skipped)
+    assert "not a regular file" in skipped and "symbolic links" in skipped
+
+
+def test_label_files_with_non_finite_values_or_special_files_are_named_not_fatal(tmp_path: Path) -> None:
+    source_image, label = user_data.coco8_samples()[0]
+    folder = tmp_path / "set"
+    for name in ("a", "b", "c"):
+        (folder / "images").mkdir(parents=True, exist_ok=True)
+        (folder / "labels").mkdir(exist_ok=True)
+        (folder / "images" / f"{name}.jpg").write_bytes(source_image.read_bytes())
+    (folder / "labels" / "a.txt").write_text("nan 0.5 0.5 0.2 0.2\n0 inf 0.5 0.2 0.2\n0 0.5 0.5 0.2 0.2\n")
+    (folder / "labels" / "b.txt").write_text(label.read_text())
+    os.mkfifo(folder / "labels" / "c.txt")
+    (folder / "data.yaml").write_text("path: .\ntrain: images\nval: images\nnames: [x, y]\n")
+    source = load_source(os.fspath(folder / "data.yaml"), "train", cache_dir=tmp_path / "cache", workers=1)
+    rows = _rows_by_path(source)
+    assert sorted(rows) == ["a.jpg", "b.jpg"]  # c: its label is a FIFO, so it is skipped
+    assert rows["a.jpg"]["objects"]["category"] == [0]
+    lines = "\n".join(source.summary.skipped_lines)
+    assert "a.txt:1: non-finite value" in lines and "a.txt:2: non-finite value" in lines
+    assert any("c.txt: not a regular file" in line for line in source.summary.skipped_images)
+
+
+# --- layouts -----------------------------------------------------------------------------------------------
+
+LAYOUTS = {
+    "roboflow yolo folder": (user_data.roboflow_yolo, "", {"train": 4, "val": 4}),
+    "roboflow yolo data.yaml": (user_data.roboflow_yolo, "data.yaml", {"train": 4, "val": 4, "test": 2}),
+    "label studio": (user_data.label_studio_yolo, "", {"train": 8, "val": 8}),
+    "cvat yolo 1.1": (user_data.cvat_yolo_1_1, "", {"train": 6, "val": 2}),
+    "labelimg": (user_data.labelimg_folder, "", {"train": 8, "val": 8}),
+}
+
+
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_exported_layouts_convert_without_flags(layout: str, tmp_path: Path) -> None:
+    make, entry, counts = LAYOUTS[layout]
+    folder = make(tmp_path / "export")
+    spec = os.fspath(folder / entry) if entry else os.fspath(folder)
+    expected = {os.fspath(image.name): label for image, label in user_data.coco8_samples()}
+    for split, count in counts.items():
+        source = load_source(spec, split, cache_dir=tmp_path / "cache", workers=1)
+        assert len(source.dataset) == count and source.class_names == user_data.coco8_names()
+        assert not source.summary.skipped_images and not source.summary.skipped_lines
+        for row in source.dataset:  # each image with its own labels, read from the layout's label place
+            classes, _ = user_data.label_boxes(expected[Path(row["image"]["path"]).name].read_text(), 1, 1)
+            assert row["objects"]["category"] == classes.tolist()
+
+
+@pytest.mark.parametrize("variant", ["no path, folder list", "path, txt list, dict names", "nc and names"])
+def test_data_yaml_variants(variant: str, tmp_path: Path) -> None:
+    path = user_data.yaml_variants(tmp_path / "set")[variant]
+    train = load_source(os.fspath(path), "train", cache_dir=tmp_path / "cache", workers=1)
+    val = load_source(os.fspath(path), "val", cache_dir=tmp_path / "cache", workers=1)
+    assert len(train.dataset) == (3 if variant == "nc and names" else 6) and len(val.dataset) == 2
+    assert train.class_names == user_data.coco8_names()
+
+
+def test_a_folder_with_two_data_yamls_says_which_it_used(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    folder = user_data.roboflow_yolo(tmp_path / "export")
+    (folder / "other.yaml").write_text((folder / "data.yaml").read_text())
+    load_source(os.fspath(folder), "train", cache_dir=tmp_path / "cache", workers=1)
+    assert "2 data YAMLs (data.yaml, other.yaml), using data.yaml" in caplog.text
+
+
+def test_format_corpus_trains_a_step_and_validates_on_every_image(corpus, tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture) -> None:
+    from yolo11 import train
+
+    data_yaml, images = corpus
+    assert train.main(["--data", os.fspath(data_yaml), "--imgsz", "64", "--epochs", "1", "--batch-size", "4",
+                       "--nominal-batch", "4", "--workers", "0", "--plots", "false", "--val-images", "0",
+                       "--optimizer", "SGD", "--warmup-epochs", "0", "--cache-dir", os.fspath(tmp_path / "cache"),
+                       "--output-dir", os.fspath(tmp_path / "runs"), "--name", "formats"]) == 0
+    out = capsys.readouterr().out
+    val = [i for i in images if i.path.parent.name == "val"]
+    assert f"| {len(images) - len(val)} train / {len(val)} val images |" in out, out[-3000:]
+    instances = sum(len(user_data.label_boxes(i.label_text, 1, 1)[0]) for i in val)
+    assert re.search(rf"^\s+all\s+{len(val)}\s+{instances}\s", out, re.M), out[-3000:]  # scored on every val image
