@@ -244,22 +244,25 @@ def check_backbone_name(backbone: Any, source: str | Path, user_backbone: str | 
 
 # --- JSON and YAML -------------------------------------------------------------------------------------------
 
-def _read_text(path: Path) -> str:
+def _read_text(path: Path, max_bytes: int = MAX_TEXT_BYTES) -> str:
     if not path.is_file():
         raise FileNotFoundError(f"no such file: {path}")
     size = path.stat().st_size
-    if size > MAX_TEXT_BYTES:
-        raise FileRefusedError(path, f"{size} bytes: too large for a config file (at most {MAX_TEXT_BYTES})")
+    if size > max_bytes:
+        limit = "for a config file (at most {})" if max_bytes == MAX_TEXT_BYTES else "to read (at most {} bytes)"
+        raise FileRefusedError(path, f"{size} bytes: too large {limit.format(max_bytes)}")
     try:
         return path.read_text()
     except UnicodeDecodeError as err:
         raise FileRefusedError(path, f"not UTF-8 text ({err.reason} at byte {err.start})") from None
 
 
-def read_json(path: str | Path) -> Any:
+def read_json(path: str | Path, max_bytes: int = MAX_TEXT_BYTES) -> Any:
+    """The JSON value in the file; refused in one line when larger than ``max_bytes`` (configs by default; data
+    files such as COCO annotations pass their own cap), not JSON, or nested too deeply."""
     path = Path(path)
     try:
-        return json.loads(_read_text(path))
+        return json.loads(_read_text(path, max_bytes))
     except json.JSONDecodeError as err:
         raise FileRefusedError(path, f"line {err.lineno}: not valid JSON ({err.msg})") from None
     except RecursionError:

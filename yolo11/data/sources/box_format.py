@@ -21,24 +21,29 @@ FLAG = "--bbox-format"
 CLEAR_MARGIN = 10  # the chosen reading must fit at least this many times more boxes than the other one misfits
 
 
-def box_array(dataset: datasets.Dataset, objects_name: str, bbox_name: str, where: str) -> tuple[np.ndarray,
-                                                                                                 np.ndarray]:
-    """Every box of the dataset as ``(N, 4)`` float64 (as stored) and the row each belongs to ``(N,)``.
+def object_field(dataset: datasets.Dataset, objects_name: str, field: str) -> tuple[pa.Array, np.ndarray]:
+    """``field`` of every object as one flat Arrow array, and the number of objects of each row ``(rows,)``.
 
     Read through Arrow without touching the image column: ``objects`` is either a struct of lists (datasets'
     ``Sequence({...})``) or a list of structs (``List({...})``).
     """
     column = dataset.select_columns([objects_name]).with_format("arrow")[:].column(objects_name).combine_chunks()
     if pa.types.is_struct(column.type):
-        per_row = column.field(bbox_name)
-        boxes = per_row.flatten()
+        per_row = pc.struct_field(column, field)
+        values = per_row.flatten()
     else:
         per_row = column
-        boxes = column.flatten().field(bbox_name)
-    counts = pc.fill_null(pc.list_value_length(per_row), 0).to_numpy(zero_copy_only=False)
+        values = pc.struct_field(column.flatten(), field)
+    return values, pc.fill_null(pc.list_value_length(per_row), 0).to_numpy(zero_copy_only=False)
+
+
+def box_array(dataset: datasets.Dataset, objects_name: str, bbox_name: str, where: str) -> tuple[np.ndarray,
+                                                                                                 np.ndarray]:
+    """Every box of the dataset as ``(N, 4)`` float64 (as stored) and the row each belongs to ``(N,)``."""
+    boxes, counts = object_field(dataset, objects_name, bbox_name)
     lengths = pc.list_value_length(boxes).to_numpy(zero_copy_only=False)
     if len(lengths) and (lengths != 4).any():
-        raise DataSourceError(f"{where}: objects.{bbox_name} must hold 4 numbers per box, found a box of "
+        raise DataSourceError(f"{where}: {objects_name}.{bbox_name} must hold 4 numbers per box, found a box of "
                               f"{int(lengths[lengths != 4][0])}")
     values = boxes.flatten().to_numpy(zero_copy_only=False).astype(np.float64).reshape(-1, 4)
     return values, np.repeat(np.arange(len(counts)), counts)
@@ -57,9 +62,10 @@ def misfits(boxes: np.ndarray, sizes: np.ndarray) -> dict[str, int]:
 
 
 def resolve_bbox_format(requested: str, boxes: np.ndarray, sizes: np.ndarray, where: str,
-                        bbox_name: str) -> tuple[str, str]:
+                        field: str) -> tuple[str, str]:
     """``(format, note)``: ``requested`` when stated; for ``auto`` the reading the boxes allow, and a note giving
-    the evidence for the log (``""`` when there is nothing to say).
+    the evidence for the log (``""`` when there is nothing to say); ``field`` names the boxes in messages
+    (``objects.bbox``).
 
     Raises ``DataSourceError`` naming ``--bbox-format`` when both readings fit every box, or when each misfits
     about as many boxes as the other (neither is clearly right).
@@ -69,7 +75,6 @@ def resolve_bbox_format(requested: str, boxes: np.ndarray, sizes: np.ndarray, wh
     if requested != "auto" or len(boxes) == 0:
         return ("xywh" if requested == "auto" else requested), ""
     bad = misfits(boxes, sizes)
-    field = f"objects.{bbox_name}"
     if bad["xyxy"] == bad["xywh"] == 0:
         raise DataSourceError(
             f"{where}: cannot tell whether {field} is [x, y, width, height] or [x1, y1, x2, y2]: all {len(boxes)} "

@@ -1,28 +1,41 @@
-"""COCO ``instances`` json + image folder -> rows of the Hub schema (contiguous classes in sorted id order)."""
+"""COCO ``instances`` json + image folder -> rows of the Hub schema (contiguous classes in sorted id order).
+
+The json's categories and annotations are read by ``coco_annotations``; this module finds the image folder, checks
+the images (their sizes come from the files, whatever the json's ``width``/``height`` say) and builds the rows.
+"""
 
 from __future__ import annotations
 
-import json
 import os
-from collections import defaultdict
 from pathlib import Path
 
-import numpy as np
-
 from yolo11.data.schema import BadSampleSummary, DataSourceError
-from yolo11.data.sources.checks import IMAGE_SUFFIXES, check_box, image_size, objects_row
+from yolo11.data.sources.checks import IMAGE_SUFFIXES, image_size, objects_row
+from yolo11.data.sources.coco_annotations import annotations_by_image, class_map, image_objects, usable_images
 from yolo11.data.sources.parallel import ordered_map
+from yolo11.gate import FileRefusedError, read_json
+
+# COCO's instances_train2017.json is 0.45 GB and LVIS v1's train json 1.1 GB; json.loads holds several times the
+# file's size in Python objects, so a larger file is refused before it is read rather than exhausting memory.
+MAX_COCO_JSON_BYTES = 2 << 30
 
 
 def read_coco(json_path: Path) -> dict:
+    """The json's top level, checked: ``images`` and ``categories`` lists (at least one category), ``annotations``
+    a list when present. Refused in one line when larger than ``MAX_COCO_JSON_BYTES``, or not JSON."""
     try:
-        data = json.loads(json_path.read_text())
-    except (OSError, json.JSONDecodeError) as err:
+        data = read_json(json_path, max_bytes=MAX_COCO_JSON_BYTES)
+    except FileRefusedError as err:
+        raise DataSourceError(str(err)) from None
+    except OSError as err:
         raise DataSourceError(f"{json_path}: cannot read the COCO json ({err})") from None
-    if not isinstance(data, dict) or "images" not in data or "categories" not in data:
-        raise DataSourceError(f"{json_path}: not a COCO instances file (needs 'images' and 'categories')")
+    if not isinstance(data, dict) or not isinstance(data.get("images"), list) \
+            or not isinstance(data.get("categories"), list):
+        raise DataSourceError(f"{json_path}: not a COCO instances file (needs 'images' and 'categories' lists)")
     if not data["categories"]:
         raise DataSourceError(f"{json_path}: no categories (class names)")
+    if not isinstance(data.get("annotations", []), list):
+        raise DataSourceError(f"{json_path}: 'annotations' is not a list")
     return data
 
 
@@ -96,49 +109,35 @@ def coco_rows(json_path: Path, images_dir: Path, bbox_format: str = "xywh",
               workers: int | None = None) -> tuple[list[dict], list[str], BadSampleSummary]:
     """Rows of a COCO file whose ``file_name``s are relative to ``images_dir``; ``iscrowd`` boxes are skipped (as
     Ultralytics' converter does), not counted as bad. ``bbox_format`` ``xyxy`` reads files that break the COCO
-    ``[x, y, width, height]`` rule.
+    ``[x, y, width, height]`` rule. Images without annotations are kept as backgrounds (counted).
 
-    The image checks run in ``workers`` processes (all cores when ``None``); the rows do not depend on it.
+    The image checks run in ``workers`` processes (all cores when ``None``); the rows do not depend on it. A
+    dropped Roboflow dataset category is logged here, by the process that converts (``class_map``).
     """
     data = read_coco(json_path)
-    categories = sorted(data["categories"], key=lambda c: c["id"])
-    class_of = {c["id"]: k for k, c in enumerate(categories)}
-    annotations = defaultdict(list)
-    for ann in data.get("annotations", []):
-        annotations[ann["image_id"]].append(ann)
-    paths = [images_dir / info["file_name"] for info in data["images"]]
-    missing = missing_images(json_path, images_dir, [info["file_name"] for info in data["images"]])
+    summary = BadSampleSummary()
+    annotations = data.get("annotations", [])
+    class_of, class_names = class_map(json_path, data["categories"], annotations)
+    images = usable_images(json_path, data["images"], summary.skipped_images)
+    by_image = annotations_by_image(json_path, annotations, {info["id"] for info in images}, summary.skipped_lines)
+    file_names = [info["file_name"] for info in images]
+    paths = [images_dir / name for name in file_names]
+    missing = missing_images(json_path, images_dir, file_names)
     present = [path for i, path in enumerate(paths) if i not in missing]
     sizes = iter(ordered_map(checked_size, present, workers=workers, desc=f"converting {json_path.stem}"))
-    summary, rows, next_object_id = BadSampleSummary(), [], 1
-    for index, (info, path) in enumerate(zip(data["images"], paths, strict=True)):
+    rows, next_object_id = [], 1
+    for index, (info, path) in enumerate(zip(images, paths, strict=True)):
         size = missing[index] if index in missing else next(sizes)
         if isinstance(size, str):
             summary.skipped_images.append(size)
             continue
-        width, height = size
-        boxes, classes = [], []
-        for ann in annotations[info["id"]]:
-            if ann.get("iscrowd", 0):
-                continue
-            where = f"{json_path}: annotation {ann.get('id')} of image {info['id']}"
-            if ann.get("category_id") not in class_of:
-                summary.skipped_lines.append(f"{where}: category {ann.get('category_id')} is not in 'categories'")
-                continue
-            values = np.array(ann["bbox"], dtype=np.float64)
-            corners = values if bbox_format == "xyxy" else np.concatenate([values[:2], values[:2] + values[2:]])
-            box, clipped, reason = check_box(corners, width, height)
-            if box is None:
-                summary.skipped_lines.append(f"{where}: {reason}, skipped")
-                continue
-            summary.clipped_boxes += clipped
-            boxes.append(box)
-            classes.append(class_of[ann["category_id"]])
+        boxes, classes = image_objects(json_path, info["id"], by_image.get(info["id"], []), class_of, size,
+                                       bbox_format == "xyxy", summary)
         summary.backgrounds += not boxes
-        rows.append({"image_id": int(info["id"]), "image": {"bytes": None, "path": os.fspath(path)},
-                     "width": width, "height": height, "objects": objects_row(boxes, classes, next_object_id)})
+        rows.append({"image_id": info["id"], "image": {"bytes": None, "path": os.fspath(path)},
+                     "width": size[0], "height": size[1], "objects": objects_row(boxes, classes, next_object_id)})
         next_object_id += len(boxes)
-    return rows, [str(c["name"]) for c in categories], summary
+    return rows, class_names, summary
 
 
 def coco_fingerprint_files(json_path: Path, images_dir: Path) -> list[Path]:

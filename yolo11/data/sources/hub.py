@@ -15,10 +15,12 @@ from PIL import Image
 from yolo11.data.schema import DataSourceError, detection_features
 from yolo11.data.sources.box_format import box_array, resolve_bbox_format
 from yolo11.data.sources.checks import oriented_size
+from yolo11.data.sources.hub_classes import find_classes
 from yolo11.data.sources.splits import choose_split
 
 BBOX_NAMES = ("bbox", "bboxes", "boxes")
-CATEGORY_NAMES = ("category", "categories", "label", "labels", "class", "classes")
+CATEGORY_NAMES = ("category", "categories", "category_id", "label", "labels", "class", "classes", "class_id")
+CROWD_NAME = "iscrowd"  # COCO's flag for a region of many objects: skipped, as for a COCO json
 
 
 def load_hub(repo_id: str) -> datasets.DatasetDict:
@@ -62,7 +64,7 @@ def _pick(names, candidates: tuple[str, ...], what: str, where: str) -> str:
     raise DataSourceError(f"{where}: no {what} column (looked for {candidates}, found {sorted(names)})")
 
 
-def image_sizes(dataset: datasets.Dataset) -> np.ndarray:
+def image_sizes(dataset: datasets.Dataset, where: str = "") -> np.ndarray:
     """``(rows, 2)`` width and height of every image: the columns when there are, else the image headers (with
     the EXIF orientation applied, as OpenCV decodes them)."""
     if "width" in dataset.column_names and "height" in dataset.column_names:
@@ -72,50 +74,71 @@ def image_sizes(dataset: datasets.Dataset) -> np.ndarray:
     for index, row in enumerate(images):  # row by row: the column at once would hold every image in memory
         image = row["image"]
         source = io.BytesIO(image["bytes"]) if image.get("bytes") else image["path"]
-        with Image.open(source) as im:
-            sizes[index] = oriented_size(im)
+        try:
+            with Image.open(source) as im:
+                sizes[index] = oriented_size(im)
+        except (OSError, ValueError, TypeError) as err:
+            raise DataSourceError(f"{where}: row {index}: cannot read the image {image.get('path') or ''} "
+                                  f"({type(err).__name__}: {err})") from None
     return sizes
 
 
-def normalise(dataset: datasets.Dataset, where: str, bbox_format: str = "auto") -> tuple[datasets.Dataset, list[str],
-                                                                                         str]:
-    """``(dataset in our schema, class names, note)``: columns renamed, image not decoded, boxes made COCO
-    ``xywh`` from ``bbox_format`` (``auto``: read from the data, see ``box_format``); ``note`` says what ``auto``
-    chose, for the log."""
+def object_features(feature: object) -> dict:
+    """The per-object features of an ``objects`` column: a dict of lists (``Sequence({...})``) or a list of dicts
+    (``List({...})``)."""
+    inner = feature.feature if isinstance(feature, datasets.Sequence | datasets.List) else feature
+    return inner.feature if isinstance(inner, datasets.Sequence | datasets.List) else inner
+
+
+def normalise(dataset: datasets.Dataset, where: str, bbox_format: str = "auto",
+              names: Sequence[str] | None = None) -> tuple[datasets.Dataset, list[str], str]:
+    """``(dataset in our schema, class names, note)``: columns renamed, image not decoded (an ``Image`` feature,
+    decoded or not, or a path string), crowd objects (``iscrowd: 1``) dropped, boxes made COCO ``xywh`` from
+    ``bbox_format`` (``auto``: read from the data, see ``box_format``). Class names are ``names`` when given, else
+    found by ``hub_classes.find_classes``; ``note`` says what ``auto`` chose and where guessed names came from,
+    for the log."""
     objects_name = _pick(dataset.features, ("objects", "annotations"), "objects", where)
-    objects = dataset.features[objects_name]
-    inner = objects.feature if isinstance(objects, (datasets.Sequence, datasets.List)) else objects
-    if isinstance(inner, datasets.Sequence | datasets.List):  # a list of per-object dicts
-        inner = inner.feature
+    _pick(dataset.features, ("image",), "image", where)
+    inner = object_features(dataset.features[objects_name])
     bbox_name = _pick(inner, BBOX_NAMES, "objects bbox", where)
     category_name = _pick(inner, CATEGORY_NAMES, "objects category", where)
-    label = inner[category_name]
-    label = label.feature if hasattr(label, "feature") else label
-    if not isinstance(label, datasets.ClassLabel):
-        raise DataSourceError(f"{where}: objects.{category_name} is not a ClassLabel, so class names are unknown")
-    class_names = list(label.names)
-    features = detection_features(class_names)
-    sizes = image_sizes(dataset)
+    classes = find_classes(dataset, objects_name, category_name, object_features(inner[category_name]), names,
+                           where)
+    features = detection_features(classes.names)
+    sizes = image_sizes(dataset, where)
     boxes, rows = box_array(dataset, objects_name, bbox_name, where)
-    bbox_format, note = resolve_bbox_format(bbox_format, boxes, sizes[rows], where, bbox_name)
+    bbox_format, box_note = resolve_bbox_format(bbox_format, boxes, sizes[rows], where,
+                                               f"{objects_name}.{bbox_name}")
+    note = "\n".join(n for n in (classes.note, box_note) if n)
     if dataset.features == features and bbox_format == "xywh":
-        return dataset, class_names, note
+        return dataset, classes.names, note
     dataset = dataset.cast_column("image", datasets.Image(decode=False))
-    xyxy = bbox_format == "xyxy"
+    xyxy, class_of = bbox_format == "xyxy", classes.class_of
 
     def to_schema(row: dict, index: int) -> dict:
-        objs = row[objects_name]
-        if isinstance(objs, list):  # list of dicts -> dict of lists
-            objs = {key: [o[key] for o in objs] for key in (objs[0] if objs else {})}
-        boxes = [list(map(float, b)) for b in objs.get(bbox_name, [])]
+        objs = object_lists(row[objects_name], (bbox_name, category_name, "id", CROWD_NAME))
+        count = len(objs[bbox_name])
+        keep = [i for i in range(count) if objs[CROWD_NAME][i] != 1] if objs[CROWD_NAME] else range(count)
+        boxes = [list(map(float, objs[bbox_name][i])) for i in keep]
         if xyxy:
             boxes = [[x1, y1, x2 - x1, y2 - y1] for x1, y1, x2, y2 in boxes]
+        ids = objs["id"] if objs["id"] and None not in objs["id"] else range(count)
+        category = [objs[category_name][i] for i in keep]
+        image_id = str(row.get("image_id"))  # an int, or digits; anything else: the row number
         width, height = (int(v) for v in sizes[index])
-        return {"image_id": int(row["image_id"]) if row.get("image_id") is not None else index,
-                "image": row["image"], "width": width, "height": height,
-                "objects": {"id": list(objs.get("id", range(len(boxes)))), "area": [w * h for _, _, w, h in boxes],
-                            "bbox": boxes, "category": list(objs.get(category_name, []))}}
+        return {"image_id": int(image_id) if image_id.isdigit() else index, "image": row["image"],
+                "width": width, "height": height,
+                "objects": {"id": [ids[i] for i in keep], "area": [w * h for _, _, w, h in boxes], "bbox": boxes,
+                            "category": category if class_of is None else [class_of[c] for c in category]}}
 
     converted = dataset.map(to_schema, with_indices=True, features=features, remove_columns=dataset.column_names,
                             desc=f"normalising {where}")
-    return converted, class_names, note
+    return converted, classes.names, note
+
+
+def object_lists(objects: dict | list | None, keys: tuple[str, ...]) -> dict[str, list]:
+    """``keys`` of one row's objects as lists (``[]`` for a key the objects lack), from a dict of lists or a list
+    of dicts."""
+    if isinstance(objects, list):
+        return {key: [o.get(key) for o in objects] if any(key in o for o in objects) else [] for key in keys}
+    return {key: list((objects or {}).get(key) or []) for key in keys}
