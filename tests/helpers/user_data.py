@@ -218,3 +218,28 @@ def yaml_variants(folder: Path) -> dict[str, Path]:
         paths[name] = folder / f"data{index}.yaml"
         paths[name].write_text(text)
     return paths
+
+
+def roboflow_coco(folder: Path) -> Path:
+    """Roboflow's COCO export: ``train/``, ``valid/``, each with ``_annotations.coco.json`` beside its images, and
+    Roboflow's extra category 0 (the dataset's name, the supercategory of the real classes, never annotated)."""
+    samples, names = coco8_samples(), coco8_names()
+    used = sorted({int(line.split()[0]) for _, label in samples for line in label.read_text().splitlines()})
+    categories = [{"id": 0, "name": "coco8-export", "supercategory": "none"}]
+    categories += [{"id": k + 1, "name": names[c], "supercategory": "coco8-export"} for k, c in enumerate(used)]
+    for split, part in (("train", samples[:5]), ("valid", samples[5:])):
+        (folder / split).mkdir(parents=True)
+        images, annotations = [], []
+        for image_id, (image, label) in enumerate(part):
+            shutil.copy(image, folder / split / image.name)
+            width, height = Image.open(image).size
+            images.append({"id": image_id, "file_name": image.name, "width": width, "height": height})
+            classes, boxes = label_boxes(label.read_text(), width, height)
+            for c, (x1, y1, x2, y2) in zip(classes, boxes):
+                annotations.append({"id": len(annotations), "image_id": image_id, "iscrowd": 0,
+                                    "category_id": used.index(int(c)) + 1, "area": float((x2 - x1) * (y2 - y1)),
+                                    "bbox": [float(x1), float(y1), float(x2 - x1), float(y2 - y1)],
+                                    "segmentation": []})
+        (folder / split / "_annotations.coco.json").write_text(json.dumps(
+            {"info": {}, "licenses": [], "categories": categories, "images": images, "annotations": annotations}))
+    return folder

@@ -138,7 +138,7 @@ def image_size(path: str | os.PathLike) -> tuple[int, int]:
     jpeg = header is not None and header.format in ("JPEG", "MPO")
     decoded, problem = checked_decode(data, reduced=jpeg)
     if problem:
-        raise ValueError(problem)
+        raise ValueError(_explain(problem, data, header))
     if jpeg:
         width, height = (header.height, header.width) if header.transposed else (header.width, header.height)
     else:
@@ -146,6 +146,19 @@ def image_size(path: str | os.PathLike) -> tuple[int, int]:
     if width < 2 or height < 2:
         raise ValueError(f"image too small ({width}x{height})")
     return width, height
+
+
+def _explain(problem: str, data: bytes, header: Header | None) -> str:
+    """The decoder's complaint in the user's terms: what the file seems to be and what is wrong with it."""
+    if problem.startswith("corrupt"):  # the decoder's own words about damaged data
+        return problem
+    if not data:
+        return "empty file"
+    if header is None:
+        return "unreadable or corrupt image (not an image format OpenCV or PIL knows)"
+    if header.format in ("JPEG", "MPO") and not data.rstrip(b"\0").endswith(b"\xff\xd9"):
+        return "truncated JPEG (no end-of-image marker)"
+    return f"a {header.format} image OpenCV cannot decode (truncated, corrupt, or a variant it lacks)"
 
 
 def oriented_size(image: Image.Image) -> tuple[int, int]:
