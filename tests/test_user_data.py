@@ -3,7 +3,6 @@ right and the boxes in the displayed frame, then train a step and validate on al
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from pathlib import Path
@@ -14,7 +13,6 @@ from helpers import user_data
 from PIL import Image
 
 from yolo11.data.dataset import decode_image
-from yolo11.data.image_io import image_size
 from yolo11.data.sources import load_source
 
 pytestmark = pytest.mark.usefixtures("fresh_accelerate_state")
