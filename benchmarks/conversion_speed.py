@@ -2,11 +2,11 @@
 
     .venv/bin/python benchmarks/conversion_speed.py --num-images 118287 --root /tmp/conversion-bench
 
-Generates ``--num-images`` small JPEGs (64-160 px sides, 1-8 random boxes each, fixed seed; kept in ``--root``
-and reused when the count matches) with their YOLO labels, then times ``load_source`` in fresh processes: the
-first conversion and a cached load, for one process and for a 2-process gloo launch (``ACCELERATE_USE_CPU=1``,
-``accelerate_configs/2gpu.yaml``), where only the main process converts. Peak RSS is ``getrusage`` ``maxrss`` of
-each process and the largest of its reaped children (the conversion's worker processes).
+Generates ``--num-images`` small JPEGs or PNGs (``--format``; 64-160 px sides, 1-8 random boxes each, fixed seed;
+kept in ``--root`` and reused when the count matches) with their YOLO labels, then times ``load_source`` in fresh
+processes: the first conversion and a cached load, for one process and for a 2-process gloo launch
+(``ACCELERATE_USE_CPU=1``, ``accelerate_configs/2gpu.yaml``), where only the main process converts. Peak RSS is
+``getrusage`` ``maxrss`` of each process and the largest of its reaped children (the conversion's worker processes).
 """
 
 from __future__ import annotations
@@ -30,9 +30,9 @@ ROOT = Path(__file__).resolve().parents[1]
 NUM_CLASSES = 80
 
 
-def write_sample(task: tuple[Path, int, int]) -> None:
+def write_sample(task: tuple[Path, int, int, str]) -> None:
     """One image and its label file, from a seed of its own so any worker count gives the same files."""
-    root, index, seed = task
+    root, index, seed, suffix = task
     rng = np.random.default_rng([seed, index])
     width, height = (int(v) for v in rng.integers(64, 161, 2))
     image = np.empty((height, width, 3), np.uint8)
@@ -46,14 +46,14 @@ def write_sample(task: tuple[Path, int, int]) -> None:
         cv2.rectangle(image, (x1, y1), (x2, y2), tuple(int(c) for c in rng.integers(0, 256, 3)), -1)
         lines.append(f"{rng.integers(0, NUM_CLASSES)} {cx:.6f} {cy:.6f} {w:.6f} {h:.6f}")
     name = f"{index:012d}"
-    cv2.imwrite(os.fspath(root / "images" / "train" / f"{name}.jpg"), image, [cv2.IMWRITE_JPEG_QUALITY, 90])
+    cv2.imwrite(os.fspath(root / "images" / "train" / f"{name}.{suffix}"), image, [cv2.IMWRITE_JPEG_QUALITY, 90])
     (root / "labels" / "train" / f"{name}.txt").write_text("\n".join(lines) + "\n")
 
 
-def generate(root: Path, num_images: int, seed: int) -> Path:
+def generate(root: Path, num_images: int, seed: int, suffix: str = "jpg") -> Path:
     """The dataset's data YAML, writing the files first unless ``root`` already holds this count and seed."""
     yaml_path, marker = root / "data.yaml", root / "generated.json"
-    stamp = {"num_images": num_images, "seed": seed}
+    stamp = {"num_images": num_images, "seed": seed, "format": suffix}
     if marker.is_file() and json.loads(marker.read_text()) == stamp:
         return yaml_path
     shutil.rmtree(root, ignore_errors=True)
@@ -61,7 +61,7 @@ def generate(root: Path, num_images: int, seed: int) -> Path:
         (root / folder / "train").mkdir(parents=True)
     start = time.perf_counter()
     with multiprocessing.Pool() as pool:
-        pool.map(write_sample, [(root, index, seed) for index in range(num_images)], chunksize=256)
+        pool.map(write_sample, [(root, index, seed, suffix) for index in range(num_images)], chunksize=256)
     names = "\n".join(f"  {k}: class{k}" for k in range(NUM_CLASSES))
     yaml_path.write_text(f"path: {root}\ntrain: images/train\nval: images/train\nnames:\n{names}\n")
     marker.write_text(json.dumps(stamp))
@@ -117,6 +117,7 @@ def main() -> None:
     parser.add_argument("--num-images", type=int, default=118287, help="COCO train2017 has 118287")
     parser.add_argument("--root", type=Path, help="dataset folder (kept for reuse); default: a temporary folder")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--format", choices=["jpg", "png"], default="jpg", help="image files to generate")
     parser.add_argument("--processes", type=int, nargs="+", default=[1, 2], choices=[1, 2])
     parser.add_argument("--measure", nargs=3, metavar=("YAML", "CACHE", "OUT"), help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -124,8 +125,8 @@ def main() -> None:
         measure(*args.measure)
         return
     root = args.root or Path(tempfile.mkdtemp(prefix="conversion-bench-"))
-    yaml_path = generate(root, args.num_images, args.seed)
-    results = {"num_images": args.num_images, "cpus": len(os.sched_getaffinity(0))}
+    yaml_path = generate(root, args.num_images, args.seed, args.format)
+    results = {"num_images": args.num_images, "format": args.format, "cpus": len(os.sched_getaffinity(0))}
     for processes in args.processes:
         cache = root.parent / f"{root.name}-cache-{processes}proc"
         shutil.rmtree(cache, ignore_errors=True)
