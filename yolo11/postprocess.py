@@ -9,11 +9,14 @@ The geometry (anchors, box formats, ``scale_boxes``) is ``yolo11.geometry``'s.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+import importlib.machinery
+import importlib.util
+import os
+from collections.abc import Callable, Sequence
 
 import torch
 from torch import Tensor
-from torchvision.ops import nms
 
 from yolo11.geometry import (
     dfl_expectation,
@@ -24,6 +27,33 @@ from yolo11.geometry import (
     xywh_to_xyxy,
     xyxy_to_xywh,
 )
+
+
+@functools.cache
+def _nms_kernel() -> Callable[[Tensor, Tensor, float], Tensor]:
+    """torchvision's compiled NMS (``torch.ops.torchvision.nms``, what ``torchvision.ops.nms`` calls), loaded
+    without importing the torchvision package: that import pulls in torch._dynamo, ~1.2 s of every run's start
+    on a 2-core machine, for one function. Where the library cannot be found or loaded, the package's own."""
+    spec = importlib.util.find_spec("torchvision")
+    folders = spec.submodule_search_locations if spec is not None else None
+    for folder in folders or []:
+        for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+            library = os.path.join(folder, f"_C_stable{suffix}")
+            if os.name != "nt" and os.path.isfile(library):  # Windows needs the package's DLL-path setup
+                try:
+                    torch.ops.load_library(library)
+                    return torch.ops.torchvision.nms
+                except (OSError, RuntimeError, AttributeError):
+                    break
+    from torchvision.ops import nms
+
+    return nms
+
+
+def nms(boxes: Tensor, scores: Tensor, iou_threshold: float) -> Tensor:
+    """Indices of the boxes ``(N, 4)`` xyxy kept by greedy NMS, by decreasing score (``torchvision.ops.nms``)."""
+    return _nms_kernel()(boxes, scores, iou_threshold)
+
 
 # candidates thresholded and gathered in one go: a few tens of MB whatever the batch (a model early in training
 # can score most of its (anchor, class) pairs above the validation's 0.001)

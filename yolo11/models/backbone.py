@@ -1,4 +1,4 @@
-"""The native YOLO11 / YOLO26 backbone (Ultralytics layers 0-10), registered in timm as
+"""The native YOLO11 / YOLO26 backbone (Ultralytics layers 0-10), registered in timm (``timm_registry``) as
 ``yolo11{n,s,m,l,x}_backbone`` and ``yolo26{n,s,m,l,x}_backbone``.
 
 Layer ``i`` here is Ultralytics' ``model.i``: ``layers.i.cv1.conv.weight`` <-> ``model.i.cv1.conv.weight``.
@@ -10,11 +10,10 @@ layer 9 (YOLO26's residual SPPF, ``Family.sppf_residual``).
 from __future__ import annotations
 
 import torch
-from timm.models import build_model_with_cfg, generate_default_cfgs, register_model
 from torch import nn
 
 from yolo11.models.blocks import C2PSA, SPPF, C3k2, Conv
-from yolo11.models.scales import FAMILIES, Family, Scale, split_name
+from yolo11.models.scales import FAMILIES, Family, Scale
 
 # Indices of the layers whose outputs feed the neck, with their reductions.
 FEATURE_LAYERS = {4: 8, 6: 16, 10: 32}
@@ -55,76 +54,3 @@ class YOLO11Backbone(nn.Module):
             if i in FEATURE_LAYERS:
                 features.append(x)
         return features
-
-
-def _cfg(**kwargs) -> dict:
-    # No hosted weights: YOLO11/YOLO26 weights come from an Ultralytics checkpoint (yolo11.weights), not the HF Hub.
-    return dict(url="", input_size=(3, 640, 640), mean=(0.0, 0.0, 0.0), std=(1.0, 1.0, 1.0), **kwargs)
-
-
-# timm requires the default configs to exist before the @register_model functions.
-default_cfgs = generate_default_cfgs({f"{family}{key}_backbone": _cfg() for family in FAMILIES for key in "nsmlx"})
-
-
-def _create(variant: str, pretrained: bool, **kwargs) -> YOLO11Backbone:
-    family, scale = split_name(variant.removesuffix("_backbone"))
-    return build_model_with_cfg(
-        YOLO11Backbone,
-        variant,
-        pretrained,
-        feature_cfg=dict(flatten_sequential=True, out_indices=(0, 1, 2)),
-        kwargs_filter=("num_classes",),  # timm passes its default classifier size; a backbone has no classifier
-        scale=scale,
-        family=family,
-        **kwargs,
-    )
-
-
-@register_model
-def yolo11n_backbone(pretrained: bool = False, **kwargs) -> YOLO11Backbone:
-    return _create("yolo11n_backbone", pretrained, **kwargs)
-
-
-@register_model
-def yolo11s_backbone(pretrained: bool = False, **kwargs) -> YOLO11Backbone:
-    return _create("yolo11s_backbone", pretrained, **kwargs)
-
-
-@register_model
-def yolo11m_backbone(pretrained: bool = False, **kwargs) -> YOLO11Backbone:
-    return _create("yolo11m_backbone", pretrained, **kwargs)
-
-
-@register_model
-def yolo11l_backbone(pretrained: bool = False, **kwargs) -> YOLO11Backbone:
-    return _create("yolo11l_backbone", pretrained, **kwargs)
-
-
-@register_model
-def yolo11x_backbone(pretrained: bool = False, **kwargs) -> YOLO11Backbone:
-    return _create("yolo11x_backbone", pretrained, **kwargs)
-
-
-@register_model
-def yolo26n_backbone(pretrained: bool = False, **kwargs) -> YOLO11Backbone:
-    return _create("yolo26n_backbone", pretrained, **kwargs)
-
-
-@register_model
-def yolo26s_backbone(pretrained: bool = False, **kwargs) -> YOLO11Backbone:
-    return _create("yolo26s_backbone", pretrained, **kwargs)
-
-
-@register_model
-def yolo26m_backbone(pretrained: bool = False, **kwargs) -> YOLO11Backbone:
-    return _create("yolo26m_backbone", pretrained, **kwargs)
-
-
-@register_model
-def yolo26l_backbone(pretrained: bool = False, **kwargs) -> YOLO11Backbone:
-    return _create("yolo26l_backbone", pretrained, **kwargs)
-
-
-@register_model
-def yolo26x_backbone(pretrained: bool = False, **kwargs) -> YOLO11Backbone:
-    return _create("yolo26x_backbone", pretrained, **kwargs)

@@ -8,9 +8,7 @@ part of the native backbone, not of the neck.
 
 from __future__ import annotations
 
-import timm
 import torch
-from huggingface_hub import constants as hub_constants
 from torch import nn
 
 REDUCTIONS = (8, 16, 32)
@@ -37,11 +35,15 @@ def select_levels(
 
 
 def _create_features(name: str, pretrained: bool, out_indices: tuple[int, ...]) -> nn.Module:
+    import timm
+
     if not pretrained:
         return timm.create_model(name, features_only=True, out_indices=out_indices)
     try:
         return timm.create_model(name, pretrained=True, features_only=True, out_indices=out_indices)
     except OSError as error:  # huggingface_hub's offline, not-cached and HTTP errors are all OSErrors
+        from huggingface_hub import constants as hub_constants
+
         reason = str(error).rstrip(".") + (" (HF_HUB_OFFLINE is set)" if hub_constants.HF_HUB_OFFLINE else "")
         raise BackboneError(
             f"could not download pretrained weights for timm backbone {name!r}: {reason}. Run once with network "
@@ -54,6 +56,8 @@ class TimmBackbone(nn.Module):
     """A timm feature extractor returning ``[P3, P4, P5]`` at strides 8/16/32 for ``(B, 3, H, W)`` input."""
 
     def __init__(self, name: str, pretrained: bool = False) -> None:
+        import timm  # here, not at the top: a run with the native backbone never loads it (~2.7 s)
+
         super().__init__()
         # Probe the level layout without weights, then build once with only the levels we use.
         try:
