@@ -95,6 +95,7 @@ def test_timm_registration_follows_either_import_order() -> None:
     code = ("import sys, yolo11.engine.trainer, yolo11.models\n"
             "assert 'timm' not in sys.modules and 'torchvision' not in sys.modules, 'loaded at start-up'\n"
             "import timm\n"
-            "assert timm.create_model('yolo26n_backbone', features_only=True).feature_info.reduction() == [8, 16, 32]\n")
+            "backbone = timm.create_model('yolo26n_backbone', features_only=True)\n"
+            "assert backbone.feature_info.reduction() == [8, 16, 32]\n")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
