@@ -1,7 +1,7 @@
 """Train YOLO11 with Hugging Face Accelerate.
 
     accelerate launch --config_file accelerate_configs/4gpu.yaml -m yolo11.train --model yolo11n \
-        --data ../shared/data/coco128.yaml --epochs 100 --batch-size 64
+        --data datasets/coco128.yaml --epochs 100 --batch-size 64
 
 (``train_accelerate.py`` at the repository's root is the same entry point as a script; ``yolo11-train`` runs it
 as one process.)
