@@ -46,6 +46,18 @@ def test_a_lock_left_by_a_process_that_is_gone_never_blocks(tmp_path):
     acquire(tmp_path).release()
 
 
+def test_a_filesystem_without_file_locks_warns_and_runs_unguarded(tmp_path, monkeypatch, capsys):
+    import errno
+    import fcntl
+
+    def unsupported(fd, operation):
+        raise OSError(errno.ENOLCK, os.strerror(errno.ENOLCK))
+
+    monkeypatch.setattr(fcntl, "flock", unsupported)
+    assert acquire(tmp_path) is None
+    assert f"warning: {tmp_path}: the filesystem does not lock files" in capsys.readouterr().err
+
+
 class MainProcess:
     is_main_process, num_processes, process_index = True, 1, 0
 

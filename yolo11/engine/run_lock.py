@@ -8,14 +8,17 @@ would).
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 import socket
+import sys
 from pathlib import Path
 
 from accelerate.utils import broadcast_object_list
 
 LOCK_FILE = ".lock"
+NO_FLOCK = frozenset({errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOLCK})  # e.g. Lustre mounted without -o flock
 
 
 class RunFolderBusyError(ValueError):
@@ -34,20 +37,29 @@ class RunLock:
             self._fd = None
 
 
-def acquire(run_dir: Path) -> RunLock:
-    """Lock ``run_dir`` for this process, or raise ``RunFolderBusyError`` naming the folder and the holder."""
+def acquire(run_dir: Path) -> RunLock | None:
+    """Lock ``run_dir`` for this process, or raise ``RunFolderBusyError`` naming the folder and the holder; None
+    (with a warning) where the filesystem has no ``flock``: the run goes on unguarded rather than not at all."""
     path = run_dir / LOCK_FILE
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()} {socket.gethostname()}\n".encode(), 0)
     except BlockingIOError:
         holder = os.read(fd, 256).decode(errors="replace").split()
         os.close(fd)
         who = f"process {holder[0]} on {holder[1]}" if len(holder) >= 2 else "another process"
         raise RunFolderBusyError(f"{run_dir} is in use by {who} (it holds {path}): wait for that run to end, or "
                                  "give this one another --name") from None
+    except OSError as err:
+        os.close(fd)
+        if err.errno not in NO_FLOCK:
+            raise
+        print(f"warning: {run_dir}: the filesystem does not lock files ({err.strerror}): nothing keeps a second job "
+              "with this --name out of the folder", file=sys.stderr, flush=True)
+        return None
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()} {socket.gethostname()}\n".encode(), 0)
     except BaseException:
         os.close(fd)
         raise
