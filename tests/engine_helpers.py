@@ -21,14 +21,16 @@ TINY_FLAGS = ["--data", TINY_DATA, "--imgsz", "64", "--workers", "0", "--plots",
 
 def launch(args: list[str], *, config: str = "cpu.yaml", script: Path = ROOT / "train_accelerate.py",
            env: dict | None = None, timeout: float = 600, cpu_ddp: bool = False,
-           launch_args: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
-    """``accelerate launch --config_file accelerate_configs/<config> <launch_args> <script> <args>``."""
+           launch_args: tuple[str, ...] = (), wrapper: bool = False) -> subprocess.CompletedProcess:
+    """``accelerate launch --config_file accelerate_configs/<config> <launch_args> <script> <args>``; ``wrapper``:
+    ``python -m yolo11.launch`` instead, which exits with the trainer's code (2 for a user error)."""
     environment = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1", **(env or {})}
     environment = {k: v for k, v in environment.items() if v is not None}  # None in `env` removes a variable
     environment.pop("ACCELERATE_USE_CPU", None)
     if cpu_ddp:
         environment["ACCELERATE_USE_CPU"] = "1"
-    command = [ACCELERATE, "launch", "--config_file", str(CONFIGS / config if "/" not in config else config),
+    launcher = [sys.executable, "-m", "yolo11.launch"] if wrapper else [ACCELERATE, "launch"]
+    command = [*launcher, "--config_file", str(CONFIGS / config if "/" not in config else config),
                *launch_args, str(script), *args]
     return subprocess.run(command, capture_output=True, text=True, env=environment, timeout=timeout, cwd=ROOT)
 
@@ -36,6 +38,14 @@ def launch(args: list[str], *, config: str = "cpu.yaml", script: Path = ROOT / "
 def checkpoint_model(run_dir: Path) -> dict:
     latest = (run_dir / "checkpoints" / "latest").read_text().strip()
     return load_file(run_dir / "checkpoints" / latest / "model.safetensors")
+
+
+def one_error_line(result: subprocess.CompletedProcess) -> str:
+    """The only ``error:`` line of a failed run, with no traceback beside it."""
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, describe(result)
+    assert "Traceback" not in result.stderr, describe(result)
+    return errors[0]
 
 
 def describe(result: subprocess.CompletedProcess) -> str:

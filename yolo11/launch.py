@@ -7,7 +7,7 @@ failed run: ``accelerate launch`` turns every non-zero exit of a single process 
 traceback that repeats the trainer's stderr (``-q``: exit 1 without it), and a failed torch elastic worker into a
 ``ChildFailedError`` (exit 1). Here the trainer's one-line error stays the last thing printed and the job exits
 with the trainer's code: 2 for a user error, 130/143 for a stop signal, 1 for a crash (whose traceback the trainer
-printed itself).
+printed itself). The code is the first failed process's: the others were stopped by the launcher because of it.
 """
 
 from __future__ import annotations
@@ -26,8 +26,10 @@ def main(argv: list[str] | None = None) -> int:
         launch_command(args)
     except subprocess.CalledProcessError as failed:  # one process: its stderr was already passed through
         return exit_code(failed.returncode)
-    except ChildFailedError as failed:  # torch elastic: the first failure (lowest rank)
-        first = min(failed.failures.items())[1]
+    except ChildFailedError as failed:  # torch elastic: the first process to fail, by time
+        # not the lowest rank: when rank 1 fails, elastic stops rank 0 with SIGTERM, and its 143 would read as a
+        # preemption (ties in the one-second timestamps go to the order in which elastic saw the exits)
+        _, first = failed.get_first_failure()
         return exit_code(first.exitcode)
     return 0
 

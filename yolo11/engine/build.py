@@ -43,19 +43,21 @@ def build_schedule(config: TrainConfig, plan: RunPlan, optimizer: torch.optim.Op
 def resolve_run_dir(config: TrainConfig, state: PartialState) -> tuple[Path, Path | None]:
     """``output_dir/name``, or ``name2``, ``name3`` ... when it exists, and the top folder made for it now (None when
     it existed); made by the main process, and the choice (or the error, so that no rank waits for a folder that
-    will not come) given to every rank."""
+    will not come) given to every rank. A numbered folder is claimed by ``mkdir`` itself, which fails when the
+    folder exists: two jobs started at once never pick the same one."""
     run = config.run
     base = Path(run.output_dir) / run.name
     choice: list = [None, None, None]  # path, error, the top folder made now (path or a parent; None: none)
     if state.is_main_process:
         path = base
-        if not (run.exist_ok or run.resume == "auto"):  # a copied checkpoint's resume starts a new folder
-            index = 2
-            while path.exists():
-                path, index = base.with_name(f"{base.name}{index}"), index + 1
         try:
-            top = next((folder for folder in reversed([path, *path.parents]) if not folder.exists()), None)
-            path.mkdir(parents=True, exist_ok=True)
+            top = next((folder for folder in reversed([base, *base.parents]) if not folder.exists()), None)
+            base.parent.mkdir(parents=True, exist_ok=True)
+            if run.exist_ok or run.resume == "auto":  # a copied checkpoint's resume starts a new folder
+                path.mkdir(exist_ok=True)
+            else:
+                path = _claim_numbered(base)
+                top = path if top is None or top == base else top
             choice = [str(path), None, None if top is None else str(top)]
         except OSError as err:  # a file where a folder should be, no permission, a full disk
             choice = [None, f"--output-dir {run.output_dir}: cannot make the run folder {path}: {err.strerror}", None]
@@ -64,6 +66,18 @@ def resolve_run_dir(config: TrainConfig, state: PartialState) -> tuple[Path, Pat
     if choice[1] is not None:
         raise ValueError(choice[1])
     return Path(choice[0]), None if choice[2] is None else Path(choice[2])
+
+
+def _claim_numbered(base: Path) -> Path:
+    """The first of ``base``, ``base2``, ``base3`` ... that ``mkdir`` makes (it fails on one that exists)."""
+    path, index = base, 1
+    while True:
+        try:
+            path.mkdir()
+            return path
+        except FileExistsError:
+            index += 1
+            path = base.with_name(f"{base.name}{index}")
 
 
 def build_accelerator(plan: RunPlan, run_dir: Path, log_with: list[str]) -> Accelerator:

@@ -6,13 +6,15 @@ Layout of a run folder::
                                        train_state.json (TrainState) and ema.safetensors (EMA weights, counters)
     checkpoints/latest                 name of the newest complete checkpoint (written last, atomically)
 
-A checkpoint is written to ``checkpoints/.tmp-<name>`` by every rank and renamed into place by the main process
-once all ranks are done, then ``latest`` is replaced, then older checkpoints are deleted: a crash at any point
-leaves a complete checkpoint that ``latest`` names. Our own state is JSON and safetensors. Before Accelerate's
-``load_state`` reads a folder, ``resume_check.check_checkpoint`` passes every file through the loading gate (no
-``torch.load``, restricted unpickling) and compares it with the model and optimizer, so resuming executes no code
-from the folder and refuses a crafted, truncated or incomplete one in one line. A state holding a non-finite
-weight is never written.
+A checkpoint is written to ``checkpoints/.tmp-<name>`` by every rank and renamed into place by the main process once
+all ranks are done, then ``latest`` is replaced, then older checkpoints are deleted (never the one just written): a
+crash at any point leaves a complete checkpoint that ``latest`` names, and a write that fails on any rank (a full
+disk) fails every rank, with the temporary folder removed. Checkpoints in the folder that the run does not continue
+(an earlier run's, under ``--exist-ok``) are moved aside at its start, never pruned. Our own state is JSON and
+safetensors. Before Accelerate's ``load_state`` reads a folder, ``resume_check.check_checkpoint`` passes every file
+through the loading gate (no ``torch.load``, restricted unpickling) and compares it with the model and optimizer, so
+resuming executes no code from the folder and refuses a crafted, truncated or incomplete one in one line. A state
+holding a non-finite weight is never written.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import json
 import os
 import re
 import shutil
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -31,8 +34,10 @@ from safetensors.torch import save_file
 from torch import nn
 
 from yolo11.engine.ema import ModelEMA
-from yolo11.engine.resume_check import CheckpointError, apply_rng_state, check_checkpoint
+from yolo11.engine.failures import FailedElsewhere, agreed
+from yolo11.engine.resume_check import CheckpointError, RunBounds, apply_rng_state, check_checkpoint
 from yolo11.gate import read_json
+from yolo11.output_errors import write_file, writing
 from yolo11.weights.safetensors_io import honour_umask, host_copies, non_finite_flag
 
 STATE_FILE, EMA_FILE, CONFIG_FILE = "train_state.json", "ema.safetensors", "config.json"
@@ -90,41 +95,49 @@ def save_checkpoint(accelerator: Accelerator, run_dir: Path, state: TrainState, 
     """Write a resumable checkpoint; call on every rank. Returns the final checkpoint folder.
 
     Raises ``CheckpointError`` (on every rank, before anything is written) when a weight of the model or the
-    EMA is not finite: the previous checkpoint stays the latest.
+    EMA is not finite: the previous checkpoint stays the latest. A write that fails on any rank (a full disk) raises
+    on every rank (``agreed``: its ``OSError`` where it failed, ``FailedElsewhere`` elsewhere), after the
+    half-written folder is removed: ``latest`` still names the previous checkpoint.
     """
     check_finite(accelerator, model, ema)
     root = checkpoint_root(run_dir)
     name = _free_name(root, f"checkpoint-{state.iteration:08d}")
     final, tmp = root / name, root / f".tmp-{name}"
-    if accelerator.is_main_process:
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-    accelerator.wait_for_everyone()
-    accelerator.save_state(str(tmp))
-    if accelerator.is_main_process:
-        _write_own_state(tmp, state, ema)
-        honour_umask(*(path for path in tmp.iterdir() if path.is_file()))  # safetensors leaves them 0600
-        if config is not None:  # the resolved config the state was trained with
-            (tmp / CONFIG_FILE).write_text(json.dumps(config, indent=1) + "\n")
-    accelerator.wait_for_everyone()
-    if accelerator.is_main_process:
-        os.replace(tmp, final)
-        write_text_atomic(root / "latest", name)
-        _prune(root, keep)
-    accelerator.wait_for_everyone()
+    try:
+        with agreed(accelerator), writing(tmp):
+            if accelerator.is_main_process:
+                shutil.rmtree(tmp, ignore_errors=True)
+                tmp.mkdir(parents=True)
+        with agreed(accelerator), writing(tmp):
+            accelerator.save_state(str(tmp))
+            if accelerator.is_main_process:
+                _write_own_state(tmp, state, ema, config)
+        with agreed(accelerator), writing(root / "latest"):
+            if accelerator.is_main_process:
+                os.replace(tmp, final)
+                write_text_atomic(root / "latest", name)
+                _prune(root, keep, name)
+    except (OSError, FailedElsewhere):
+        if accelerator.is_main_process:  # frees the space it took; `latest` names the previous checkpoint
+            shutil.rmtree(tmp, ignore_errors=True)
+        raise
     return final
 
 
 def load_checkpoint(accelerator: Accelerator, checkpoint: Path, state: TrainState, ema: ModelEMA | None, *,
                     model: nn.Module | None = None, optimizer: torch.optim.Optimizer | None = None,
-                    allow_changes: bool = False) -> list[str]:
+                    allow_changes: bool = False, bounds: RunBounds | None = None) -> list[str]:
     """Check every file of ``checkpoint`` against ``model`` and ``optimizer`` (the prepared ones; None checks only
-    the files' form), then restore Accelerate's objects (model, optimizer, RNG), the training state and the EMA.
-    Returns notes on what ``allow_changes`` let through (a missing RNG state or EMA)."""
+    the files' form) and the training counters against ``bounds`` (the run's epochs and batches), then restore
+    Accelerate's objects (model, optimizer, RNG), the training state and the EMA. Returns notes on what
+    ``allow_changes`` let through (a missing RNG state or EMA, another number of processes). A check that fails on
+    one process (its own RNG file) fails every process (``agreed``), each saying its own error."""
     unwrapped = None if model is None else accelerator.unwrap_model(model, keep_torch_compile=False)
-    checked = check_checkpoint(checkpoint, model=unwrapped, optimizer=optimizer,
-                               ema_module=None if ema is None else ema.module,
-                               process_index=accelerator.process_index, allow_changes=allow_changes)
+    with agreed(accelerator, catch=(CheckpointError, ValueError, OSError)):  # FileRefusedError is a ValueError
+        checked = check_checkpoint(checkpoint, model=unwrapped, optimizer=optimizer,
+                                   ema_module=None if ema is None else ema.module,
+                                   process_index=accelerator.process_index, allow_changes=allow_changes,
+                                   num_processes=accelerator.num_processes, bounds=bounds)
     accelerator.load_state(str(checkpoint))
     if optimizer is not None:
         match_parameter_layouts(optimizer)
@@ -196,12 +209,16 @@ def check_finite(accelerator: Accelerator, model: nn.Module, ema: ModelEMA | Non
         raise CheckpointError("non-finite weights: the checkpoint was not written (the previous one is kept)")
 
 
-def _write_own_state(folder: Path, state: TrainState, ema: ModelEMA | None) -> None:
+def _write_own_state(folder: Path, state: TrainState, ema: ModelEMA | None, config: dict | None) -> None:
+    """train_state.json, ema.safetensors and the resolved config (``config``: what the state was trained with)."""
     (folder / STATE_FILE).write_text(json.dumps(state.state_dict()) + "\n")
     if ema is not None:
         tensors = host_copies(ema.module.state_dict())
         metadata = {"updates": str(ema.updates), "decay": repr(ema.decay), "tau": repr(ema.tau)}
         save_file(tensors, str(folder / EMA_FILE), metadata=metadata)
+    honour_umask(*(path for path in folder.iterdir() if path.is_file()))  # safetensors leaves them 0600
+    if config is not None:
+        (folder / CONFIG_FILE).write_text(json.dumps(config, indent=1) + "\n")
 
 
 def _free_name(root: Path, name: str) -> str:
@@ -239,15 +256,62 @@ def resolve_resume(resume: str, run_dir: Path, missing_ok: bool = False) -> Path
 
 def write_text_atomic(path: Path, text: str) -> None:
     """Write through a temporary file and a rename: readers see the old or the new text, never half of one."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    write_file(path, text)
 
 
-def _prune(root: Path, keep: int) -> None:
-    checkpoints = sorted((p for p in root.glob("checkpoint-*") if p.is_dir()), key=_checkpoint_order)
-    for old in checkpoints[:-keep]:
+def _prune(root: Path, keep: int, current: str) -> None:
+    """Delete all but the newest ``keep`` checkpoints up to ``current`` (just written: never deleted). Checkpoints
+    ordered after it are not this run's (``set_aside_checkpoints`` moves them away at the start) and are left."""
+    upto = _checkpoint_order(root / current)
+    ours = sorted((p for p in _checkpoints(root) if _checkpoint_order(p) <= upto), key=_checkpoint_order)
+    for old in ours[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
+
+
+def _checkpoints(root: Path) -> list[Path]:
+    return [p for p in root.glob("checkpoint-*") if p.is_dir() and _CHECKPOINT_NAME.fullmatch(p.name)]
+
+
+def latest_checkpoint(run_dir: Path) -> Path | None:
+    """The complete checkpoint ``checkpoints/latest`` names, None when there is none."""
+    latest = checkpoint_root(run_dir) / "latest"
+    try:
+        name = latest.read_text().strip()
+    except OSError:
+        return None
+    folder = checkpoint_root(run_dir) / name
+    return folder if _CHECKPOINT_NAME.fullmatch(name) and (folder / STATE_FILE).is_file() else None
+
+
+def set_aside_checkpoints(run_dir: Path, resumed: Path | None) -> tuple[Path, list[str]] | None:
+    """Move the checkpoints of ``run_dir`` that this run does not continue from to ``checkpoints.old-<time>``:
+    all of them for a new run (an earlier run's, under ``--exist-ok``), those after ``resumed`` for a resume of an
+    earlier checkpoint. Pruning keeps the highest iterations: another run's later checkpoints would make it delete
+    this run's, and ``latest`` name a deleted folder. Returns the folder and the names moved, None when none."""
+    root = checkpoint_root(run_dir)
+    if not root.is_dir():
+        return None
+    ours = resumed if resumed is not None and resumed.resolve().parent == root.resolve() else None
+    after = [p for p in _checkpoints(root) if ours is None or _checkpoint_order(p) > _checkpoint_order(ours)]
+    if not after:
+        return None
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    aside = root.with_name(f"checkpoints.old-{stamp}")
+    for index in itertools.count(2):
+        try:
+            aside.mkdir()
+            break
+        except FileExistsError:
+            aside = root.with_name(f"checkpoints.old-{stamp}-{index}")
+    after.sort(key=_checkpoint_order)
+    for folder in after:
+        os.replace(folder, aside / folder.name)
+    write_text_atomic(aside / "latest", after[-1].name)
+    if ours is not None:
+        write_text_atomic(root / "latest", ours.name)
+    else:
+        (root / "latest").unlink(missing_ok=True)
+    return aside, [folder.name for folder in after]
 
 
 def _checkpoint_order(path: Path) -> tuple[int, int]:

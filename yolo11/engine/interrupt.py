@@ -73,6 +73,12 @@ class StopSignal:
         """From now on a signal is a request the run honours at its next safe point."""
         self._deferred = True
 
+    def leaving(self) -> None:
+        """The run ends on an error that a process says: the SIGTERM a launcher then sends the other ranks (or a
+        Ctrl-C) is ignored until ``uninstall()``, rather than turned into a stop message or a traceback."""
+        for signum in SIGNALS:
+            signal.signal(signum, signal.SIG_IGN)
+
     @property
     def requested(self) -> bool:
         return self.signum is not None

@@ -1,12 +1,13 @@
 """What a resume reads, checked before Accelerate's ``load_state`` touches it.
 
 Accelerate reads ``optimizer.bin``, ``scaler.pt`` and ``random_states_<rank>.pkl`` with ``torch.load`` (a crafted
-file gives a traceback at best) and skips RNG state it cannot read without a word. Here every file of the
-checkpoint goes through the loading gate (``yolo11.gate``: no ``torch.load``, restricted unpickling) and its
-contents are compared with what is being resumed: the model's tensors, the optimizer's groups and state shapes,
-the RNG states (applied by us after ``load_state``, so none is skipped), the training counters' types and ranges,
-the EMA. A file that is missing or unreadable is a ``CheckpointError`` naming it, unless ``--allow-changes``
-accepts the gap (then it is reported in a note); a file that is present and bad is refused either way.
+file gives a traceback at best) and skips RNG state it cannot read without a word. Here every file of the checkpoint
+goes through the loading gate (``yolo11.gate``: no ``torch.load``, restricted unpickling) and its contents are
+compared with what is being resumed: the model's tensors, the optimizer's groups and state shapes, the RNG states
+(applied by us after ``load_state``, so none is skipped) and their number (one per process), the training counters'
+types and ranges and their fit to the resumed run (``RunBounds``), the EMA. A file that is missing or unreadable is
+a ``CheckpointError`` naming it, unless ``--allow-changes`` accepts the gap (then it is reported in a note); a file
+that is present and bad is refused either way.
 """
 
 from __future__ import annotations
@@ -126,8 +127,17 @@ def apply_rng_state(rng: dict) -> None:
 _COUNTERS = ("epoch", "batches_in_epoch", "iteration", "optimizer_steps", "loss_batches")
 
 
-def check_train_state(path: Path, saved: Any) -> dict:
-    """``train_state.json``: every key of ``TrainState``, of its type and range."""
+@dataclass(frozen=True)
+class RunBounds:
+    """What the resumed run makes of the training counters: ``epochs`` to train, ``batches_per_epoch`` (global)."""
+
+    epochs: int
+    batches_per_epoch: int
+
+
+def check_train_state(path: Path, saved: Any, bounds: RunBounds | None = None, allow_changes: bool = False) -> dict:
+    """``train_state.json``: every key of ``TrainState``, of its type and range, and (``bounds``) within the run
+    that resumes it. Each refusal names the key."""
     from yolo11.engine.checkpoint import TrainState
 
     fields = set(TrainState().state_dict())
@@ -137,20 +147,50 @@ def check_train_state(path: Path, saved: Any) -> dict:
     for key in _COUNTERS:
         if type(saved[key]) is not int or saved[key] < 0:
             raise _refuse(path, f"{key} is {saved[key]!r}, expected an integer >= 0")
-    if saved["optimizer_steps"] > saved["iteration"] or saved["loss_batches"] > saved["batches_in_epoch"]:
-        raise _refuse(path, "counters that contradict each other (more optimizer steps than batches, or more loss "
-                            "batches than batches in the epoch)")
+    epoch, batches, iteration = saved["epoch"], saved["batches_in_epoch"], saved["iteration"]
+    if saved["optimizer_steps"] > iteration:
+        raise _refuse(path, f"optimizer_steps is {saved['optimizer_steps']}, more than iteration {iteration} (the "
+                            "batches trained): an optimizer step takes at least one batch")
+    if saved["loss_batches"] > batches:
+        raise _refuse(path, f"loss_batches is {saved['loss_batches']}, more than batches_in_epoch {batches}")
+    if iteration < epoch + batches:
+        raise _refuse(path, f"iteration is {iteration}, fewer than the {epoch} finished epoch(s) and "
+                            f"batches_in_epoch {batches} take")
     loss_sum = saved["loss_sum"]
     if loss_sum is not None and not (isinstance(loss_sum, list) and len(loss_sum) == 3 and all(
             type(v) in (int, float) and math.isfinite(v) for v in loss_sum)):
         raise _refuse(path, f"loss_sum is {str(loss_sum)[:60]}, expected null or 3 finite numbers")
-    if type(saved["best_fitness"]) not in (int, float) or not math.isfinite(saved["best_fitness"]):
-        raise _refuse(path, f"best_fitness is {saved['best_fitness']!r}, expected a finite number")
-    if type(saved["best_epoch"]) is not int or not -1 <= saved["best_epoch"] <= saved["epoch"]:
-        raise _refuse(path, f"best_epoch is {saved['best_epoch']!r}, expected an integer in -1..epoch")
+    if loss_sum is None and saved["loss_batches"]:
+        raise _refuse(path, f"loss_sum is null, but loss_batches is {saved['loss_batches']}")
+    best = saved["best_fitness"]
+    if type(best) not in (int, float) or not math.isfinite(best) or not -1 <= best <= 1:
+        raise _refuse(path, f"best_fitness is {best!r}, expected a finite number in -1..1 (-1: no validation yet)")
+    best_epoch = saved["best_epoch"]
+    if type(best_epoch) is not int or not (best_epoch == -1 or 0 <= best_epoch < epoch):
+        raise _refuse(path, f"best_epoch is {best_epoch!r}, expected -1 or a finished epoch (0..{epoch - 1})")
     if saved["tracker_run_id"] is not None and not isinstance(saved["tracker_run_id"], str):
         raise _refuse(path, "tracker_run_id must be a string or null")
+    if bounds is not None:
+        _check_within_run(path, saved, bounds, allow_changes)
     return saved
+
+
+def _check_within_run(path: Path, saved: dict, bounds: RunBounds, allow_changes: bool) -> None:
+    """The counters against the resumed run: an epoch beyond ``--epochs`` trains nothing, more batches than an epoch
+    holds crash the epoch's skip; the iteration (warmup, accumulation) must be where the epochs put it."""
+    epoch, batches, iteration = saved["epoch"], saved["batches_in_epoch"], saved["iteration"]
+    if epoch > bounds.epochs:
+        raise _refuse(path, f"epoch is {epoch}, beyond this run's --epochs {bounds.epochs}: nothing would train")
+    if batches > bounds.batches_per_epoch:
+        raise _refuse(path, f"batches_in_epoch is {batches}, but an epoch of this run has "
+                            f"{bounds.batches_per_epoch} batches")
+    if epoch == bounds.epochs and batches:
+        raise _refuse(path, f"batches_in_epoch is {batches} after the run's last epoch ({epoch}), expected 0")
+    expected = epoch * bounds.batches_per_epoch + batches
+    if iteration != expected and not allow_changes:
+        raise _refuse(path, f"iteration is {iteration}, but epoch {epoch} x {bounds.batches_per_epoch} batches + "
+                            f"batches_in_epoch {batches} is {expected}; add --allow-changes true if the batch size "
+                            "or the data changed in an earlier resume")
 
 
 def check_ema_file(path: Path, module: nn.Module) -> dict:
@@ -164,15 +204,44 @@ def check_ema_file(path: Path, module: nn.Module) -> dict:
     return {"module": tensors, "updates": updates, "decay": decay, "tau": tau}
 
 
+def check_process_count(checkpoint: Path, num_processes: int, allow_changes: bool, notes: list[str]) -> None:
+    """The checkpoint holds one RNG state per process that wrote it: resumed on another number of processes, the
+    random streams and each process's share of a batch change. Refused (the same on every process) unless
+    ``allow_changes``."""
+    written = len(list(checkpoint.glob("random_states_*.pkl")))
+    if not written or written == num_processes:
+        return
+    many = abs(num_processes - written) > 1
+    if num_processes > written:
+        lost = f"{_ranks(written, num_processes - 1)} {'have' if many else 'has'} no saved random state"
+    else:
+        lost = f"the saved random state{'s' if many else ''} of {_ranks(num_processes, written - 1)} " \
+               f"{'are' if many else 'is'} dropped"
+    change = (f"written by {written} process(es), resumed on {num_processes}: {lost}, and each process's share of a "
+              "batch changes")
+    if not allow_changes:
+        raise _refuse(checkpoint, f"{change}. Resume on {written} process(es), or add --allow-changes true to "
+                                  f"continue on {num_processes}")
+    notes.append(f"{checkpoint.name} {change} (--allow-changes)")
+
+
+def _ranks(first: int, last: int) -> str:
+    return f"process {first}" if first == last else f"processes {first}..{last}"
+
+
 def check_checkpoint(checkpoint: Path, *, model: nn.Module | None, optimizer: torch.optim.Optimizer | None,
-                     ema_module: nn.Module | None, process_index: int, allow_changes: bool) -> CheckedCheckpoint:
+                     ema_module: nn.Module | None, process_index: int, allow_changes: bool,
+                     num_processes: int | None = None, bounds: RunBounds | None = None) -> CheckedCheckpoint:
     """Every file of ``checkpoint`` through the gate and compared with what resumes from it (``model`` unwrapped;
-    ``None`` checks that file's form only); raises ``CheckpointError`` or ``FileRefusedError`` naming the file."""
+    ``None`` checks that file's form only; ``num_processes``: of the resuming run; ``bounds``: its epochs and
+    batches); raises ``CheckpointError`` or ``FileRefusedError`` naming the file."""
     notes: list[str] = []
     unknown = sorted(p.name for p in checkpoint.iterdir() if not _KNOWN_FILE.fullmatch(p.name))
     if unknown:
         raise _refuse(checkpoint, f"holds {unknown}, which this trainer does not write; refused (only its own "
                                   "files are read)")
+    if num_processes is not None:
+        check_process_count(checkpoint, num_processes, allow_changes, notes)
     model_file = checkpoint / MODEL_FILE
     if not model_file.is_file():
         raise _refuse(model_file, "missing: no model weights to resume from")
@@ -198,7 +267,8 @@ def check_checkpoint(checkpoint: Path, *, model: nn.Module | None, optimizer: to
                  allow_changes, notes)
     from yolo11.engine.checkpoint import EMA_FILE, STATE_FILE
 
-    train_state = check_train_state(checkpoint / STATE_FILE, read_json(checkpoint / STATE_FILE))
+    train_state = check_train_state(checkpoint / STATE_FILE, read_json(checkpoint / STATE_FILE), bounds,
+                                    allow_changes)
     ema = None
     if ema_module is not None:
         if (checkpoint / EMA_FILE).is_file():
@@ -208,4 +278,5 @@ def check_checkpoint(checkpoint: Path, *, model: nn.Module | None, optimizer: to
     return CheckedCheckpoint(train_state, ema, rng, notes)
 
 
-__all__ = ["CheckedCheckpoint", "CheckpointError", "FileRefusedError", "apply_rng_state", "check_checkpoint"]
+__all__ = ["CheckedCheckpoint", "CheckpointError", "FileRefusedError", "RunBounds", "apply_rng_state",
+           "check_checkpoint"]

@@ -7,7 +7,6 @@ owns the state.
 
 from __future__ import annotations
 
-import os
 import shutil
 import sys
 import time
@@ -27,6 +26,7 @@ from yolo11.evaluation import EvaluationResult, plots
 from yolo11.evaluation.plot_pool import PlotPool
 from yolo11.evaluation.results import ResultsCSV, read_results
 from yolo11.evaluation.table import format_table
+from yolo11.output_errors import replaced, writing
 from yolo11.weights import load_weights, save_pretrained
 from yolo11.weights.safetensors_io import weights_snapshot, write_weights
 
@@ -246,11 +246,8 @@ class RunOutputs:
 
 
 def _write_weights_files(tensors: dict, metadata: dict, final: Path, also_best: bool) -> None:
-    tmp = final.with_name(f".{final.name}.tmp")
-    write_weights(tensors, metadata, tmp)
+    write_weights(tensors, metadata, final)  # through a temporary name: never a truncated last.safetensors
     if also_best:
         best = final.with_name("best.safetensors")
-        best_tmp = best.with_name(f".{best.name}.tmp")
-        shutil.copyfile(tmp, best_tmp)
-        os.replace(best_tmp, best)
-    os.replace(tmp, final)
+        with replaced(best) as tmp, writing(best):
+            shutil.copyfile(final, tmp)

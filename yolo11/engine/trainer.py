@@ -41,13 +41,17 @@ from yolo11.engine.checkpoint import (
     CheckpointError,
     TrainState,
     check_resume_config,
+    checkpoint_root,
+    latest_checkpoint,
     load_checkpoint,
     save_checkpoint,
+    set_aside_checkpoints,
 )
 from yolo11.engine.compile import CompiledLoss, compile_model, use_compile_cache
 from yolo11.engine.config import TrainConfig, save_args_yaml, save_config
 from yolo11.engine.ema import ModelEMA
 from yolo11.engine.evaluate import Validator
+from yolo11.engine.failures import FailedElsewhere, agreed, job_token, say_error
 from yolo11.engine.guard import NonFiniteLossError
 from yolo11.engine.interrupt import StopAgreement, StopRequested, StopSignal, tell_launcher
 from yolo11.engine.loop import Accumulation, TrainStep, train_one_epoch
@@ -56,10 +60,12 @@ from yolo11.engine.plan import LaunchError, RunPlan, check_launch, cpu_fallback_
 from yolo11.engine.profiling import StepProfiler
 from yolo11.engine.progress import Progress, loss_names, print_summary
 from yolo11.engine.resume import Resume, prepare_resume
+from yolo11.engine.resume_check import RunBounds
+from yolo11.engine.run_lock import RunFolderBusyError, RunLock, lock_run_dir
 from yolo11.engine.run_outputs import RunOutputs
 from yolo11.evaluation import ValidationStopped
 from yolo11.evaluation.plots import plot_labels
-from yolo11.output_errors import WRITE_ERRNOS, write_error_message
+from yolo11.output_errors import FULL_ERRNOS, WRITE_ERRNOS, replaced, write_error_message, writing
 from yolo11.weights import UnsafeCheckpointError, resolve_weights
 
 # --save-period auto: a checkpoint at the end of the first epoch that ends this long after the last one. Writing
@@ -95,23 +101,30 @@ class Run:
 
 
 def train(config: TrainConfig, typed: frozenset[str] | None = None) -> int:
-    """Train as ``config`` says; returns the process's exit code (2: a user error, printed on one line; 130 or 143:
-    stopped by SIGINT or SIGTERM, the same on every rank). ``typed``: the flags the user set
-    (``parse_command_line``); a resume reads the others from the checkpoint (None: every flag counts as set)."""
+    """Train as ``config`` says; returns the process's exit code (2: a user error or a write that failed, printed on
+    one line by each process that met it; 130 or 143: stopped by SIGINT or SIGTERM, the same on every rank).
+    ``typed``: the flags the user set (``parse_command_line``); a resume reads the others from the checkpoint
+    (None: every flag counts as set)."""
     # As AcceleratorState would: the process group is created here, once, for the Accelerator built later.
     launch = PartialState(cpu=parse_flag_from_env("ACCELERATE_USE_CPU"))
     stop = StopSignal(raise_first=True).install()  # until training starts, a signal ends the start-up at once
+    held: list[RunLock] = []  # the run folder's lock, held until the run ends
     try:
-        return _train(config, typed, launch, stop)
+        return _train(config, typed, launch, stop, held)
     finally:
+        for lock in held:
+            lock.release()
         stop.uninstall()
         if stop.requested:  # leaving: a launcher's forwarded signal now ends the exit quietly, not in a traceback
             for signum in (signal.SIGINT, signal.SIGTERM):
                 signal.signal(signum, signal.SIG_DFL)
 
 
-def _train(config: TrainConfig, typed: frozenset[str] | None, launch: PartialState, stop: StopSignal) -> int:
+def _train(config: TrainConfig, typed: frozenset[str] | None, launch: PartialState, stop: StopSignal,
+           held: list[RunLock]) -> int:
     made: list[Path] = []  # a run folder this start made: removed again when the start fails
+    job = job_token(launch)  # names this job's error markers: a line several processes meet alike is said once
+    run_dir, resume = None, None
     try:
         stop.enter("startup", launch.process_index)
         check_launch(launch)
@@ -121,25 +134,36 @@ def _train(config: TrainConfig, typed: frozenset[str] | None, launch: PartialSta
         config, resume = prepare_resume(config, typed)
         stop.enter("conversion", launch.process_index)
         run_dir, train_source, val_source = locate_inputs(config, launch, resume, made)
+        lock = hold_run_dir(run_dir, launch, made)
+        if lock is not None:
+            held.append(lock)
         needed = 0 if config.data.cache_images is not None else sum(  # only auto weighs the RAM
             cache_bytes(source.dataset, config.data.imgsz) for source in (train_source, val_source))
         plan = plan_run(config, launch.num_processes, len(train_source.dataset), len(train_source.class_names),
                         launch.device.type, cache_bytes=needed, available_ram=available_memory())
         run = build_run(config, plan, run_dir, train_source, val_source, resume, stop)
         start_run(run, val_source, resume)
-    except USER_ERRORS as err:
+    except FailedElsewhere:  # another process said why
+        stop.leaving()
         remove_unused(made, launch)
-        if launch.is_main_process:  # the same error on every rank: said once
-            print(f"error: {err}", file=sys.stderr, flush=True)
+        return 2
+    except USER_ERRORS as err:
+        stop.leaving()
+        remove_unused(made, launch)
+        say_error(str(err), launch, job)
         return 2
     except (StopRequested, KeyboardInterrupt) as stopped:
         remove_unused(made, launch)
         signum = stopped.signum if isinstance(stopped, StopRequested) else signal.SIGINT
         tell_launcher(signum)
         return 128 + signum
-    except BaseException:
+    except BaseException as err:
         remove_unused(made, launch)
-        raise
+        if not isinstance(err, OSError) or err.errno not in WRITE_ERRNOS:
+            raise
+        stop.leaving()
+        say_error(write_failure(err, run_dir, resume.checkpoint if resume is not None else None), launch, job)
+        return 2
     stop.defer()  # from here a signal is honoured at the next step, validation batch or the end of a save
     start = time.perf_counter()
     startup = process_age()
@@ -147,19 +171,43 @@ def _train(config: TrainConfig, typed: frozenset[str] | None, launch: PartialSta
         exit_code, images_seen = fit(run)
         # a failed upload (offline, no token) does not fail the finished run: the warning says how to push it later
         finish(run, start, images_seen, push=exit_code == 0, startup_seconds=startup)
+    except FailedElsewhere:
+        stop.leaving()
+        return 2
     except OSError as err:
         if err.errno not in WRITE_ERRNOS:
             raise
         # a full disk mid-run: saves are written aside and renamed, so the last complete checkpoint is intact
-        if run.step.accelerator.is_main_process:
-            print(f"error: {write_error_message(err)}; the last complete checkpoint in {run.run_dir / 'checkpoints'} "
-                  f"is intact: free space, then resume with --resume {run.run_dir}", file=sys.stderr, flush=True)
+        stop.leaving()
+        say_error(write_failure(err, run.run_dir, resume.checkpoint if resume is not None else None), launch, job)
         return 2
     if run.step.stop.signum is not None:  # agreed by every rank in fit or finish
         if run.step.accelerator.is_local_main_process:
             tell_launcher(run.step.stop.signum)
         return run.step.stop.exit_code
     return exit_code
+
+
+def write_failure(err: OSError, run_dir: Path | None, resumed: Path | None) -> str:
+    """One line for a write that failed: the file, why, and the complete checkpoint to resume from (``run_dir``'s
+    latest, else the one this run ``resumed`` from)."""
+    intact = (latest_checkpoint(run_dir) if run_dir is not None else None) or resumed
+    then = "free space, then " if err.errno in FULL_ERRNOS else ""
+    if intact is None:
+        return f"{write_error_message(err)}; no checkpoint was written yet: {then}start the run again"
+    ours = run_dir is not None and intact.parent == checkpoint_root(run_dir)
+    return (f"{write_error_message(err)}; the last complete checkpoint, {intact}, is intact: {then}resume with "
+            f"--resume {run_dir if ours else intact}")
+
+
+def hold_run_dir(run_dir: Path, launch: PartialState, made: list[Path]) -> RunLock | None:
+    """Lock the run folder for this job (``lock_run_dir``); refused, a folder this start made is the other job's
+    now and stays."""
+    try:
+        return lock_run_dir(run_dir, launch)
+    except RunFolderBusyError:
+        made.clear()
+        raise
 
 
 def remove_unused(made: list[Path], launch: PartialState) -> None:
@@ -247,33 +295,38 @@ def build_run(config: TrainConfig, plan: RunPlan, run_dir: Path, train_source: D
 
 
 def start_run(run: Run, val_source: DetectionSource, resume: Resume | None = None) -> None:
-    """Resume (or preview the first batch), save the config, open the outputs, say what runs."""
+    """Resume (or preview the first batch), set aside checkpoints this run does not continue, save the config, open
+    the outputs, say what runs."""
     accelerator, config, plan = run.step.accelerator, run.config, run.plan
     resume_from = resume.checkpoint if resume is not None else None
     if resume_from is not None:
         for change in check_resume_config(resume_from, config.to_dict(), config.run.allow_changes):
             accelerator.print(f"resume: {change}")
         for note in load_checkpoint(accelerator, resume_from, run.state, run.step.ema, model=run.step.model,
-                                    optimizer=run.step.optimizer, allow_changes=config.run.allow_changes):
+                                    optimizer=run.step.optimizer, allow_changes=config.run.allow_changes,
+                                    bounds=RunBounds(config.run.epochs, plan.batches_per_epoch)):
             accelerator.print(f"resume: {note}")
         accelerator.print(f"resumed from {resume_from} at epoch {run.state.epoch + 1}, "
                           f"batch {run.state.batches_in_epoch}")
     else:
         if config.run.resume:  # --resume auto before the first checkpoint (a requeued job that never saved)
             accelerator.print(f"--resume auto: no checkpoint in {run.run_dir} yet, starting from the beginning")
-    if accelerator.is_main_process:
-        save_config(config, run.run_dir / "config.yaml")
-        save_args_yaml(config, run.run_dir / "args.yaml")
     report_to = tracking.resolve_report_to(config.run.report_to)
-    run.state.tracker_run_id = build_trackers(accelerator, config, run.run_dir, report_to, run.state.tracker_run_id)
-    model = accelerator.unwrap_model(run.step.model, keep_torch_compile=False)
-    run.outputs = RunOutputs(accelerator, run.run_dir, run.train_source.class_names, run.state,
-                             epochs=config.run.epochs, patience=config.run.patience, plots=config.run.plots,
-                             report_to=report_to, lr_groups=len(run.step.optimizer.param_groups),
-                             loss_names=loss_names(model.end2end))
-    if resume_from is None and config.run.plots and accelerator.is_main_process:
-        save_first_batches(run)
-        run.outputs.draw(plot_labels, *labels_plot_data(run.train_source), run.run_dir / "labels.jpg")
+    with agreed(accelerator):  # a full disk on the main process ends every process here
+        if accelerator.is_main_process:
+            report_set_aside(run.run_dir, resume_from)
+            save_config(config, run.run_dir / "config.yaml")
+            save_args_yaml(config, run.run_dir / "args.yaml")
+        run.state.tracker_run_id = build_trackers(accelerator, config, run.run_dir, report_to,
+                                                  run.state.tracker_run_id)
+        model = accelerator.unwrap_model(run.step.model, keep_torch_compile=False)
+        run.outputs = RunOutputs(accelerator, run.run_dir, run.train_source.class_names, run.state,
+                                 epochs=config.run.epochs, patience=config.run.patience, plots=config.run.plots,
+                                 report_to=report_to, lr_groups=len(run.step.optimizer.param_groups),
+                                 loss_names=loss_names(model.end2end))
+        if resume_from is None and config.run.plots and accelerator.is_main_process:
+            save_first_batches(run)
+            run.outputs.draw(plot_labels, *labels_plot_data(run.train_source), run.run_dir / "labels.jpg")
     dashboards.log_model_info(accelerator, model, config.data.imgsz)
     accelerator.print(f"{model.config['name']}: {sum(p.numel() for p in model.parameters()):,} parameters | "
                       f"{plan.num_processes} process(es) x batch {plan.per_process_batch} x accumulation "
@@ -286,6 +339,21 @@ def start_run(run: Run, val_source: DetectionSource, resume: Resume | None = Non
     accelerator.print(plan.cuda_graphs.reason)
 
 
+def report_set_aside(run_dir: Path, resumed: Path | None) -> None:
+    """``set_aside_checkpoints`` on the main process, said in one line."""
+    moved = set_aside_checkpoints(run_dir, resumed)
+    if moved is None:
+        return
+    aside, names = moved
+    if resumed is not None and resumed.resolve().parent == checkpoint_root(run_dir).resolve():
+        print(f"resume: {len(names)} later checkpoint(s) of this folder ({names[0]}..{names[-1]}), which this resume "
+              f"of {resumed.name} does not continue, moved to {aside} (not deleted)", flush=True)
+    else:
+        print(f"{checkpoint_root(run_dir)} held {len(names)} checkpoint(s) of an earlier run ({names[0]}..{names[-1]}):"
+              f" moved to {aside} (not deleted; --resume {aside / names[-1]} continues that run); this run's "
+              "checkpoints start afresh", flush=True)
+
+
 def save_first_batches(run: Run, count: int = 3) -> None:
     """train_batch0.jpg ... train_batch2.jpg, the first training batches as Ultralytics draws them. Augmentation is
     a function of (seed, epoch, index): these are exactly the first batches. Their HSV is OpenCV's, as workers
@@ -294,7 +362,9 @@ def save_first_batches(run: Run, count: int = 3) -> None:
     config = dataclasses.replace(build_train_loader_config(run.config, run.plan), workers=0, cache_images=False,
                                  hsv_on_device=False)
     for index, batch in enumerate(itertools.islice(build_dataloader(run.train_source, "train", config), count)):
-        save_batch_preview(batch, run.train_source.class_names, run.run_dir / f"train_batch{index}.jpg")
+        path = run.run_dir / f"train_batch{index}.jpg"
+        with replaced(path) as tmp, writing(path):
+            save_batch_preview(batch, run.train_source.class_names, tmp)
 
 
 def labels_plot_data(source: DetectionSource) -> tuple[np.ndarray, list[int], list[str]]:
@@ -399,8 +469,9 @@ def end_epoch(run: Run, epoch: int, result) -> tuple[bool, bool]:
         run.val_data_seconds += validation.data_seconds
     state.start_epoch(epoch + 1)
     start = time.perf_counter()
-    outcome = run.outputs.end_epoch(epoch, result, step.schedule.lrs(), validation, model, state.optimizer_steps,
-                                    final=last_epoch, val_seconds=val_seconds)
+    with agreed(step.accelerator):  # a full disk on the main process ends every process here
+        outcome = run.outputs.end_epoch(epoch, result, step.schedule.lrs(), validation, model,
+                                        state.optimizer_steps, final=last_epoch, val_seconds=val_seconds)
     run.saving_seconds += time.perf_counter() - start
     state.best_fitness, state.best_epoch = outcome.best_fitness, outcome.best_epoch
     due = last_epoch or outcome.stop or checkpoint_due(run, epoch)
@@ -450,10 +521,12 @@ def finish(run: Run, started: float, images_seen: int, push: bool, startup_secon
     if step.profiler is not None:
         step.profiler.close(run.state.optimizer_steps)
     saving = time.perf_counter()
-    run.outputs.wait_for_writes()
+    with agreed(step.accelerator):  # the weights written in the background: their error, on every process
+        run.outputs.wait_for_writes()
     run.saving_seconds += time.perf_counter() - saving
     stopping = step.stop.agreed_now()
-    run.outputs.finish_figures(cancel=stopping)  # drawn by workers since the last epoch; a stop drops the rest
+    with agreed(step.accelerator):
+        run.outputs.finish_figures(cancel=stopping)  # drawn by workers since the last epoch; a stop drops the rest
     print_summary(step.accelerator, time.perf_counter() - started, run.train_seconds, run.val_seconds, images_seen,
                   run.outputs.best_summary(), startup_seconds, run.saving_seconds, run.outputs.plot_seconds,
                   run.score_seconds, run.val_data_seconds)
@@ -466,9 +539,10 @@ def finish(run: Run, started: float, images_seen: int, push: bool, startup_secon
         step.accelerator.print("stopped by a signal: the final plots and any --push-to-hub are skipped (the last "
                                "checkpoint is complete)")
     else:
-        run.outputs.finish(run.validator.evaluator.ground_truth)
-        if push and config.run.push_to_hub:
-            pushed = run.outputs.push_to_hub(config.run.push_to_hub, config.data.data, config.to_dict())
+        with agreed(step.accelerator):
+            run.outputs.finish(run.validator.evaluator.ground_truth)
+            if push and config.run.push_to_hub:
+                pushed = run.outputs.push_to_hub(config.run.push_to_hub, config.data.data, config.to_dict())
     step.stop.agreed_now()  # a signal during the plots: every rank exits with its code
     step.accelerator.wait_for_everyone()
     step.accelerator.end_training()

@@ -18,6 +18,7 @@ import numpy as np
 
 from yolo11.evaluation.matching import smooth
 from yolo11.evaluation.results import read_results
+from yolo11.output_errors import replaced, writing
 
 MOSAIC_IMAGES = 16  # images per val_batchN mosaic, as Ultralytics' plot_images
 
@@ -32,6 +33,13 @@ def _pyplot():
     import matplotlib.pyplot as plt
 
     return plt
+
+def _save_figure(fig, out_path: Path, dpi: int) -> None:
+    """``fig`` written to ``out_path`` through a temporary name (a full disk leaves no truncated image), closed."""
+    with replaced(out_path) as tmp, writing(out_path):
+        fig.savefig(tmp, dpi=dpi)
+    _pyplot().close(fig)
+
 
 # Ultralytics' results.png grid: train losses and P/R on the top row, val losses and mAPs below.
 RESULTS_GRID = (
@@ -77,8 +85,7 @@ def plot_results(csv_path: Path, out_path: Path) -> Path:
                 ax.plot(x, gaussian_smooth(y), ":", linewidth=2, label="smooth")
         ax.set_title(column, fontsize=12)
     axes[0, 0].legend()
-    fig.savefig(out_path, dpi=200)
-    plt.close(fig)
+    _save_figure(fig, out_path, 200)
     return Path(out_path)
 
 
@@ -98,8 +105,7 @@ def plot_pr_curve(metrics: dict, class_names: list[str], out_path: Path) -> Path
                 label=f"all classes {metrics['map50']:.3f} mAP@0.5")
     ax.set(xlabel="Recall", ylabel="Precision", xlim=(0, 1), ylim=(0, 1), title="Precision-Recall Curve")
     ax.legend(bbox_to_anchor=(1.04, 1), loc="upper left")
-    fig.savefig(out_path, dpi=200)
-    plt.close(fig)
+    _save_figure(fig, out_path, 200)
     return Path(out_path)
 
 
@@ -128,8 +134,7 @@ def plot_metric_curve(metrics: dict, class_names: list[str], out_path: Path, met
     ax.set(xlabel="Confidence", ylabel=CURVES[metric], xlim=(0, 1), ylim=(0, 1),
            title=f"{CURVES[metric]}-Confidence Curve")
     ax.legend(bbox_to_anchor=(1.04, 1), loc="upper left")
-    fig.savefig(out_path, dpi=200)
-    plt.close(fig)
+    _save_figure(fig, out_path, 200)
     return Path(out_path)
 
 
@@ -156,8 +161,7 @@ def plot_confusion_matrix(metrics: dict, class_names: list[str], out_path: Path,
                 ax.text(j, i, f"{value:.2f}" if normalize else f"{int(value)}", ha="center", va="center", fontsize=7,
                         color="white" if value > 0.5 * np.nanmax(matrix) else "black")
     ax.set(xlabel="True", ylabel="Predicted", title="Confusion Matrix" + (" Normalized" if normalize else ""))
-    fig.savefig(out_path, dpi=150)
-    plt.close(fig)
+    _save_figure(fig, out_path, 150)
     return Path(out_path)
 
 
@@ -219,9 +223,10 @@ def save_validation_batches(samples: list[dict], class_names: list[str], run_dir
         drawn = [draw_sample(sample, class_names, conf) for sample in samples[start:start + MOSAIC_IMAGES]]
         for kind, pictures in (("labels", [d[0] for d in drawn]), ("pred", [d[1] for d in drawn])):
             path = Path(run_dir) / f"val_batch{n}_{kind}.jpg"
-            if not cv2.imwrite(str(path), cv2.cvtColor(mosaic(pictures), cv2.COLOR_RGB2BGR),
-                               [cv2.IMWRITE_JPEG_QUALITY, 90]):
-                raise OSError(f"could not write {path}")
+            with replaced(path) as tmp, writing(path):
+                if not cv2.imwrite(str(tmp), cv2.cvtColor(mosaic(pictures), cv2.COLOR_RGB2BGR),
+                                   [cv2.IMWRITE_JPEG_QUALITY, 90]):
+                    raise OSError(f"could not write {path}")
             paths.append(path)
     return paths
 
@@ -288,6 +293,5 @@ def plot_labels(boxes: np.ndarray, classes: np.ndarray, class_names: list[str], 
     for a in ax:
         for side in ("top", "right", "left", "bottom"):
             a.spines[side].set_visible(False)
-    fig.savefig(out_path, dpi=200)
-    plt.close(fig)
+    _save_figure(fig, out_path, 200)
     return Path(out_path)

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import csv
+import io
 from pathlib import Path
+
+from yolo11.output_errors import write_file
 
 COLUMNS = (
     "epoch", "time", "train/box_loss", "train/cls_loss", "train/dfl_loss",
@@ -28,7 +31,8 @@ class ResultsCSV:
 
     On resume, ``keep_epochs`` = the number of finished epochs: rows with ``epoch`` (1-based) above it, written by
     the interrupted run after its last checkpoint, are dropped so the resumed run rewrites them. ``None`` starts
-    a fresh file. ``lr_groups``: the optimizer's parameter groups, one ``lr/pgN`` column each.
+    a fresh file. ``lr_groups``: the optimizer's parameter groups, one ``lr/pgN`` column each. Every write replaces
+    the whole file through a temporary name (``write_file``): a full disk never leaves a truncated table.
     """
 
     def __init__(self, path: Path, keep_epochs: int | None = None, lr_groups: int = 3,
@@ -38,19 +42,25 @@ class ResultsCSV:
         self.columns = columns(lr_groups, loss_names)
         kept = [row for row in read_results(self.path) if int(float(row["epoch"])) <= keep_epochs] \
             if keep_epochs is not None and self.path.is_file() else []
-        with self.path.open("w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=self.columns)
-            writer.writeheader()
-            writer.writerows({k: row.get(k, "") for k in self.columns} for row in kept)
+        self._text = self._rows([{k: row.get(k, "") for k in self.columns} for row in kept], header=True)
+        write_file(self.path, self._text.encode())
 
     def append(self, row: dict) -> None:
         """Write one epoch; missing columns stay empty (e.g. epochs without validation); unknown keys raise."""
         unknown = set(row) - set(self.columns)
         if unknown:
             raise KeyError(f"results.csv has no column(s) {sorted(unknown)}")
-        values = {k: _format(row.get(k)) for k in self.columns}
-        with self.path.open("a", newline="") as f:
-            csv.DictWriter(f, fieldnames=self.columns).writerow(values)
+        text = self._text + self._rows([{k: _format(row.get(k)) for k in self.columns}])
+        write_file(self.path, text.encode())
+        self._text = text
+
+    def _rows(self, rows: list[dict], header: bool = False) -> str:
+        out = io.StringIO(newline="")  # csv's own \r\n line ends, as a file opened with newline="" gets
+        writer = csv.DictWriter(out, fieldnames=self.columns)
+        if header:
+            writer.writeheader()
+        writer.writerows(rows)
+        return out.getvalue()
 
 
 def _format(value) -> str:

@@ -20,6 +20,7 @@ from torch import nn
 from yolo11.gate import FileRefusedError, check_model_config, read_json, read_safetensors, read_safetensors_header
 from yolo11.models.blocks import Conv
 from yolo11.models.detector import YOLO11Detector, create_model
+from yolo11.output_errors import replaced, write_file, writing
 from yolo11.weights.model_card import render_model_card
 from yolo11.weights.resolve import resolve_weights
 from yolo11.weights.torch_zip import is_zip
@@ -109,13 +110,11 @@ def save_pretrained(model: YOLO11Detector, directory: str | Path, *, metrics: di
     ``train_config``: the resolved training config; ``repo_id``: the Hub name used in the card)."""
     directory = Path(directory)
     tensors = _finite_tensors(model, directory / WEIGHTS_NAME)
-    directory.mkdir(parents=True, exist_ok=True)
-    save_file(tensors, directory / WEIGHTS_NAME, metadata=_metadata(model))
-    honour_umask(directory / WEIGHTS_NAME)
-    (directory / CONFIG_NAME).write_text(json.dumps(hub_config(model), indent=2) + "\n")
+    write_weights(tensors, _metadata(model), directory / WEIGHTS_NAME)
+    write_file(directory / CONFIG_NAME, json.dumps(hub_config(model), indent=2) + "\n")
     card = render_model_card(model.config, metrics=metrics, dataset=dataset, train_config=train_config,
                              repo_id=repo_id)
-    (directory / CARD_NAME).write_text(card)
+    write_file(directory / CARD_NAME, card)
     return directory
 
 
@@ -151,11 +150,13 @@ def weights_snapshot(model: YOLO11Detector, file: str | Path) -> tuple[dict, dic
 
 
 def write_weights(tensors: dict, metadata: dict[str, str], file: str | Path) -> Path:
-    """Write ``weights_snapshot``'s tensors and metadata as a safetensors file."""
+    """Write ``weights_snapshot``'s tensors and metadata as a safetensors file, through a temporary name: a write
+    that fails (a full disk: its ``OSError``) leaves the previous file whole."""
     file = Path(file)
     file.parent.mkdir(parents=True, exist_ok=True)
-    save_file(tensors, file, metadata=metadata)
-    honour_umask(file)
+    with replaced(file) as tmp, writing(file):
+        save_file(tensors, tmp, metadata=metadata)
+        honour_umask(tmp)
     return file
 
 
