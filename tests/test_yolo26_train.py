@@ -182,6 +182,7 @@ def test_validation_scores_the_one_to_many_head_with_nms(tmp_path):
         for param in model.head.one2one_cv2.parameters():
             param.add_(torch.randn_like(param) * 0.05)
     accelerator = Accelerator()
+    model = model.to(accelerator.device)  # on a GPU machine validation runs there (the trainer prepares it so)
     config = parse_config(["--data", spec, "--imgsz", "64", "--batch-size", "2", "--workers", "0", "--model",
                            "yolo26n"])
     plan = plan_run(config, 1, len(source.dataset), 6, accelerator.device.type)

@@ -36,15 +36,16 @@ def _nms_kernel() -> Callable[[Tensor, Tensor, float], Tensor]:
     on a 2-core machine, for one function. Where the library cannot be found or loaded, the package's own."""
     spec = importlib.util.find_spec("torchvision")
     folders = spec.submodule_search_locations if spec is not None else None
-    for folder in folders or []:
-        for suffix in importlib.machinery.EXTENSION_SUFFIXES:
-            library = os.path.join(folder, f"_C_stable{suffix}")
-            if os.name != "nt" and os.path.isfile(library):  # Windows needs the package's DLL-path setup
-                try:
-                    torch.ops.load_library(library)
-                    return torch.ops.torchvision.nms
-                except (OSError, RuntimeError, AttributeError):
-                    break
+    candidates = [(folder, name, suffix) for folder in folders or [] for name in ("_C_stable", "_C")  # 0.29, 0.26
+                  for suffix in importlib.machinery.EXTENSION_SUFFIXES]
+    for folder, name, suffix in candidates:
+        library = os.path.join(folder, f"{name}{suffix}")
+        if os.name != "nt" and os.path.isfile(library):  # Windows needs the package's DLL-path setup
+            try:
+                torch.ops.load_library(library)
+                return torch.ops.torchvision.nms
+            except (OSError, RuntimeError, AttributeError):
+                break
     from torchvision.ops import nms
 
     return nms
