@@ -22,10 +22,8 @@ from __future__ import annotations
 import itertools
 import json
 import os
-import re
 import shutil
 import time
-from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
@@ -35,13 +33,20 @@ from torch import nn
 
 from yolo11.engine.ema import ModelEMA
 from yolo11.engine.failures import FailedElsewhere, agreed
-from yolo11.engine.resume_check import CheckpointError, RunBounds, apply_rng_state, check_checkpoint
+from yolo11.engine.resume_check import RunBounds, apply_rng_state, check_checkpoint
+from yolo11.engine.run_state import (  # noqa: F401 - re-exported: the writer's callers name them from here
+    CHECKPOINT_NAME,
+    CONFIG_FILE,
+    EMA_FILE,
+    STATE_FILE,
+    CheckpointError,
+    TrainState,
+    checkpoint_root,
+)
 from yolo11.gate import read_json
 from yolo11.output_errors import write_file, writing
 from yolo11.weights.safetensors_io import honour_umask, host_copies, non_finite_flag
 
-STATE_FILE, EMA_FILE, CONFIG_FILE = "train_state.json", "ema.safetensors", "config.json"
-_CHECKPOINT_NAME = re.compile(r"checkpoint-\d+(\.\d+)?")  # what save_checkpoint names a checkpoint
 # Flags that a resume may change freely: how the run is watched, logged, saved and executed, not what it computes.
 RESUME_SAFE_FLAGS = frozenset({
     "workers", "cache_dir", "cache_images", "resume", "allow_changes", "output_dir", "name", "exist_ok",
@@ -49,45 +54,6 @@ RESUME_SAFE_FLAGS = frozenset({
     "compile_loss", "compile_cache_dir", "log_interval", "profile", "val_images", "plots", "val_interval",
     "push_to_hub",
 })
-
-
-@dataclass
-class TrainState:
-    """Counters that, with the model, optimizer and EMA state, make a resume exact.
-
-    ``batches_in_epoch`` counts the batches of ``epoch`` already consumed; the resumed epoch skips them and goes on
-    summing its losses from ``loss_sum``, so the epoch's mean loss is the one of an uninterrupted run.
-    """
-
-    epoch: int = 0
-    batches_in_epoch: int = 0
-    iteration: int = 0  # batches since the start (drives warmup)
-    optimizer_steps: int = 0
-    loss_sum: object = None  # (3,) running sum of this epoch's [box, cls, dfl] over `loss_batches` batches
-    loss_batches: int = 0
-    best_fitness: float = -1.0
-    best_epoch: int = -1
-    tracker_run_id: str | None = None
-
-    def state_dict(self) -> dict:
-        state = asdict(self)
-        if self.loss_sum is not None:  # a device tensor while training; plain floats on disk (exact for float32)
-            state["loss_sum"] = [float(v) for v in self.loss_sum]
-        return state
-
-    def start_epoch(self, epoch: int) -> None:
-        self.epoch, self.batches_in_epoch, self.loss_sum, self.loss_batches = epoch, 0, None, 0
-
-    def load_state_dict(self, state: dict) -> None:
-        unknown = set(state) - set(asdict(TrainState()))
-        if unknown:
-            raise CheckpointError(f"unknown training-state keys {sorted(unknown)}")
-        for key, value in state.items():
-            setattr(self, key, value)
-
-
-def checkpoint_root(run_dir: Path) -> Path:
-    return run_dir / "checkpoints"
 
 
 def save_checkpoint(accelerator: Accelerator, run_dir: Path, state: TrainState, keep: int, model: nn.Module,
@@ -238,7 +204,7 @@ def resolve_resume(resume: str, run_dir: Path, missing_ok: bool = False) -> Path
     latest = checkpoint_root(candidate) / "latest"
     if latest.is_file():
         name = latest.read_text().strip()
-        if not _CHECKPOINT_NAME.fullmatch(name):  # a crafted "../../elsewhere" would resume from another folder
+        if not CHECKPOINT_NAME.fullmatch(name):  # a crafted "../../elsewhere" would resume from another folder
             raise CheckpointError(f"{latest}: names {name[:80]!r}, not a checkpoint-<iteration> folder beside it")
         candidate = checkpoint_root(candidate) / name
     if not (candidate / STATE_FILE).is_file():
@@ -269,7 +235,7 @@ def _prune(root: Path, keep: int, current: str) -> None:
 
 
 def _checkpoints(root: Path) -> list[Path]:
-    return [p for p in root.glob("checkpoint-*") if p.is_dir() and _CHECKPOINT_NAME.fullmatch(p.name)]
+    return [p for p in root.glob("checkpoint-*") if p.is_dir() and CHECKPOINT_NAME.fullmatch(p.name)]
 
 
 def latest_checkpoint(run_dir: Path) -> Path | None:
@@ -280,7 +246,7 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
     except OSError:
         return None
     folder = checkpoint_root(run_dir) / name
-    return folder if _CHECKPOINT_NAME.fullmatch(name) and (folder / STATE_FILE).is_file() else None
+    return folder if CHECKPOINT_NAME.fullmatch(name) and (folder / STATE_FILE).is_file() else None
 
 
 def set_aside_checkpoints(run_dir: Path, resumed: Path | None) -> tuple[Path, list[str]] | None:

@@ -8,8 +8,8 @@ import torch
 from accelerate import Accelerator
 from accelerate.utils import DistributedType
 
-from yolo11.engine.checkpoint import TrainState
 from yolo11.engine.ema import ModelEMA
+from yolo11.engine.run_state import TrainState
 from yolo11.weights.safetensors_io import non_finite_flag
 
 

@@ -13,7 +13,6 @@ from accelerate import Accelerator
 from accelerate.utils import AutocastKwargs, DistributedType
 from torch import nn
 
-from yolo11.engine.checkpoint import TrainState
 from yolo11.engine.cuda_graphs import GraphedMicroStep, MicroStep
 from yolo11.engine.device_feed import DeviceFeed, TimedIterable
 from yolo11.engine.ema import ModelEMA
@@ -22,6 +21,7 @@ from yolo11.engine.interrupt import StopAgreement
 from yolo11.engine.optim import WarmupSchedule
 from yolo11.engine.profiling import StepProfiler
 from yolo11.engine.progress import BatchReport, Progress
+from yolo11.engine.run_state import TrainState
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ import torch
 from accelerate import Accelerator
 from tqdm import tqdm
 
-from yolo11.engine.checkpoint import TrainState
+from yolo11.engine.run_state import TrainState
 
 LOSS_NAMES = ("box_loss", "cls_loss", "dfl_loss")
 END2END_LOSS_NAMES = ("box_loss", "cls_loss", "l1_loss")  # YOLO26 (reg_max 1): an L1 term, named as Ultralytics

@@ -18,11 +18,11 @@ import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
-from yolo11.engine.checkpoint import CONFIG_FILE, checkpoint_root, resolve_resume
+from yolo11.engine.checkpoint import resolve_resume
 from yolo11.engine.config import TrainConfig
+from yolo11.engine.run_state import CONFIG_FILE, RUN_CONFIG, checkpoint_root
 from yolo11.gate import read_json
 
-RUN_CONFIG = "config.yaml"  # written by the trainer into every run folder at start
 # Where a run lives, how this resume is asked for, and where this invocation stops (a smoke run's --max-steps would
 # end its resume at once): never read from the checkpoint.
 NOT_INHERITED = frozenset({"output_dir", "name", "exist_ok", "resume", "allow_changes", "max_steps"})

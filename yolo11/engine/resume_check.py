@@ -23,6 +23,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from yolo11.engine.run_state import EMA_FILE, STATE_FILE, CheckpointError, TrainState
 from yolo11.gate import FileRefusedError, read_json, read_safetensors, read_torch_file
 from yolo11.weights.safe_pickle import StateUnpickler
 
@@ -30,10 +31,6 @@ MODEL_FILE, OPTIMIZER_FILE, SCALER_FILE = "model.safetensors", "optimizer.bin", 
 # Every file a checkpoint of ours holds (Accelerate's save_state plus ours); anything else is refused.
 _KNOWN_FILE = re.compile(r"model\.safetensors|optimizer\.bin|scaler\.pt|random_states_\d+\.pkl|train_state\.json|"
                          r"ema\.safetensors|config\.json")
-
-
-class CheckpointError(RuntimeError):
-    """A checkpoint that cannot be resumed from, or a state that must not be saved."""
 
 
 @dataclass
@@ -138,7 +135,6 @@ class RunBounds:
 def check_train_state(path: Path, saved: Any, bounds: RunBounds | None = None, allow_changes: bool = False) -> dict:
     """``train_state.json``: every key of ``TrainState``, of its type and range, and (``bounds``) within the run
     that resumes it. Each refusal names the key."""
-    from yolo11.engine.checkpoint import TrainState
 
     fields = set(TrainState().state_dict())
     if not isinstance(saved, dict) or set(saved) != fields:
@@ -265,7 +261,6 @@ def check_checkpoint(checkpoint: Path, *, model: nn.Module | None, optimizer: to
         why = f" (the checkpoint was written by {written} process(es))" if 0 < written <= process_index else ""
         _missing(rng_file, f"process {process_index}'s random streams would differ from an uninterrupted run{why}",
                  allow_changes, notes)
-    from yolo11.engine.checkpoint import EMA_FILE, STATE_FILE
 
     train_state = check_train_state(checkpoint / STATE_FILE, read_json(checkpoint / STATE_FILE), bounds,
                                     allow_changes)

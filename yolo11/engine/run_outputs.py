@@ -19,9 +19,9 @@ from accelerate import Accelerator
 from torch import nn
 
 from yolo11.engine import dashboards, tracking
-from yolo11.engine.checkpoint import TrainState
 from yolo11.engine.loop import EpochResult
 from yolo11.engine.progress import LOSS_NAMES, format_duration, peak_memory_gb
+from yolo11.engine.run_state import TrainState
 from yolo11.evaluation import EvaluationResult, plots
 from yolo11.evaluation.plot_pool import PlotPool
 from yolo11.evaluation.results import ResultsCSV, read_results
