@@ -1,15 +1,12 @@
-"""The loading gate (``yolo11/weights/gate.py``): hostile or broken files are refused in one line naming the file,
+"""The loading gate (``yolo11/gate/``): hostile or broken files are refused in one line naming the file,
 before anything in them runs or is allocated."""
 
 from __future__ import annotations
 
-import io
 import json
-import pickle
 import re
 import struct
 import warnings
-import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +14,7 @@ import pytest
 import torch
 from engine_helpers import reset_accelerate_state
 from PIL import Image
+from torch_pickles import FOUR_FLOATS, Storage, Tensor, claim_record_size, torch_zip
 
 from yolo11.gate import FileRefusedError
 from yolo11.models.detector import create_model
@@ -95,64 +93,24 @@ def test_torchscript_pt_is_refused_by_every_entry_point(torchscript_pt: Path, tm
 
 # --- .pt archives that are not plain checkpoints -------------------------------------------------------------
 
-class _Storage:
-    """Pickled through ``persistent_id`` as torch pickles a storage: ('storage', type, key, location, numel)."""
-
-    def __init__(self, key: str, numel: int) -> None:
-        self.key, self.numel = key, numel
-
-
-class _Tensor:
-    def __init__(self, storage: _Storage, size: tuple[int, ...]) -> None:
-        self.storage, self.size = storage, size
-
-    def __reduce__(self):
-        import collections
-
-        return torch._utils._rebuild_tensor_v2, (self.storage, 0, self.size, (1,), False, collections.OrderedDict())
-
-
-class _TorchPickler(pickle.Pickler):
-    def persistent_id(self, obj: object) -> object:
-        if isinstance(obj, _Storage):
-            return ("storage", torch.FloatStorage, obj.key, "cpu", obj.numel)
-        return None
-
-
-def _torch_zip(path: Path, payload: object, records: dict[str, bytes]) -> Path:
-    """A hand-made torch.save-style zip: ``payload`` pickled as data.pkl (bytes: data.pkl itself), plus
-    ``records`` (name -> bytes)."""
-    buffer = io.BytesIO(payload if isinstance(payload, bytes) else None)
-    if not isinstance(payload, bytes):
-        _TorchPickler(buffer, protocol=2).dump(payload)
-    with zipfile.ZipFile(path, "w") as archive:
-        archive.writestr("archive/data.pkl", buffer.getvalue())
-        archive.writestr("archive/byteorder", "little")
-        archive.writestr("archive/version", "3\n")
-        for name, data in records.items():
-            archive.writestr(f"archive/{name}", data)
-    return path
-
-
-FOUR_FLOATS = np.arange(4, dtype=np.float32).tobytes()
-
-
 @pytest.mark.parametrize("make, message", [
-    (lambda p: _torch_zip(p, b"\x80\x02}q\x00(X\x03\x00\x00\x00emaq\x01\xff garbage", {}),
+    (lambda p: torch_zip(p, b"\x80\x02}q\x00(X\x03\x00\x00\x00emaq\x01\xff garbage", {}),
      "data.pkl is not a readable checkpoint pickle"),
-    (lambda p: _torch_zip(p, {"ema": _Tensor(_Storage("../../etc/passwd", 4), (4,))}, {"data/0": FOUR_FLOATS}),
+    (lambda p: torch_zip(p, {"ema": Tensor(Storage("../../etc/passwd", 4), (4,))}, {"data/0": FOUR_FLOATS}),
      "names storage '../../etc/passwd', not a plain record name"),
-    (lambda p: _torch_zip(p, {"ema": None}, {"data/../../x": FOUR_FLOATS}),
+    (lambda p: torch_zip(p, {"ema": None}, {"data/../../x": FOUR_FLOATS}),
      "storage member 'archive/data/../../x' is not a plain record name"),
-    (lambda p: _torch_zip(p, {"ema": _Tensor(_Storage("0", 1000), (4,))}, {"data/0": FOUR_FLOATS}),
+    (lambda p: torch_zip(p, {"ema": Tensor(Storage("0", 1000), (4,))}, {"data/0": FOUR_FLOATS}),
      "storage data/0 holds 16 bytes, data.pkl claims 4000"),
-    (lambda p: _torch_zip(p, {"ema": _Tensor(_Storage("1", 4), (4,))}, {"data/0": FOUR_FLOATS}),
+    (lambda p: torch_zip(p, {"ema": Tensor(Storage("1", 4), (4,))}, {"data/0": FOUR_FLOATS}),
      "names storage data/1, which the archive lacks"),
-    (lambda p: _torch_zip(p, {"ema": _Tensor(_Storage("0", 4), (400,))}, {"data/0": FOUR_FLOATS}),
+    (lambda p: torch_zip(p, {"ema": Tensor(Storage("0", 4), (400,))}, {"data/0": FOUR_FLOATS}),
      "data.pkl is not a readable checkpoint pickle"),  # a view beyond its storage
-    (lambda p: _torch_zip(p, {"ema": None}, {"extra/x.txt": b"hi"}), "a TorchScript archive"),
-    (lambda p: _torch_zip(p, {"ema": None}, {"notes.txt": b"hi"}), "unexpected member 'archive/notes.txt'"),
-    (lambda p: p.write_bytes(_torch_zip(p, {"ema": None}, {"data/0": FOUR_FLOATS * 64}).read_bytes()[:300]),
+    (lambda p: torch_zip(p, {"ema": None}, {"extra/x.txt": b"hi"}), "a TorchScript archive"),
+    (lambda p: torch_zip(p, {"ema": None}, {"notes.txt": b"hi"}), "unexpected member 'archive/notes.txt'"),
+    (lambda p: claim_record_size(torch_zip(p, {"ema": Tensor(Storage("0", 1 << 30), (4,))}, {"data/0": FOUR_FLOATS}),
+                                 "archive/data/0", 0xFFFFFFFF), "member 'archive/data/0' claims 4294967295 bytes"),
+    (lambda p: p.write_bytes(torch_zip(p, {"ema": None}, {"data/0": FOUR_FLOATS * 64}).read_bytes()[:300]),
      "not a readable zip archive"),
 ])
 def test_bad_pt_archive_is_refused_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture, make, message) -> None:

@@ -25,7 +25,7 @@ import torch
 
 from yolo11.data.image_io import load_bgr
 from yolo11.data.transforms import LetterBox
-from yolo11.gate import read_yaml
+from yolo11.gate import check_class_names, read_yaml
 from yolo11.geometry import MAX_STRIDE, rect_input_size
 from yolo11.models import YOLO11Detector
 from yolo11.postprocess import Postprocessor, head_line, select_head
@@ -85,9 +85,9 @@ def parse_names(names: str | Sequence[str]) -> list[str]:
         if not path.is_file():
             raise FileNotFoundError(f"--names: no such data YAML {path}")
         data = read_yaml(path) or {}
-        if "names" not in data:
+        if not isinstance(data, dict) or "names" not in data:
             raise ValueError(f"--names: {path} has no 'names' key")
-        return _as_name_list(data["names"])
+        return check_class_names(data["names"], path)  # the gate: a list, bounded in count and size
     return [n.strip() for n in names.split(",")]
 
 
@@ -100,10 +100,10 @@ def class_names_for(model: YOLO11Detector, ref: str | Path | None = None,
     else:
         listed = _as_name_list(getattr(model, "names", None) or model.config.get("names"))
     if not listed and names is None and ref is not None and str(ref).endswith(".pt") and Path(ref).is_file():
-        from yolo11.weights.ultralytics import read_checkpoint
+        from yolo11.weights.ultralytics import class_names, read_checkpoint
 
         checkpoint = read_checkpoint(Path(ref))
-        listed = _as_name_list(getattr(checkpoint.get("ema") or checkpoint.get("model"), "names", None))
+        listed = class_names(checkpoint.get("ema") or checkpoint.get("model"), ref) or []
     if not listed:
         return [str(i) for i in range(model.num_classes)]
     if len(listed) != model.num_classes:

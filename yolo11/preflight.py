@@ -8,12 +8,15 @@ Each check returns the value to use and a note to print (``None`` when there is 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import os
 import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+
+from yolo11.gate import check_regular_file
 
 MAX_STRIDE = 32  # yolo11.geometry.MAX_STRIDE, which loads torch (a test checks that they agree)
 KNOWN_TRACKERS = ("wandb", "tensorboard")  # yolo11.engine.tracking's, which loads accelerate (tested equal)
@@ -43,6 +46,14 @@ def looks_like_path(spec: str) -> bool:
     return spec.startswith((".", "/", "~")) or spec.endswith((".yaml", ".yml", ".json")) or os.sep * 2 in spec
 
 
+def refuse_link_loop(path: Path) -> None:
+    """Raise the gate's refusal for a symbolic link loop at ``path``; a path that does not exist for another
+    reason is left to the caller's own message."""
+    if path.is_symlink():
+        with contextlib.suppress(FileNotFoundError):  # a dangling link: "no such file" says it
+            check_regular_file(path)
+
+
 def resolve_data(spec: str, flag: str = "--data", check: bool = True) -> tuple[str, str | None]:
     """``spec``, or the shipped copy of a sample data YAML named but not here (``coco8.yaml``); with ``check``, a
     path that does not exist is an error now rather than after the imports."""
@@ -50,6 +61,7 @@ def resolve_data(spec: str, flag: str = "--data", check: bool = True) -> tuple[s
         shipped = SAMPLE_DATA[spec]
         return str(shipped), f"{flag} {spec}: not a file here; using the copy shipped with yolo11: {shipped}"
     if check and "{split}" not in spec and looks_like_path(spec) and not Path(spec).expanduser().exists():
+        refuse_link_loop(Path(spec).expanduser())
         shipped = f"; shipped samples by name: {', '.join(SAMPLE_DATA)}" if spec.endswith((".yaml", ".yml")) else ""
         raise FileNotFoundError(f"{flag} {spec}: no such file or folder (expected a data YAML, a COCO json or a "
                                 f"dataset folder{shipped})")
@@ -64,6 +76,7 @@ def check_weights(ref: str) -> None:
         return
     if _REPO_ID.fullmatch(ref) and not path.suffix:
         return
+    refuse_link_loop(path)
     raise FileNotFoundError(
         f"no such weights file or folder: {ref} (expected a local .safetensors/.pt file or save_pretrained folder, "
         f"hf://owner/repo/file, a Hub repo owner/name, or one of {', '.join(OFFICIAL_WEIGHTS)})")

@@ -5,7 +5,8 @@
 pickle names goes through ``Unpickler.find_class``. That allows only
 
 - the tensor-rebuild functions of ``torch._utils`` (wrapped: the view must lie inside its storage, no hooks),
-  ``torch.Size``, ``collections.OrderedDict``, ``set``;
+  ``torch.Size``, ``collections.OrderedDict``, ``set``; no state for a tensor (``BUILD``: ``Tensor.__setstate__``,
+  which torch.save never writes and whose legacy form ``set_``s the tensor to any size, growing its storage);
 - storages (``torch_zip`` resolves ``torch.FloatStorage`` etc. itself, before calling ``find_class``);
 - module classes of ``ultralytics.*`` and ``torch.nn.modules.*``, replaced by inert ``StubModule`` subclasses
   that only record their pickled state (``__dict__``), so nothing of Ultralytics is imported or executed.
@@ -25,9 +26,20 @@ import pickle
 from typing import Any
 
 import torch
+from torch.overrides import TorchFunctionMode
 
 UnpicklingError = pickle.UnpicklingError
 
+
+class _NoTensorState(TorchFunctionMode):
+    """Refuses ``Tensor.__setstate__`` (a pickle's ``BUILD`` on a tensor or parameter) while a pickle loads: torch
+    dispatches it through this mode before it runs ``set_`` or installs hooks."""
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        if func is torch.Tensor.__setstate__:
+            raise UnpicklingError("state set on a tensor (pickle BUILD: Tensor.__setstate__, which torch.save never "
+                                  "writes; it could resize the tensor's storage to any size)")
+        return func(*args, **(kwargs or {}))
 
 
 def _rebuild_tensor(storage: Any, storage_offset: Any, size: Any, stride: Any) -> torch.Tensor:
@@ -103,14 +115,9 @@ class StubModule:
             self.__dict__.update(state)
 
 
-_stub_classes: dict[tuple[str, str], type] = {}
-
-
-def _stub(module: str, name: str) -> type:
-    key = (module, name)
-    if key not in _stub_classes:
-        _stub_classes[key] = type(name, (StubModule,), {"__module__": f"stub:{module}", "__qualname__": name})
-    return _stub_classes[key]
+# Module classes one file may name: a YOLO11 checkpoint names ~30. Each stub class costs ~2 KB, so a 30 MB pickle
+# naming a million would cost gigabytes.
+MAX_STUB_CLASSES = 1000
 
 
 class Unpickler(pickle.Unpickler):
@@ -118,6 +125,22 @@ class Unpickler(pickle.Unpickler):
 
     allowed: dict[tuple[str, str], Any] = _ALLOWED
     stub_prefixes: tuple[str, ...] = _STUB_PREFIXES
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.stub_classes: dict[tuple[str, str], type] = {}  # this file's, made when first named
+
+    def _stub(self, module: str, name: str) -> type:
+        if (module, name) not in self.stub_classes:
+            if len(self.stub_classes) >= MAX_STUB_CLASSES:
+                raise UnpicklingError(f"more than MAX_STUB_CLASSES = {MAX_STUB_CLASSES} module classes named")
+            self.stub_classes[(module, name)] = type(name, (StubModule,), {"__module__": f"stub:{module}",
+                                                                          "__qualname__": name})
+        return self.stub_classes[(module, name)]
+
+    def load(self) -> Any:
+        with _NoTensorState():
+            return super().load()
 
     def find_class(self, module: str, name: str) -> Any:
         # Protocol-2 pickles (torch.save's) spell names the Python 2 way (__builtin__.set, commands.getoutput);
@@ -128,12 +151,13 @@ class Unpickler(pickle.Unpickler):
         if (module, name) in self.allowed:
             return self.allowed[(module, name)]
         if self.stub_prefixes and module.startswith(self.stub_prefixes):
-            return _stub(module, name)
+            return self._stub(module, name)
         public = _PUBLIC_NAMES.get(module)
-        alias = f" ({public}.{name})" if public else ""
-        raise UnsafeCheckpointError(
-            f"refusing to load checkpoint: it references the global {module}.{name}{alias}, which is not a tensor, "
-            "storage or module class. Loading it could execute arbitrary code; only open it with trusted tools."
+        alias = f" ({public}.{name[:100]})" if public else ""
+        raise UnsafeCheckpointError(  # names cut short: a pickle may name a global of megabytes
+            f"refusing to load checkpoint: it references the global {module[:100]}.{name[:100]}{alias}, which is not "
+            "a tensor, storage or module class. Loading it could execute arbitrary code; only open it with trusted "
+            "tools."
         )
 
 

@@ -10,13 +10,21 @@ and no one-to-one branch is YOLO11, ``reg_max`` 1 with one is YOLO26.
 
 from __future__ import annotations
 
+import itertools
 import re
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from yolo11.gate import FileRefusedError, check_finite, check_tensors, read_torch_file, tensor_layout
+from yolo11.gate import (
+    FileRefusedError,
+    check_class_names,
+    check_finite,
+    check_tensors,
+    read_torch_file,
+    tensor_layout,
+)
 from yolo11.models.detector import YOLO11Detector, create_model
 from yolo11.models.neck import ULTRALYTICS_LAYERS
 from yolo11.models.scales import FAMILIES, SCALES
@@ -35,22 +43,34 @@ def read_checkpoint(path: str | Path) -> dict[str, Any]:
     return checkpoint
 
 
-def module_state_dict(module: StubModule, prefix: str = "") -> dict[str, torch.Tensor]:
-    """Walk a stub module tree like ``nn.Module.state_dict``: parameters and persistent buffers, half floats as
-    float32."""
-    state: dict[str, torch.Tensor] = {}
+def _own_tensors(module: StubModule) -> list[tuple[str, Any]]:
+    """A stub module's parameters and persistent buffers, by name (``None`` entries dropped)."""
     attrs = module.__dict__
     non_persistent = attrs.get("_non_persistent_buffers_set", set())
     tensors = list(attrs.get("_parameters", {}).items())
     tensors += [(k, v) for k, v in attrs.get("_buffers", {}).items() if k not in non_persistent]
-    for name, tensor in tensors:
-        if tensor is not None:
+    return [(name, tensor) for name, tensor in tensors if tensor is not None]
+
+
+def module_state_dict(module: StubModule, prefix: str = "") -> dict[str, torch.Tensor]:
+    """Walk a stub module tree like ``nn.Module.state_dict``: parameters and persistent buffers, half floats as
+    float32. Each module is visited once, by the first name that reaches it (as ``named_modules`` does): a tree
+    whose levels share their children would otherwise cost 2**depth visits."""
+    state: dict[str, torch.Tensor] = {}
+    seen: set[int] = set()
+    pending = [(prefix, module)]
+    while pending:
+        prefix, module = pending.pop()
+        if id(module) in seen:
+            continue
+        seen.add(id(module))
+        for name, tensor in _own_tensors(module):
             tensor = tensor.detach()
             # Ultralytics stores fp16: widened exactly; any other dtype is kept, for the gate to compare with ours
             state[prefix + name] = tensor.float() if tensor.dtype in (torch.float16, torch.bfloat16) else tensor
-    for name, child in attrs.get("_modules", {}).items():
-        if child is not None:
-            state.update(module_state_dict(child, f"{prefix}{name}."))
+        children = [(f"{prefix}{name}.", child) for name, child in module.__dict__.get("_modules", {}).items()
+                    if child is not None]
+        pending += reversed(children)  # depth first, in order: the keys come out as state_dict orders them
     return state
 
 
@@ -59,7 +79,7 @@ def _stored_model(checkpoint: dict[str, Any], path: str | Path) -> StubModule:
     model = checkpoint.get("ema")
     model = checkpoint.get("model") if model is None else model
     if not isinstance(model, StubModule):
-        keys = sorted(map(str, checkpoint))[:10]
+        keys = [key[:40] if isinstance(key, str) else type(key).__name__ for key in itertools.islice(checkpoint, 10)]
         raise FileRefusedError(path, f"no 'ema' or 'model' module in the checkpoint (keys {keys})")
     return model
 
@@ -69,14 +89,11 @@ def ultralytics_state_dict(path: str | Path) -> dict[str, torch.Tensor]:
     return module_state_dict(_stored_model(read_checkpoint(path), path))
 
 
-def class_names(model: StubModule) -> list[str] | None:
-    """The ``names`` of an Ultralytics model (``{0: "person", ...}`` or a list), as a list by class id."""
+def class_names(model: StubModule, path: str | Path) -> list[str] | None:
+    """The ``names`` of an Ultralytics model (``{0: "person", ...}`` or a list), as a list by class id; ``None``
+    when it has none. Names that the gate's ``check_class_names`` refuses (too many, too long) refuse the file."""
     stored = getattr(model, "names", None)
-    if isinstance(stored, dict) and sorted(stored) == list(range(len(stored))):
-        return [str(stored[k]) for k in range(len(stored))]
-    if isinstance(stored, (list, tuple)) and stored:
-        return [str(name) for name in stored]
-    return None
+    return check_class_names(stored, path) if stored else None
 
 
 def infer_model_args(state: dict[str, torch.Tensor]) -> dict[str, Any]:
@@ -144,7 +161,7 @@ def load_ultralytics(path: str | Path) -> YOLO11Detector:
         args = infer_model_args(ultralytics_state)
     except (ValueError, KeyError, AttributeError, TypeError, RecursionError) as err:  # a crafted module tree
         raise FileRefusedError(path, f"not a YOLO11 or YOLO26 checkpoint ({err})") from None
-    names = class_names(stored)
+    names = class_names(stored, path)
     model = create_model(**args, names=names if names and len(names) == args["num_classes"] else None)
     check_tensors(path, tensor_layout(state), model.state_dict())
     check_finite(path, state)

@@ -11,7 +11,7 @@ from yolo11.data.image_io import read_regular_file
 from yolo11.data.schema import BadSampleSummary, DataSourceError
 from yolo11.data.sources.checks import IMAGE_SUFFIXES, check_box, image_size, objects_row
 from yolo11.data.sources.parallel import ordered_map
-from yolo11.gate import FileRefusedError, read_yaml
+from yolo11.gate import FileRefusedError, check_class_names, read_yaml
 
 SPLIT_KEYS = ("train", "val", "test")
 MAX_LABEL_BYTES = 64 << 20  # a label file of a million boxes is ~40 MB; more is not a label file
@@ -37,13 +37,13 @@ def read_data_yaml(path: Path) -> dict:
         return data
     if not names:
         raise DataSourceError(f"{path}: no 'names' (class names, a list or a dict index -> name)")
-    if isinstance(names, dict):
-        if sorted(names) != list(range(len(names))):
-            raise DataSourceError(f"{path}: 'names' keys must be the class ids 0..{len(names) - 1}")
-        names = [names[i] for i in range(len(names))]
+    try:
+        names = check_class_names(names, path)  # the gate: a list (not a string), bounded in count and size
+    except FileRefusedError as err:
+        raise DataSourceError(str(err)) from None
     if "nc" in data and data["nc"] != len(names):  # Ultralytics rejects this too: which one is wrong is unknown
         raise DataSourceError(f"{path}: 'nc' is {data['nc']} but 'names' lists {len(names)} classes")
-    data["names"] = [str(n) for n in names]
+    data["names"] = names
     return data
 
 

@@ -1,0 +1,71 @@
+"""Opening what a user names: a regular file, or a one-line refusal.
+
+Reading a FIFO waits for a writer that never comes and ``/dev/zero`` never ends, so every reader of the gate opens
+through ``open_regular`` (or checks with ``check_regular_file`` before handing the path to a library), and so can
+the data conversion code for images and label files.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from pathlib import Path
+from typing import BinaryIO
+
+# What a stat mode is when it is not a regular file, in the words of the refusal.
+_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+          (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
+class FileRefusedError(ValueError):
+    """A file the gate refuses; the message is one line: the file, then what is wrong with it."""
+
+    def __init__(self, path: str | Path, problem: str) -> None:
+        self.path, self.problem = str(path), " ".join(problem.split())  # one line, whatever the cause said
+        super().__init__(f"{path}: {self.problem}")
+
+
+def _not_regular(path: Path, mode: int) -> None:
+    if not stat.S_ISREG(mode):
+        kind = next((name for test, name in _KINDS if test(mode)), "not a file")
+        raise FileRefusedError(path, f"{kind}, not a regular file; refused (reading it could block or never end)")
+
+
+def _os_error(path: Path, err: OSError) -> Exception:
+    """``FileNotFoundError`` for nothing there, else a refusal naming the cause (a symbolic link loop...)."""
+    if err.errno in (errno.ENOENT, errno.ENOTDIR):
+        return FileNotFoundError(f"no such file: {path}")
+    if err.errno == errno.ELOOP:
+        return FileRefusedError(path, "a symbolic link loop (too many levels of symbolic links); refused")
+    return FileRefusedError(path, f"cannot be opened ({err.strerror or err})")
+
+
+def check_regular_file(path: str | Path) -> Path:
+    """``path`` when it names a regular file (after following symbolic links), checked with ``os.stat`` without
+    opening it; ``FileNotFoundError`` when nothing is there, ``FileRefusedError`` for a FIFO, a device, a socket, a
+    directory or a symbolic link loop. For a path handed to a library that opens it itself (an image decoder)."""
+    path = Path(path)
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as err:
+        raise _os_error(path, err) from None
+    _not_regular(path, mode)
+    return path
+
+
+def open_regular(path: str | Path) -> BinaryIO:
+    """``path`` opened for binary reading, refused as in ``check_regular_file``. The check is repeated on the
+    opened file (opened non-blocking, so that a FIFO put in its place after the check does not block the open)."""
+    path = check_regular_file(path)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as err:
+        raise _os_error(path, err) from None
+    try:
+        _not_regular(path, os.fstat(fd).st_mode)
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return os.fdopen(fd, "rb")
