@@ -99,7 +99,7 @@ def test_corrupt_images_are_skipped_by_name_and_readable_oddities_are_not(tmp_pa
     skipped = "\n".join(source.summary.skipped_images)
     for name in [*bad, "fifo.jpg", "loop.jpg"]:
         assert re.search(rf"{re.escape(name)}: .*image skipped", skipped), (name, skipped)
-    assert "not a regular file" in skipped and "symbolic links" in skipped
+    assert "not a regular file" in skipped and "symbolic link loop" in skipped
 
 
 def test_label_files_with_non_finite_values_or_special_files_are_named_not_fatal(tmp_path: Path) -> None:
@@ -119,7 +119,7 @@ def test_label_files_with_non_finite_values_or_special_files_are_named_not_fatal
     assert rows["a.jpg"]["objects"]["category"] == [0]
     lines = "\n".join(source.summary.skipped_lines)
     assert "a.txt:1: non-finite value" in lines and "a.txt:2: non-finite value" in lines
-    assert any("c.txt: not a regular file" in line for line in source.summary.skipped_images)
+    assert any("c.txt: a FIFO (named pipe), not a regular file" in line for line in source.summary.skipped_images)
 
 
 # --- layouts -----------------------------------------------------------------------------------------------

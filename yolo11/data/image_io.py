@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import io
 import os
-import stat
 import sys
 import tempfile
 import warnings
@@ -21,6 +20,8 @@ from pathlib import Path
 import cv2
 import numpy as np
 from PIL import Image
+
+from yolo11.gate import FileRefusedError, open_regular
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff")
 MAX_IMAGE_BYTES = 1 << 30  # a 1 GB image file is a scan or a crafted file, not a training image
@@ -34,23 +35,17 @@ DECODER_CORRUPTION = ("Corrupt JPEG data", "Premature end of JPEG file", "libpng
 
 
 def read_regular_file(path: str | os.PathLike, max_bytes: int) -> bytes:
-    """The bytes of a regular file of at most ``max_bytes``; ``ValueError`` saying why otherwise.
-
-    Opened without blocking and checked on the open descriptor: a FIFO named ``x.jpg`` would otherwise block the
-    read forever, and ``/dev/zero`` would never end."""
+    """The bytes of a regular file of at most ``max_bytes``; ``ValueError`` saying why otherwise (the message
+    without the path: callers name the file). Opened through the gate's ``open_regular``: a FIFO named ``x.jpg``
+    would block a plain read forever, and ``/dev/zero`` would never end."""
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-    except FileNotFoundError:
-        raise FileNotFoundError(f"no such file: {path}") from None
-    except OSError as err:  # a symlink loop (ELOOP), a permission error
-        raise ValueError(f"cannot open ({err.strerror})") from None
-    with os.fdopen(fd, "rb") as file:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise ValueError("not a regular file (a FIFO, device or socket)")
-        if info.st_size > max_bytes:
-            raise ValueError(f"{info.st_size} bytes: larger than the {max_bytes}-byte limit for this file")
-        return file.read(max_bytes + 1)
+        with open_regular(path) as file:
+            size = os.fstat(file.fileno()).st_size
+            if size > max_bytes:
+                raise ValueError(f"{size} bytes: larger than the {max_bytes}-byte limit for this file")
+            return file.read(max_bytes + 1)
+    except FileRefusedError as err:
+        raise ValueError(err.problem) from None
 
 
 def read_image_bytes(path: str | os.PathLike) -> bytes:
