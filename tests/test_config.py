@@ -234,3 +234,43 @@ def test_args_yaml_is_flat_with_ultralytics_names_and_reads_back(tmp_path):
     assert flat["batch"] == 8 and flat["epochs"] == 3 and flat["lr0"] == 0.02 and "batch_size" not in flat
     assert all(not isinstance(value, dict) for value in flat.values())
     assert parse_config(["--config", str(tmp_path / "args.yaml")]) == config
+
+
+def test_every_flag_declares_its_resume_rule_and_help() -> None:
+    """A flag without a rule cannot be declared (``_fixed``/``_free``/``_local`` make the fields); this walks them all
+    so that none slips through another way (the augmentation flags come from ``AugmentParams``)."""
+    import dataclasses
+
+    from yolo11.engine.config import _SECTIONS, RESUME_RULES, resume_rules
+
+    rules = resume_rules()
+    names = [f.name for section in _SECTIONS.values() for f in dataclasses.fields(section)]
+    assert sorted(rules) == sorted(names) and len(names) == len(set(names))
+    assert all(rule in RESUME_RULES for rule in rules.values()), rules
+    assert all(f.metadata["help"] for section in _SECTIONS.values() for f in dataclasses.fields(section))
+    assert rules["mosaic"] == rules["imgsz"] == "fixed" and rules["cuda_graphs"] == rules["compile"] == "free"
+
+
+@pytest.mark.parametrize(("flag", "value", "accepted"), [
+    ("cuda_graphs", False, True), ("compile", False, True), ("channels_last", False, True), ("workers", 2, True),
+    ("imgsz", 320, False), ("mosaic", 0.5, False), ("lr0", 0.02, False), ("batch_size", 8, False)])
+def test_resume_accepts_what_changes_execution_and_refuses_what_changes_the_run(tmp_path, flag, value, accepted):
+    """The checkpoint's saved config against this resume's, decided by the flags' own declarations (a resume with
+    --cuda-graphs false used to be refused: the flag was in neither hand-kept list)."""
+    import json
+
+    from yolo11.engine.checkpoint import CheckpointError, check_resume_config
+    from yolo11.engine.config import parse_config
+
+    saved = parse_config([]).to_dict()
+    (tmp_path / "config.json").write_text(json.dumps(saved))
+    current = {section: dict(values) for section, values in saved.items()}
+    section = next(name for name, values in current.items() if flag in values)
+    current[section][flag] = value
+    if accepted:
+        assert check_resume_config(tmp_path, current, allow_changes=False) == [
+            f"--{flag.replace('_', '-')}: {saved[section][flag]!r} in the checkpoint, {value!r} now"]
+    else:
+        with pytest.raises(CheckpointError, match=f"--{flag.replace('_', '-')}: "):
+            check_resume_config(tmp_path, current, allow_changes=False)
+        assert check_resume_config(tmp_path, current, allow_changes=True)  # said, and let through

@@ -3,25 +3,31 @@ training flags (``engine/config.py``) take their defaults from here without load
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, fields, replace
+
+
+def _param(default: float, help: str) -> float:  # noqa: A002 - argparse's word
+    # The training flags are these fields (engine/config.py's DataConfig inherits them): "help" is the flag's help,
+    # and an augmentation changes what a run computes, so its value is fixed on --resume (config.FIXED).
+    return field(default=default, metadata={"help": help, "choices": None, "resume": "fixed"})
 
 
 @dataclass(frozen=True)
 class AugmentParams:
     """Augmentation hyper-parameters, Ultralytics' names and defaults (``default.yaml``)."""
 
-    mosaic: float = 1.0
-    mixup: float = 0.0
-    degrees: float = 0.0
-    translate: float = 0.1
-    scale: float = 0.5
-    shear: float = 0.0
-    perspective: float = 0.0
-    flipud: float = 0.0
-    fliplr: float = 0.5
-    hsv_h: float = 0.015
-    hsv_s: float = 0.7
-    hsv_v: float = 0.4
+    mosaic: float = _param(1.0, "mosaic probability")
+    mixup: float = _param(0.0, "mixup probability")
+    degrees: float = _param(0.0, "random rotation (+/- degrees)")
+    translate: float = _param(0.1, "random translation (+/- fraction)")
+    scale: float = _param(0.5, "random scale gain (+/- fraction)")
+    shear: float = _param(0.0, "random shear (+/- degrees)")
+    perspective: float = _param(0.0, "random perspective (+/- fraction)")
+    flipud: float = _param(0.0, "vertical flip probability")
+    fliplr: float = _param(0.5, "horizontal flip probability")
+    hsv_h: float = _param(0.015, "HSV hue gain (fraction)")
+    hsv_s: float = _param(0.7, "HSV saturation gain (fraction)")
+    hsv_v: float = _param(0.4, "HSV value gain (fraction)")
 
 
 PRESETS = {
@@ -35,3 +41,8 @@ def augment_preset(name: str, **overrides) -> AugmentParams:
     if name not in PRESETS:
         raise ValueError(f"unknown augmentation preset {name!r}; choose from {sorted(PRESETS)}")
     return replace(PRESETS[name], **overrides)
+
+
+def augment_params_of(config: AugmentParams) -> AugmentParams:
+    """The plain ``AugmentParams`` of an object that has its fields (the training flags' ``DataConfig``)."""
+    return AugmentParams(**{f.name: getattr(config, f.name) for f in fields(AugmentParams)})

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import warnings
 from datetime import timedelta
 from pathlib import Path
@@ -18,7 +17,8 @@ from accelerate.utils import (
 )
 from torch import nn
 
-from yolo11.data import AugmentParams, DetectionSource, LoaderConfig, build_train_stream
+from yolo11.data import DetectionSource, LoaderConfig, build_train_stream
+from yolo11.data.augment_params import augment_params_of
 from yolo11.data.loader import DetectionDataLoader
 from yolo11.engine import tracking
 from yolo11.engine.config import ModelConfig, TrainConfig
@@ -207,7 +207,7 @@ def build_model(config: ModelConfig, class_names: list[str], data: str = "the da
 def build_train_loader_config(config: TrainConfig, plan: RunPlan) -> LoaderConfig:
     """The training split's ``LoaderConfig`` (per-process batch)."""
     data = config.data
-    hyp = AugmentParams(**{f.name: getattr(data, f.name) for f in dataclasses.fields(AugmentParams)})
+    hyp = augment_params_of(data)
     return LoaderConfig(imgsz=data.imgsz, batch_size=plan.per_process_batch, workers=plan.workers, augment=True,
                         epochs=config.run.epochs, close_mosaic=data.close_mosaic, seed=config.run.seed, hyp=hyp,
                         max_boxes=data.max_boxes, cache_images=plan.cache_images, hsv_on_device=plan.hsv_on_device,

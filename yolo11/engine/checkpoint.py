@@ -31,6 +31,7 @@ from accelerate import Accelerator
 from safetensors.torch import save_file
 from torch import nn
 
+from yolo11.engine.config import FIXED, LOCAL, resume_rules
 from yolo11.engine.ema import ModelEMA
 from yolo11.engine.failures import FailedElsewhere, agreed
 from yolo11.engine.resume_check import RunBounds, apply_rng_state, check_checkpoint
@@ -46,14 +47,6 @@ from yolo11.engine.run_state import (  # noqa: F401 - re-exported: the writer's 
 from yolo11.gate import read_json
 from yolo11.output_errors import write_file, writing
 from yolo11.weights.safetensors_io import honour_umask, host_copies, non_finite_flag
-
-# Flags that a resume may change freely: how the run is watched, logged, saved and executed, not what it computes.
-RESUME_SAFE_FLAGS = frozenset({
-    "workers", "cache_dir", "cache_images", "resume", "allow_changes", "output_dir", "name", "exist_ok",
-    "save_period", "keep_checkpoints", "max_steps", "report_to", "tracker_project", "compile", "compile_mode",
-    "compile_loss", "compile_cache_dir", "log_interval", "profile", "val_images", "plots", "val_interval",
-    "push_to_hub",
-})
 
 
 def save_checkpoint(accelerator: Accelerator, run_dir: Path, state: TrainState, keep: int, model: nn.Module,
@@ -142,16 +135,16 @@ def check_resume_config(checkpoint: Path, current: dict, allow_changes: bool) ->
     saved = read_json(path)
     if not isinstance(saved, dict) or not all(isinstance(v, dict) for v in saved.values()):
         raise CheckpointError(f"{path}: expected the run's resolved config (sections of flags)")
-    changes, refused = [], []
+    changes, refused, rules = [], [], resume_rules()
     for section, values in current.items():
         for key, value in values.items():
-            if key in ("resume", "allow_changes"):  # how this resume was asked for, not a change of the run
+            if rules.get(key) == LOCAL:  # where and how this invocation runs, not a change of the run
                 continue
             before = saved.get(section, {}).get(key, value)
             if before != value:
                 line = f"--{key.replace('_', '-')}: {before!r} in the checkpoint, {value!r} now"
                 changes.append(line)
-                if key not in RESUME_SAFE_FLAGS:
+                if rules.get(key, FIXED) == FIXED:  # a key the flags no longer declare is compared strictly
                     refused.append(line)
     if refused and not allow_changes:
         raise CheckpointError("--resume with flags that change the run:\n  " + "\n  ".join(refused) +

@@ -27,15 +27,34 @@ import yaml
 from yolo11.data.augment_params import AugmentParams
 from yolo11.engine.ultralytics_args import FLAG_ALIASES, ArgumentParser, read_ultralytics_keys
 from yolo11.gate import SCALE_NAMES, read_yaml
+from yolo11.output_errors import write_file
 from yolo11.preflight import MAX_STRIDE, check_report_to, check_weights, resolve_data, round_imgsz
 
-_AUGMENT = AugmentParams()  # the augmentation defaults (Ultralytics' values) live with the transforms
 _HUB_REPO = re.compile(r"[\w.-]+/[\w.-]+")
 _BOOL_STRINGS = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
 
 
-def _opt(default: Any, help: str, choices: tuple | None = None) -> Any:  # noqa: A002 - mirrors argparse
-    return field(default=default, metadata={"help": help, "choices": choices})
+# How a flag behaves on --resume, declared with the flag (the helper that makes its field says which):
+FIXED = "fixed"  # what the run computes: read from the checkpoint; another value is refused (--allow-changes)
+FREE = "free"  # how the run executes, is watched or saved: read from the checkpoint unless typed, then changed
+LOCAL = "local"  # where this invocation writes, how it resumes, where it stops: never read from the checkpoint
+RESUME_RULES = (FIXED, FREE, LOCAL)
+
+
+def _opt(default: Any, help: str, choices: tuple | None = None, *, resume: str) -> Any:  # noqa: A002 - argparse's
+    return field(default=default, metadata={"help": help, "choices": choices, "resume": resume})
+
+
+def _fixed(default: Any, help: str, choices: tuple | None = None) -> Any:  # noqa: A002
+    return _opt(default, help, choices, resume=FIXED)
+
+
+def _free(default: Any, help: str, choices: tuple | None = None) -> Any:  # noqa: A002
+    return _opt(default, help, choices, resume=FREE)
+
+
+def _local(default: Any, help: str, choices: tuple | None = None) -> Any:  # noqa: A002
+    return _opt(default, help, choices, resume=LOCAL)
 
 
 def _flag(name: str) -> str:
@@ -95,14 +114,14 @@ MODEL_NAMES = SCALE_NAMES  # yolo11n ... yolo11x, yolo26n ... yolo26x
 
 @dataclass(frozen=True)
 class ModelConfig(_SelfValidating):
-    model: str | None = _opt(None, f"architecture: {', '.join(MODEL_NAMES)} (default: the architecture of "
+    model: str | None = _fixed(None, f"architecture: {', '.join(MODEL_NAMES)} (default: the architecture of "
                                    "--weights, else yolo11n)")
-    backbone: str | None = _opt(None, "a timm model name to use in place of the native YOLO11 backbone")
-    pretrained: bool = _opt(False, "load ImageNet weights for a timm backbone (needs the internet)")
-    weights: str | None = _opt(None, "initial weights: a .safetensors / .pt file, a save_pretrained folder, "
+    backbone: str | None = _fixed(None, "a timm model name to use in place of the native YOLO11 backbone")
+    pretrained: bool = _fixed(False, "load ImageNet weights for a timm backbone (needs the internet)")
+    weights: str | None = _fixed(None, "initial weights: a .safetensors / .pt file, a save_pretrained folder, "
                                      "hf://owner/repo/file, a Hub repo owner/name, or yolo11n.pt ... yolo11x.pt, "
                                      "yolo26n.pt ... yolo26x.pt (downloaded from the Hub)")
-    partial_weights: bool = _opt(False, "with --weights: transfer only the tensors whose names and shapes match "
+    partial_weights: bool = _fixed(False, "with --weights: transfer only the tensors whose names and shapes match "
                                         "when the architecture differs (--model, --backbone); each re-initialised "
                                         "tensor is listed. Without it only the class branch may differ")
 
@@ -118,45 +137,35 @@ class ModelConfig(_SelfValidating):
 
 
 @dataclass(frozen=True)
-class DataConfig(_SelfValidating):
-    data: str = _opt("synthetic", "dataset: synthetic[:k=v,...], a Hub id, a save_to_disk folder, a COCO json "
+class DataConfig(AugmentParams, _SelfValidating):
+    """The data flags; the augmentation flags (mosaic ... hsv_v) are ``AugmentParams``' fields, declared there once."""
+
+    data: str = _fixed("synthetic", "dataset: synthetic[:k=v,...], a Hub id, a save_to_disk folder, a COCO json "
                                   "or an Ultralytics data YAML")
-    train_split: str = _opt("train", "split used for training")
-    val_split: str = _opt("val", "split used for validation (when a dataset has no 'val': 'validation', 'valid' "
+    train_split: str = _fixed("train", "split used for training")
+    val_split: str = _fixed("val", "split used for validation (when a dataset has no 'val': 'validation', 'valid' "
                                  "or 'test', said in the log)")
-    images: str | None = _opt(None, "image folder of a COCO json --data, '{split}' replaced by the split name "
+    images: str | None = _fixed(None, "image folder of a COCO json --data, '{split}' replaced by the split name "
                                     "(images/{split}2017); default: beside the json, else the COCO layout: "
                                     "<root>/images/<name> or <root>/<name> for <root>/annotations/*_<name>.json")
-    bbox_format: str = _opt("auto", "how --data stores boxes (Hub datasets, dataset folders, COCO json): xywh (the "
+    bbox_format: str = _fixed("auto", "how --data stores boxes (Hub datasets, dataset folders, COCO json): xywh (the "
                                     "Hub and COCO convention), xyxy, or auto (COCO json: xywh; Hub/folder: read "
                                     "from the boxes, an error when they fit both)", ("auto", "xywh", "xyxy"))
-    imgsz: int = _opt(640, "training and validation image size in pixels (multiple of 32)")
-    workers: int | None = _opt(None, "data-loader worker processes per training process, at most its CPU cores; "
+    imgsz: int = _fixed(640, "training and validation image size in pixels (multiple of 32)")
+    workers: int | None = _free(None, "data-loader worker processes per training process, at most its CPU cores; "
                                      "default auto: 8, but none on a CPU run at 320 px or more with 2 cores or "
                                      "fewer per process, where they only take cycles from the training step")
-    cache_dir: str | None = _opt(None, "where converted Arrow datasets are cached (default ~/.cache/yolo11)")
-    cache_images: bool | None = _opt(None, "decode and resize every image once into RAM shared by the loader "
+    cache_dir: str | None = _free(None, "where converted Arrow datasets are cached (default ~/.cache/yolo11)")
+    cache_images: bool | None = _free(None, "decode and resize every image once into RAM shared by the loader "
                                            "workers (Ultralytics' cache=ram); default auto: when the train and val "
                                            "images of every process of the machine fit in half the available RAM")
-    hsv_on_device: bool | None = _opt(None, "apply the HSV augmentation to whole batches on the training device "
+    hsv_on_device: bool | None = _free(None, "apply the HSV augmentation to whole batches on the training device "
                                             "instead of in the loader workers (default: on CUDA, where the "
                                             "workers are the limit of a compiled step)")
-    max_boxes: int | None = _opt(None, "pad targets to this many boxes per image (static shapes for --compile); an "
+    max_boxes: int | None = _fixed(None, "pad targets to this many boxes per image (static shapes for --compile); an "
                                        "image with more keeps its first N, the rest are not trained on. CUDA graphs "
                                        "need no padding: they bucket box counts themselves and drop none")
-    mosaic: float = _opt(_AUGMENT.mosaic, "mosaic probability")
-    mixup: float = _opt(_AUGMENT.mixup, "mixup probability")
-    degrees: float = _opt(_AUGMENT.degrees, "random rotation (+/- degrees)")
-    translate: float = _opt(_AUGMENT.translate, "random translation (+/- fraction)")
-    scale: float = _opt(_AUGMENT.scale, "random scale gain (+/- fraction)")
-    shear: float = _opt(_AUGMENT.shear, "random shear (+/- degrees)")
-    perspective: float = _opt(_AUGMENT.perspective, "random perspective (+/- fraction)")
-    flipud: float = _opt(_AUGMENT.flipud, "vertical flip probability")
-    fliplr: float = _opt(_AUGMENT.fliplr, "horizontal flip probability")
-    hsv_h: float = _opt(_AUGMENT.hsv_h, "HSV hue gain (fraction)")
-    hsv_s: float = _opt(_AUGMENT.hsv_s, "HSV saturation gain (fraction)")
-    hsv_v: float = _opt(_AUGMENT.hsv_v, "HSV value gain (fraction)")
-    close_mosaic: int = _opt(10, "train the last N epochs without mosaic and mixup")
+    close_mosaic: int = _fixed(10, "train the last N epochs without mosaic and mixup")
 
     def _check(self) -> None:
         if self.imgsz < MAX_STRIDE or self.imgsz % MAX_STRIDE:
@@ -178,25 +187,25 @@ class DataConfig(_SelfValidating):
 
 @dataclass(frozen=True)
 class OptimConfig(_SelfValidating):
-    optimizer: str = _opt("auto", "auto (Ultralytics' rule: MuSGD above 10k iterations, else AdamW), SGD, AdamW "
+    optimizer: str = _fixed("auto", "auto (Ultralytics' rule: MuSGD above 10k iterations, else AdamW), SGD, AdamW "
                                   "or MuSGD", ("auto", "SGD", "AdamW", "MuSGD"))
-    lr0: float = _opt(0.01, "initial learning rate (ignored by --optimizer auto, which picks its own)")
-    lrf: float = _opt(0.01, "final learning rate as a fraction of lr0")
-    schedule: str = _opt("linear", "per-epoch learning-rate decay", ("linear", "cosine"))
-    momentum: float = _opt(0.937, "SGD momentum / Adam beta1")
-    weight_decay: float = _opt(5e-4, "weight decay at the nominal batch (scaled by batch * accumulation / nbs)")
-    warmup_epochs: float = _opt(3.0, "warmup length in epochs (never into the last epoch)")
-    warmup_momentum: float = _opt(0.8, "momentum at the start of warmup")
-    warmup_bias_lr: float = _opt(0.1, "bias learning rate at the start of warmup")
-    nominal_batch: int = _opt(64, "nominal batch size (nbs): gradients are accumulated up to it")
-    grad_accum: int | None = _opt(None, "gradient-accumulation steps (default: round(nbs / batch), at least 1)")
-    lr_scaling: str = _opt("linear", "how the step grows with the effective batch: linear (Ultralytics: the loss is "
+    lr0: float = _fixed(0.01, "initial learning rate (ignored by --optimizer auto, which picks its own)")
+    lrf: float = _fixed(0.01, "final learning rate as a fraction of lr0")
+    schedule: str = _fixed("linear", "per-epoch learning-rate decay", ("linear", "cosine"))
+    momentum: float = _fixed(0.937, "SGD momentum / Adam beta1")
+    weight_decay: float = _fixed(5e-4, "weight decay at the nominal batch (scaled by batch * accumulation / nbs)")
+    warmup_epochs: float = _fixed(3.0, "warmup length in epochs (never into the last epoch)")
+    warmup_momentum: float = _fixed(0.8, "momentum at the start of warmup")
+    warmup_bias_lr: float = _fixed(0.1, "bias learning rate at the start of warmup")
+    nominal_batch: int = _fixed(64, "nominal batch size (nbs): gradients are accumulated up to it")
+    grad_accum: int | None = _fixed(None, "gradient-accumulation steps (default: round(nbs / batch), at least 1)")
+    lr_scaling: str = _fixed("linear", "how the step grows with the effective batch: linear (Ultralytics: the loss is "
                                      "a sum over images), sqrt, or none (same step as at the nominal batch)",
                            ("linear", "sqrt", "none"))
-    clip_grad: float = _opt(10.0, "gradient clipping max-norm (0 disables)")
-    ema: bool = _opt(True, "keep an exponential moving average of the weights and evaluate it")
-    ema_decay: float = _opt(0.9999, "EMA decay")
-    ema_tau: float = _opt(2000.0, "EMA warmup (optimizer steps)")
+    clip_grad: float = _fixed(10.0, "gradient clipping max-norm (0 disables)")
+    ema: bool = _fixed(True, "keep an exponential moving average of the weights and evaluate it")
+    ema_decay: float = _fixed(0.9999, "EMA decay")
+    ema_tau: float = _fixed(2000.0, "EMA warmup (optimizer steps)")
 
     def _check(self) -> None:
         _require(self, "lr0", 0, low_open=True)
@@ -215,51 +224,51 @@ class OptimConfig(_SelfValidating):
 
 @dataclass(frozen=True)
 class RunConfig(_SelfValidating):
-    epochs: int = _opt(100, "number of epochs")
-    batch_size: int = _opt(16, "GLOBAL batch size per step, split evenly over all processes")
-    seed: int = _opt(0, "random seed (data order and augmentation are a function of seed, epoch and index)")
-    output_dir: str = _opt("runs/train", "parent folder of run folders")
-    name: str = _opt("exp", "run folder name under --output-dir")
-    exist_ok: bool = _opt(False, "reuse an existing run folder instead of making exp2, exp3 ...")
-    resume: str | None = _opt(None, "resume from a checkpoint folder, a run folder, or 'auto' (latest of this run)")
-    allow_changes: bool = _opt(False, "with --resume: accept flags that change the run (model, data, optimizer, "
+    epochs: int = _fixed(100, "number of epochs")
+    batch_size: int = _fixed(16, "GLOBAL batch size per step, split evenly over all processes")
+    seed: int = _fixed(0, "random seed (data order and augmentation are a function of seed, epoch and index)")
+    output_dir: str = _local("runs/train", "parent folder of run folders")
+    name: str = _local("exp", "run folder name under --output-dir")
+    exist_ok: bool = _local(False, "reuse an existing run folder instead of making exp2, exp3 ...")
+    resume: str | None = _local(None, "resume from a checkpoint folder, a run folder, or 'auto' (latest of this run)")
+    allow_changes: bool = _local(False, "with --resume: accept flags that change the run (model, data, optimizer, "
                                "batch, epochs...) instead of refusing them")
-    save_period: int | None = _opt(None, "save a resumable checkpoint every N epochs; default auto: at the end of "
+    save_period: int | None = _free(None, "save a resumable checkpoint every N epochs; default auto: at the end of "
                                          "every epoch that ends a minute or more after the last checkpoint (every "
                                          "epoch, unless epochs are short); the last epoch and stop signals always")
-    keep_checkpoints: int = _opt(2, "how many resumable checkpoints to keep")
-    val_interval: int = _opt(1, "validate every N epochs and after the last (0: never, for benchmarks)")
-    patience: int = _opt(100, "stop after N epochs without a better fitness (0 disables)")
-    max_steps: int | None = _opt(None, "stop after this many optimizer steps (smoke runs); state is saved")
-    report_to: str = _opt("none", "trackers: wandb, tensorboard, all or none (comma lists allowed)")
-    tracker_project: str = _opt("yolo11-accelerate", "W&B / TensorBoard project (the run folder: --output-dir/--name)")
-    sync_bn: bool = _opt(False, "convert BatchNorm to SyncBatchNorm (multi-process CUDA runs only)")
-    compile: bool | None = _opt(None, "torch.compile the model (fused kernels); default auto: on CUDA when the run "
+    keep_checkpoints: int = _free(2, "how many resumable checkpoints to keep")
+    val_interval: int = _free(1, "validate every N epochs and after the last (0: never, for benchmarks)")
+    patience: int = _fixed(100, "stop after N epochs without a better fitness (0 disables)")
+    max_steps: int | None = _local(None, "stop after this many optimizer steps (smoke runs); state is saved")
+    report_to: str = _free("none", "trackers: wandb, tensorboard, all or none (comma lists allowed)")
+    tracker_project: str = _free("yolo11-accelerate", "W&B / TensorBoard project (the run folder: --output-dir/--name)")
+    sync_bn: bool = _fixed(False, "convert BatchNorm to SyncBatchNorm (multi-process CUDA runs only)")
+    compile: bool | None = _free(None, "torch.compile the model (fused kernels); default auto: on CUDA when the run "
                                       "trains enough images to repay the compilation, never on the CPU")
-    compile_mode: str = _opt("auto", "torch.compile mode of the model; auto: reduce-overhead (CUDA graphs) on CUDA",
+    compile_mode: str = _free("auto", "torch.compile mode of the model; auto: reduce-overhead (CUDA graphs) on CUDA",
                              ("auto", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"))
-    compile_loss: bool | None = _opt(None, "torch.compile the loss and assigner too (one graph for every box count); "
+    compile_loss: bool | None = _free(None, "torch.compile the loss and assigner too (one graph for every box count); "
                                            "default auto: with the model")
-    cuda_graphs: bool | None = _opt(None, "replay each training micro-step (forward, loss, backward) as a CUDA "
+    cuda_graphs: bool | None = _free(None, "replay each training micro-step (forward, loss, backward) as a CUDA "
                                           "graph, built in about a second; default auto: on for one-process CUDA "
                                           "runs that do not compile the model (not with fp16 or DeepSpeed)")
-    compile_cache_dir: str = _opt("~/.cache/yolo11/compile", "compiled kernels kept between runs, so that a run of "
+    compile_cache_dir: str = _free("~/.cache/yolo11/compile", "compiled kernels kept between runs, so that a run of "
                                   "the same shapes does not compile again (TORCHINDUCTOR_CACHE_DIR, if set, wins)")
-    channels_last: bool = _opt(True, "channels_last memory format on CUDA and the CPU (faster there)")
-    log_interval: int = _opt(20, "progress every N batches and at each epoch's end: a line when the output is "
+    channels_last: bool = _free(True, "channels_last memory format on CUDA and the CPU (faster there)")
+    log_interval: int = _free(20, "progress every N batches and at each epoch's end: a line when the output is "
                                  "not a terminal (a bar otherwise); trackers get the values at the same points")
-    profile: bool = _opt(False, "trace optimizer steps 10-14 with torch.profiler into <run>/profile")
-    val_conf: float = _opt(0.001, "confidence threshold for validation NMS")
-    val_iou: float = _opt(0.7, "IoU threshold for validation NMS")
-    max_det: int = _opt(300, "maximum detections per image in validation")
-    val_nms: bool = _opt(True, "YOLO26: validate the one-to-many head with NMS (Ultralytics' default); false: the "
+    profile: bool = _free(False, "trace optimizer steps 10-14 with torch.profiler into <run>/profile")
+    val_conf: float = _fixed(0.001, "confidence threshold for validation NMS")
+    val_iou: float = _fixed(0.7, "IoU threshold for validation NMS")
+    max_det: int = _fixed(300, "maximum detections per image in validation")
+    val_nms: bool = _fixed(True, "YOLO26: validate the one-to-many head with NMS (Ultralytics' default); false: the "
                                "one-to-one head's top-k without NMS (Ultralytics' nms=False). YOLO11 has NMS only")
-    val_batch_size: int | None = _opt(None, "global validation batch size (default: 2 x --batch-size)")
-    val_rect: bool = _opt(True, "rectangular validation batches, as Ultralytics validates (images grouped by aspect "
+    val_batch_size: int | None = _fixed(None, "global validation batch size (default: 2 x --batch-size)")
+    val_rect: bool = _fixed(True, "rectangular validation batches, as Ultralytics validates (images grouped by aspect "
                                 "ratio, each batch letterboxed to its own shape); false: square letterbox")
-    val_images: int = _opt(16, "validation images drawn (and sent to trackers) each validation")
-    plots: bool = _opt(True, "write plots (results.png, PR curve, confusion matrix, batch previews)")
-    push_to_hub: str | None = _opt(None, "at the end, upload the best weights to this Hugging Face Hub repo "
+    val_images: int = _free(16, "validation images drawn (and sent to trackers) each validation")
+    plots: bool = _free(True, "write plots (results.png, PR curve, confusion matrix, batch previews)")
+    push_to_hub: str | None = _free(None, "at the end, upload the best weights to this Hugging Face Hub repo "
                                          "(owner/name) as model.safetensors + config.json + model card")
 
     def _check(self) -> None:
@@ -294,6 +303,15 @@ class TrainConfig:
 
 
 _SECTIONS: dict[str, type] = {"model": ModelConfig, "data": DataConfig, "optim": OptimConfig, "run": RunConfig}
+
+
+def resume_rules() -> dict[str, str]:
+    """Every flag's rule on ``--resume`` (``FIXED``, ``FREE`` or ``LOCAL``), from its declaration."""
+    return {f.name: f.metadata["resume"] for section in _SECTIONS.values() for f in dataclasses.fields(section)}
+
+
+def flags_with_rule(*rules: str) -> frozenset[str]:
+    return frozenset(name for name, rule in resume_rules().items() if rule in rules)
 
 
 def _parse_bool(text: str) -> bool:
@@ -461,18 +479,16 @@ def save_args_yaml(config: TrainConfig, path: Path) -> None:
     """args.yaml as Ultralytics writes it in a run folder: one flat key per setting, Ultralytics' name where ours is
     only renamed (``batch``, ``project``, ``nbs``, ``conf``, ``iou``, ``split``, ``nms``), plus ``task``/``mode``;
     ``--config args.yaml`` reads it back into the same settings."""
-    from yolo11.engine.checkpoint import write_text_atomic  # loads torch: only once training runs
     from yolo11.engine.ultralytics_args import RENAMED
 
     theirs = {ours: name for name, ours in RENAMED.items()}
     flat = {"task": "detect", "mode": "train"}
     flat |= {theirs.get(key, key): value for section in config.to_dict().values() for key, value in section.items()}
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(path, yaml.safe_dump(flat, sort_keys=False))
+    write_file(path, yaml.safe_dump(flat, sort_keys=False))  # a temporary name, then a rename
 
 
 def save_config(config: TrainConfig, path: Path) -> None:
-    from yolo11.engine.checkpoint import write_text_atomic  # loads torch: only once training runs
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(path, yaml.safe_dump(config.to_dict(), sort_keys=False))
+    write_file(path, yaml.safe_dump(config.to_dict(), sort_keys=False))

@@ -19,13 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from yolo11.engine.checkpoint import resolve_resume
-from yolo11.engine.config import TrainConfig
+from yolo11.engine.config import LOCAL, TrainConfig, flags_with_rule
 from yolo11.engine.run_state import CONFIG_FILE, RUN_CONFIG, checkpoint_root
 from yolo11.gate import read_json
-
-# Where a run lives, how this resume is asked for, and where this invocation stops (a smoke run's --max-steps would
-# end its resume at once): never read from the checkpoint.
-NOT_INHERITED = frozenset({"output_dir", "name", "exist_ok", "resume", "allow_changes", "max_steps"})
 
 
 @dataclass(frozen=True)
@@ -73,10 +69,11 @@ def saved_config(checkpoint: Path) -> dict | None:
 
 
 def resumed_config(config: TrainConfig, typed: frozenset[str], saved: dict | None) -> TrainConfig:
-    """``config`` with every flag not in ``typed`` (and not a ``NOT_INHERITED``) taken from ``saved``."""
+    """``config`` with every flag not in ``typed`` (and not declared ``LOCAL``: where this invocation writes, how it
+    resumes, where it stops) taken from ``saved``."""
     if saved is None:
         return config
-    keep = typed | NOT_INHERITED
+    keep = typed | flags_with_rule(LOCAL)
     current = config.to_dict()
     merged = {section: {key: value if key in keep else saved.get(section, {}).get(key, value)
                         for key, value in values.items()} for section, values in current.items()}
