@@ -187,7 +187,7 @@ def main() -> None:
     parser.add_argument("--imgsz", type=int, default=640)
     parser.add_argument("--model", default="yolo11n")
     args = parser.parse_args()
-    from yolo11.models.scales import get_scale
+    from yolo11.architecture import get_scale
 
     scale = get_scale(args.model.removeprefix("yolo11"))
     print(f"{args.model} batch {args.batch} {args.imgsz}px on {torch.cuda.get_device_name()}, "

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 import yolo11
-from yolo11.models.scales import SCALES
+from yolo11.architecture import SCALES
 from yolo11.tools import convert
 from yolo11.weights import (
     UnsafeCheckpointError,

@@ -30,12 +30,15 @@ def read_results(run_dir):
 def test_the_torch_free_names_agree_with_the_model_families(tmp_path):
     """``gate.SCALE_NAMES`` / ``FAMILY_REG_MAX`` (what ``--model`` and the config gate accept, without torch) are
     ``yolo11.models``' own names and DFL bins."""
+    from yolo11.architecture import FAMILIES
     from yolo11.engine.config import MODEL_NAMES, ModelConfig, parse_config
     from yolo11.gate import FAMILY_REG_MAX, SCALE_NAMES
-    from yolo11.models.scales import FAMILIES
 
     assert SCALE_NAMES == MODEL_NAMES == yolo11.models.MODEL_NAMES
     assert FAMILY_REG_MAX == {name: family.reg_max for name, family in FAMILIES.items()}
+    for name, family in FAMILIES.items():  # the table's head names and bins are what the models build
+        model = yolo11.create_model(f"{name}n", num_classes=2)
+        assert (type(model.head).__name__, model.reg_max, model.strides) == (family.head, family.reg_max, (8, 16, 32))
     assert parse_config(["--model", "yolo26x", "--data", "coco8"]).model.model == "yolo26x"
     ultralytics_style = parse_config(["data=coco8.yaml", "model=yolo26s.yaml"]).model  # Ultralytics' key=value
     assert (ultralytics_style.model, ultralytics_style.weights) == ("yolo26s", None)

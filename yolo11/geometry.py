@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-MAX_STRIDE = 32  # the coarsest level's stride: network input sides must be multiples of it
+from yolo11.architecture import MAX_STRIDE, STRIDES  # noqa: F401 - MAX_STRIDE re-exported for its importers
 
 
 def round_up_to_stride(size: int, stride: int = MAX_STRIDE) -> int:

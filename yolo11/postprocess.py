@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import Tensor
 
+from yolo11.architecture import STRIDES
 from yolo11.geometry import (
     dfl_expectation,
     flatten_levels,
@@ -72,7 +73,7 @@ def _decode_cells(feats: Sequence[Tensor], strides: Sequence[int], reg_max: int)
     return ltrb_to_xyxy(distances, points), stride, logits
 
 
-def decode(feats: Sequence[Tensor], strides: Sequence[int] = (8, 16, 32), reg_max: int = 16) -> Tensor:
+def decode(feats: Sequence[Tensor], strides: Sequence[int] = STRIDES, reg_max: int = 16) -> Tensor:
     """Raw maps -> boxes and class probabilities for every anchor (Ultralytics' inference output).
 
     Args:
@@ -89,7 +90,7 @@ def decode(feats: Sequence[Tensor], strides: Sequence[int] = (8, 16, 32), reg_ma
 
 def end2end_topk(
     feats: Sequence[Tensor],
-    strides: Sequence[int] = (8, 16, 32),
+    strides: Sequence[int] = STRIDES,
     reg_max: int = 1,
     max_det: int = 300,
     agnostic: bool = False,
@@ -268,7 +269,7 @@ class Postprocessor:
         max_det: int = 300,
         multi_label: bool = True,
         agnostic: bool = False,
-        strides: Sequence[int] = (8, 16, 32),
+        strides: Sequence[int] = STRIDES,
         reg_max: int = 16,
         max_nms: int = 30000,
         end2end: bool = False,

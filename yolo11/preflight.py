@@ -16,9 +16,9 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from yolo11.architecture import MAX_STRIDE
 from yolo11.gate import check_regular_file
 
-MAX_STRIDE = 32  # yolo11.geometry.MAX_STRIDE, which loads torch (a test checks that they agree)
 KNOWN_TRACKERS = ("wandb", "tensorboard")  # yolo11.engine.tracking's, which loads accelerate (tested equal)
 ASSETS = Path(__file__).resolve().parent / "assets"
 # Data YAMLs given by name that resolve to the copy shipped in yolo11/assets when they are not a local file.

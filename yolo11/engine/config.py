@@ -26,12 +26,11 @@ import yaml
 
 from yolo11.data.augment_params import AugmentParams
 from yolo11.engine.ultralytics_args import FLAG_ALIASES, ArgumentParser, read_ultralytics_keys
-from yolo11.gate import SCALE_NAMES, read_yaml
+from yolo11.gate import BOOL_WORDS, SCALE_NAMES, read_yaml
 from yolo11.output_errors import write_file
 from yolo11.preflight import MAX_STRIDE, check_report_to, check_weights, resolve_data, round_imgsz
 
 _HUB_REPO = re.compile(r"[\w.-]+/[\w.-]+")
-_BOOL_STRINGS = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
 
 
 # How a flag behaves on --resume, declared with the flag (the helper that makes its field says which):
@@ -316,7 +315,7 @@ def flags_with_rule(*rules: str) -> frozenset[str]:
 
 def _parse_bool(text: str) -> bool:
     try:
-        return _BOOL_STRINGS[text.lower()]
+        return BOOL_WORDS[text.lower()]
     except KeyError:
         raise argparse.ArgumentTypeError(f"expected a boolean (true/false), got {text!r}") from None
 

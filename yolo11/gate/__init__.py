@@ -50,9 +50,10 @@ from yolo11.gate.safetensors import (
     safetensors_dtype,
     tensor_layout,
 )
-from yolo11.gate.text import MAX_TEXT_BYTES, MAX_YAML_DEPTH, MAX_YAML_NODES, read_json, read_yaml
+from yolo11.gate.text import BOOL_WORDS, MAX_TEXT_BYTES, MAX_YAML_DEPTH, MAX_YAML_NODES, read_json, read_yaml
 
 __all__ = [
+    "BOOL_WORDS",
     "FAMILY_HEAD",
     "FAMILY_REG_MAX",
     "MAX_CLASSES",

@@ -7,18 +7,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from yolo11.architecture import FAMILIES, MODEL_NAMES, STRIDES
 from yolo11.gate.files import FileRefusedError
 from yolo11.gate.names import MAX_CLASSES
 
-# DFL bins per family; here and not from yolo11.models.scales (its package imports torch; this module may not).
-# tests/test_yolo26_train.py checks both agree with yolo11.models.scales.FAMILIES / MODEL_NAMES.
-FAMILY_REG_MAX = {"yolo11": 16, "yolo26": 1}
-SCALE_NAMES = tuple(f"{family}{scale}" for family in FAMILY_REG_MAX for scale in "nsmlx")
+FAMILY_REG_MAX = {name: family.reg_max for name, family in FAMILIES.items()}  # DFL bins per family
+SCALE_NAMES = MODEL_NAMES
 # config.json keys: create_model's arguments plus what save_pretrained adds for readers without our code.
 _CONFIG_KEYS = {"name", "num_classes", "backbone", "names", "model_type", "task", "strides", "reg_max", "head"}
-_CONFIG_FIXED = {"task": "detect", "strides": [8, 16, 32]}
-# The head class per family (yolo11.models.head), as save_pretrained's config.json names it.
-FAMILY_HEAD = {"yolo11": "Detect", "yolo26": "End2EndDetect"}
+_CONFIG_FIXED = {"task": "detect", "strides": list(STRIDES)}
+FAMILY_HEAD = {name: family.head for name, family in FAMILIES.items()}  # as save_pretrained's config.json says
 
 
 def check_model_config(config: Any, source: str | Path, user_backbone: str | None = None) -> dict:

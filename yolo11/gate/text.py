@@ -13,6 +13,8 @@ from yaml.composer import ComposerError
 
 from yolo11.gate.files import FileRefusedError, open_regular
 
+# How a user writes a boolean in a flag, a key=value argument or a YAML value read as text
+BOOL_WORDS = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
 MAX_TEXT_BYTES = 64 << 20  # JSON/YAML configs: 100k class names fit in a few MB
 # YAML nodes as a reader of the result meets them, an alias counting every node of what it repeats: 100k class
 # names are 100k nodes, while 9 lines of 9 aliases each ("billion laughs") would be 9^9 = 387M.

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
+from yolo11.architecture import STRIDES
 from yolo11.geometry import xywh_to_xyxy, xyxy_to_xywh
 from yolo11.loss.boxes import complete_iou
 
@@ -67,7 +68,7 @@ class TaskAlignedAssigner(nn.Module):
         topk: int = 10,
         alpha: float = 0.5,
         beta: float = 6.0,
-        strides: Sequence[int] = (8, 16, 32),
+        strides: Sequence[int] = STRIDES,
         eps: float = 1e-9,
         topk2: int | None = None,
     ) -> None:

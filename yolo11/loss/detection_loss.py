@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from yolo11.architecture import STRIDES
 from yolo11.geometry import dfl_expectation, flatten_levels_anchor_major, ltrb_to_xyxy, make_anchors, xyxy_to_ltrb
 from yolo11.loss.assigner import TaskAlignedAssigner
 from yolo11.loss.boxes import complete_iou
@@ -60,7 +61,7 @@ class DetectionLoss(nn.Module):
     def __init__(
         self,
         num_classes: int,
-        strides: Sequence[int] = (8, 16, 32),
+        strides: Sequence[int] = STRIDES,
         reg_max: int = 16,
         box_gain: float = 7.5,
         cls_gain: float = 0.5,

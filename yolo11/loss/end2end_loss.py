@@ -13,6 +13,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
+from yolo11.architecture import STRIDES
 from yolo11.loss.detection_loss import DetectionLoss
 from yolo11.models.head import End2EndMaps
 
@@ -42,7 +43,7 @@ class End2EndLoss(nn.Module):
     def __init__(
         self,
         num_classes: int,
-        strides: Sequence[int] = (8, 16, 32),
+        strides: Sequence[int] = STRIDES,
         box_gain: float = 7.5,
         cls_gain: float = 0.5,
         l1_gain: float = 1.5,

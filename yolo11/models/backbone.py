@@ -12,8 +12,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from yolo11.architecture import FAMILIES, Family, Scale
 from yolo11.models.blocks import C2PSA, SPPF, C3k2, Conv
-from yolo11.models.scales import FAMILIES, Family, Scale
 
 # Indices of the layers whose outputs feed the neck, with their reductions.
 FEATURE_LAYERS = {4: 8, 6: 16, 10: 32}

@@ -10,11 +10,11 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from yolo11.architecture import FAMILIES, MODEL_NAMES, SCALES, STRIDES, Family, Scale, get_scale, split_name
 from yolo11.models.backbone import YOLO11Backbone
 from yolo11.models.blocks import Conv
 from yolo11.models.head import Detect, End2EndDetect, End2EndMaps
 from yolo11.models.neck import YOLO11Neck
-from yolo11.models.scales import FAMILIES, MODEL_NAMES, SCALES, Family, Scale, get_scale, split_name
 from yolo11.models.timm_backbone import TimmBackbone
 
 __all__ = ["MODEL_NAMES", "SCALES", "End2EndMaps", "YOLO11Detector", "YOLO26Detector", "create_model"]
@@ -43,7 +43,7 @@ class YOLO11Detector(nn.Module):
         self.num_classes = num_classes
         self.reg_max = family.reg_max
         self.end2end = family.end2end
-        self.strides = (8, 16, 32)
+        self.strides = STRIDES
         self.config = dict(config)
         neck_channels = (scale.channels(256), scale.channels(512), scale.channels(1024))
         self.backbone = backbone

@@ -13,6 +13,7 @@ from typing import NamedTuple
 import torch
 from torch import nn
 
+from yolo11.architecture import STRIDES
 from yolo11.models.blocks import DFL, Conv, DWConv
 
 
@@ -55,7 +56,7 @@ class Detect(nn.Module):
         num_classes: int,
         in_channels: tuple[int, ...],
         reg_max: int = 16,
-        strides: tuple[int, ...] = (8, 16, 32),
+        strides: tuple[int, ...] = STRIDES,
     ) -> None:
         super().__init__()
         self.num_classes = num_classes
@@ -100,7 +101,7 @@ class End2EndDetect(Detect):
         num_classes: int,
         in_channels: tuple[int, ...],
         reg_max: int = 1,
-        strides: tuple[int, ...] = (8, 16, 32),
+        strides: tuple[int, ...] = STRIDES,
     ) -> None:
         super().__init__(num_classes, in_channels, reg_max, strides)
         self.one2one_cv2 = copy.deepcopy(self.cv2)

@@ -11,7 +11,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-REDUCTIONS = (8, 16, 32)
+from yolo11.architecture import STRIDES
+
+REDUCTIONS = STRIDES  # the levels the neck reads
 
 
 class BackboneError(ValueError):

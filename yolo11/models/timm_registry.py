@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from timm.models import build_model_with_cfg, generate_default_cfgs, register_model
 
+from yolo11.architecture import FAMILIES, split_name
 from yolo11.models.backbone import YOLO11Backbone
-from yolo11.models.scales import FAMILIES, split_name
 
 
 def _cfg(**kwargs) -> dict:

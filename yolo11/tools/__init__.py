@@ -9,6 +9,7 @@ import functools
 import sys
 from collections.abc import Callable, Sequence
 
+from yolo11.gate import BOOL_WORDS
 from yolo11.output_errors import WRITE_ERRNOS, write_error_message
 
 # What a user can get wrong (paths, flags, weights, data): one ``error:`` line and exit 2, no traceback.
@@ -18,7 +19,7 @@ USER_ERRORS = (ValueError, FileNotFoundError, NotADirectoryError, IsADirectoryEr
 _USER_ERROR_CLASSES = {"yolo11.data.schema": "DataSourceError", "yolo11.weights.safe_pickle": "UnsafeCheckpointError"}
 
 
-NMS_VALUES = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
+NMS_VALUES = BOOL_WORDS  # the words a boolean flag accepts, as the training flags read them
 
 
 def nms_value(text: str) -> bool:

@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from yolo11.architecture import FAMILIES, SCALES
 from yolo11.gate import (
     FileRefusedError,
     check_class_names,
@@ -27,7 +28,6 @@ from yolo11.gate import (
 )
 from yolo11.models.detector import YOLO11Detector, create_model
 from yolo11.models.neck import ULTRALYTICS_LAYERS
-from yolo11.models.scales import FAMILIES, SCALES
 from yolo11.weights import safe_pickle
 from yolo11.weights.safe_pickle import StubModule
 

@@ -1,5 +1,6 @@
-"""The model families (YOLO11, YOLO26) and scales (n/s/m/l/x) as data, and Ultralytics' rules that turn them into
-widths and repeats.
+"""The architecture as data, torch-free: the model families (YOLO11, YOLO26), the scales (n/s/m/l/x) with
+Ultralytics' rules that turn them into widths and repeats, and the detection levels' strides. The models build from
+this table; the CLI, the gate and the geometry read it before torch loads.
 
 The published model YAML lists every layer for a 1.0-width, 1.0-depth model; a scale shrinks it:
 ``channels = ceil(min(c, max_channels) * width / 8) * 8`` and ``repeats = max(round(n * depth), 1)``.
@@ -11,6 +12,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+
+STRIDES = (8, 16, 32)  # P3, P4, P5: the detection levels of every model, native or timm backbone
+MAX_STRIDE = STRIDES[-1]  # network input sides must be multiples of it
 
 
 @dataclass(frozen=True)
@@ -48,12 +52,14 @@ class Family:
     neck_p5_attention: bool  # layer 22's C3k2 inner blocks are Bottleneck + PSABlock (YOLO26's `attn=True`)
     reg_max: int  # bins per box side; 1 = a direct distance, no DFL
     end2end: bool  # a second, one-to-one head (NMS-free) beside the one-to-many head
+    head: str  # the head's class name (yolo11.models.head), as config.json names it
 
 
 FAMILIES: dict[str, Family] = {
     "yolo11": Family("yolo11", sppf_residual=False, neck_c3k=False, neck_p5_attention=False, reg_max=16,
-                     end2end=False),
-    "yolo26": Family("yolo26", sppf_residual=True, neck_c3k=True, neck_p5_attention=True, reg_max=1, end2end=True),
+                     end2end=False, head="Detect"),
+    "yolo26": Family("yolo26", sppf_residual=True, neck_c3k=True, neck_p5_attention=True, reg_max=1, end2end=True,
+                     head="End2EndDetect"),
 }
 MODEL_NAMES = tuple(family + key for family in FAMILIES for key in SCALES)
 
