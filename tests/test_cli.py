@@ -17,7 +17,7 @@ from yolo11.preflight import SAMPLE_DATA, check_report_to, resolve_data, round_i
 
 ROOT = Path(__file__).resolve().parents[1]
 TOOLS = ["yolo11.train", "yolo11.tools.val", "yolo11.tools.predict", "yolo11.tools.export", "yolo11.tools.convert",
-         "yolo11.cli"]
+         "yolo11.tools.info", "yolo11.cli"]
 HEAVY = ("torch", "timm", "accelerate", "datasets", "onnx", "cv2")
 
 

@@ -239,7 +239,8 @@ class Detector:
         if len(self.class_names) != model.num_classes:
             raise ValueError(f"{len(self.class_names)} class names for a model of {model.num_classes} classes")
         self.imgsz, self.rect, self.batch = imgsz, rect, batch
-        self.timings: list[ImageTiming] = []  # per image detected, until take_timings()
+        self.timings: list[ImageTiming] = []  # per image of the last predict() call, in order
+        self.detect_timings: list[ImageTiming] = []  # per image of the last detect() call
         name = model.config.get("name", type(model).__name__)
         # an exported graph (tools/onnx_model.py) has the head it was exported with; our model picks by nms
         self.end2end = model.select_head(nms) if hasattr(model, "select_head") else \
@@ -308,13 +309,8 @@ class Detector:
             for i in members:
                 timings[i] = ImageTiming(tuple(batch.shape[2:]), letterbox_s * 1e3 + (moved - started) * share,
                                          (inferred - moved) * share, (time.perf_counter() - inferred) * share)
-        self.timings.extend(timings)
+        self.detect_timings = timings
         return detections
-
-    def take_timings(self) -> list[ImageTiming]:
-        """The ``ImageTiming`` of every image detected since the last call, in order (then forgotten)."""
-        timings, self.timings = self.timings, []
-        return timings
 
     def predict(self, images: ImageInput | Iterable[ImageInput], batch: int | None = None,
                 keep_images: bool = True) -> list[Detections]:
@@ -329,10 +325,13 @@ class Detector:
             images = list(images)
         step = batch or self.batch
         results: list[Detections] = []
+        self.timings = []  # this call's, image by image
         for start in range(0, len(images), step):
             chunk = images[start:start + step]
             arrays = [as_rgb(image) for image in chunk]
-            for item, array, rows in zip(chunk, arrays, self.detect(arrays), strict=True):
+            rows_per_image = self.detect(arrays)
+            self.timings += self.detect_timings
+            for item, array, rows in zip(chunk, arrays, rows_per_image, strict=True):
                 source = str(item) if isinstance(item, (str, Path)) else None
                 results.append(Detections.from_rows(rows, self.class_names, array.shape[:2],
                                                     array if keep_images else None, source))

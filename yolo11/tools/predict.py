@@ -202,22 +202,22 @@ class SpeedLog:
                 f"shape {shape}")
 
 
-def predict_images(detector: Detector, sources: Sequence[tuple[int, Source]], writer: PredictionWriter,
+def predict_images(detector: Detector, sources: Sequence[Source | tuple[int, Source]], writer: PredictionWriter,
                    log: SpeedLog | None = None, total: int = 0) -> None:
-    """Detect the images of ``sources`` (numbered among all ``total`` sources, for the log) in one batch, skipping
-    those that cannot be read."""
+    """Detect the images of ``sources`` in one batch, skipping those that cannot be read; a source may come with
+    its number among all ``total`` sources, for the log (``image 3/10 ...``)."""
     log = log or SpeedLog(verbose=False)
     readable, arrays = [], []
-    for number, source in sources:
+    numbered = [item if isinstance(item, tuple) else (index, item) for index, item in enumerate(sources, start=1)]
+    for number, source in numbered:
         try:
             arrays.append(read_image(source))
             readable.append((number, source))
         except UnreadableSource as err:
             writer.skip(source, err)
-    detector.take_timings()
     results = detector.predict(arrays, batch=len(arrays) or 1, keep_images=writer.draw)
     log.batch = max(log.batch, len(arrays))
-    for (number, source), detections, timing in zip(readable, results, detector.take_timings(), strict=True):
+    for (number, source), detections, timing in zip(readable, results, detector.timings, strict=True):
         stem = writer.unique_stem(source.stem)
         writer.add(detections, source.location, stem)
         writer.write_image(detections, stem, source.image_suffix)
@@ -242,10 +242,9 @@ def predict_video(detector: Detector, source: Source, writer: PredictionWriter, 
         for chunk in frame_chunks(capture, 1 if source.kind == "webcam" else detector.batch):
             if video is None:
                 video = writer.open_video(stem, video_fps(capture), chunk[0].shape[:2])
-            detector.take_timings()
             results = detector.predict(chunk, keep_images=video is not None)
             log.batch = max(log.batch, len(chunk))
-            for detections, timing in zip(results, detector.take_timings(), strict=True):
+            for detections, timing in zip(results, detector.timings, strict=True):
                 frame += 1  # numbered from 1, as Ultralytics names its per-frame labels
                 writer.add(detections, source.location, stem, frame)
                 if video is not None:
