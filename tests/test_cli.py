@@ -3,6 +3,7 @@ tool, Ultralytics' rounding of ``--imgsz``, the shipped sample data, and the ``y
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import subprocess
 import sys
@@ -16,7 +17,7 @@ from yolo11.preflight import SAMPLE_DATA, check_report_to, resolve_data, round_i
 
 ROOT = Path(__file__).resolve().parents[1]
 TOOLS = ["yolo11.train", "yolo11.tools.val", "yolo11.tools.predict", "yolo11.tools.export", "yolo11.tools.convert",
-         "yolo11.cli"]
+         "yolo11.tools.info", "yolo11.cli"]
 HEAVY = ("torch", "timm", "accelerate", "datasets", "onnx", "cv2")
 
 
@@ -55,20 +56,48 @@ def test_wrong_paths_and_names_fail_before_torch(argv, expected):
 
 
 def test_did_you_mean_for_flags_and_keys(capsys):
-    with pytest.raises(SystemExit):
-        parse_config(["--epoch", "3"])
-    assert "unrecognized arguments: --epoch 3 (did you mean --epochs?)" in capsys.readouterr().err
-    with pytest.raises(SystemExit):
-        parse_config(["epoch=3"])
-    assert "unknown key 'epoch' (did you mean epochs?)" in capsys.readouterr().err
-    from yolo11.tools import predict
+    """A misspelt flag or key is one line naming the closest one, exit 2, no usage (which ``--help`` prints).
+    Ultralytics' ``yolo train epocs=3`` also names 'epochs' (after printing its whole help)."""
+    cases = [(parse_config, ["--epoch", "3"], "unknown argument '--epoch'; did you mean '--epochs'?"),
+             (parse_config, ["epocs=3"], "unknown argument 'epocs'; did you mean 'epochs'?"),
+             (parse_config, ["epoch=3", "data=synthetic"], "unknown argument 'epoch'; did you mean 'epochs'?")]
+    from yolo11.tools import predict, val
 
+    cases += [(predict.parse_args, ["yolo11n.pt", "x.jpg", "--save-text"],
+               "unknown argument '--save-text'; did you mean '--save-txt'?"),
+              (predict.parse_args, ["yolo11n.pt", "x.jpg", "cnf=0.5"], "unknown argument 'cnf'; did you mean 'conf'?"),
+              (val.parse_args, ["yolo11n.pt", "--imgsz-x", "3"],
+               "unknown argument '--imgsz-x'; did you mean '--imgsz'?"),
+              (val.parse_args, ["yolo11n.pt", "epocs=3"], "unknown argument 'epocs'; did you mean 'epochs'?")]
+    for parse, argv, expected in cases:
+        with pytest.raises(SystemExit) as exc:
+            parse(argv)
+        assert exc.value.code == 2
+        assert capsys.readouterr().err == f"error: {expected}\n", argv
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["train", "epocs=3"], "error: unknown argument 'epocs'; did you mean 'epochs'?"),
+    (["val", "--imgsz-x", "3"], "error: unknown argument '--imgsz-x'; did you mean '--imgsz'?"),
+    (["train", "model=yolo11q"], "error: --model is the architecture, one of yolo11n, yolo11s, yolo11m, yolo11l, "
+                                 "yolo11x, yolo26n, yolo26s, yolo26m, yolo26l, yolo26x, got 'yolo11q'"),
+    (["train", "--config", "missing.yaml"], "error: --config: no such file: missing.yaml"),
+])
+def test_usage_errors_are_one_line_before_torch(argv, expected):
+    """The whole of stderr is the one line (the old output put 44 lines of usage before it); the model-name error
+    no longer ends with "(the architecture then comes from the weights)", which applies only to a weights file."""
+    code = (f"import sys\nfrom yolo11.cli import main\ntry:\n    code = main({argv!r})\nexcept SystemExit as e:\n"
+            f"    code = e.code\nprint('EXIT', code, sorted(m for m in {HEAVY!r} if m in sys.modules))")
+    result = _run_python(code)
+    assert result.stdout.strip() == "EXIT 2 []", result.stdout + result.stderr
+    assert result.stderr == expected + "\n"
+
+
+def test_model_name_hint_keeps_its_clause_for_a_weights_file(capsys):
     with pytest.raises(SystemExit):
-        predict.parse_args(["yolo11n.pt", "x.jpg", "--save-text"])
-    assert "(did you mean --save-txt?)" in capsys.readouterr().err
-    with pytest.raises(SystemExit):
-        predict.parse_args(["yolo11n.pt", "x.jpg", "cnf=0.5"])
-    assert "unknown key 'cnf' (did you mean conf?)" in capsys.readouterr().err
+        parse_config(["--model", "best.pt"])
+    assert capsys.readouterr().err.strip().endswith(
+        "got 'best.pt'; to start from weights pass --weights best.pt (the architecture then comes from the weights)")
 
 
 def test_imgsz_rounds_up_to_the_stride_with_a_warning(capsys):
@@ -165,12 +194,39 @@ def test_umbrella_command_dispatches_and_lists_api(capsys):
 
     assert [name for name in dir(yolo11) if not name.startswith("_")] == sorted(yolo11.__all__)
     assert main(["trian"]) == 2
-    assert "unknown command 'trian' (did you mean train?)" in capsys.readouterr().err
+    assert capsys.readouterr().err == "error: unknown command 'trian'; did you mean 'train'?\n"
     with pytest.raises(SystemExit) as exc:
         main(["detect", "val", "--help"])  # Ultralytics' task word is accepted
     assert exc.value.code == 0 and "yolo11 val" in capsys.readouterr().out
     assert main(["info"]) == 0
     assert "torch " in capsys.readouterr().out
+
+
+def test_info_help_version_scale_names_and_weights(tmp_path, capsys):
+    """``yolo11 info --help`` is its usage (it was "no such weights file or folder: --help"); a scale name is built
+    without weights; weights are given as a path or, as Ultralytics' key, ``model=path``; ``yolo11 version`` prints
+    the version alone, as ``yolo version``."""
+    from yolo11 import create_model
+    from yolo11.cli import main
+    from yolo11.weights import save_weights
+
+    with pytest.raises(SystemExit) as exc:
+        main(["info", "--help"])
+    assert exc.value.code == 0 and capsys.readouterr().out.startswith("usage: yolo11 info")
+    assert main(["version"]) == 0
+    assert capsys.readouterr().out.strip() == importlib.metadata.version("yolo11-accelerate")
+    assert main(["info", "yolo26n"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("YOLO26n summary: ") and out[0].endswith(
+        " layers, 2,572,280 parameters, 2,572,280 gradients, 6.2 GFLOPs")  # Ultralytics' model.info() numbers
+    assert "yolo26n (built from its scale, no weights): 80 classes" in out[1]
+    weights = save_weights(create_model("yolo11n", num_classes=2, names=["a", "b"]), tmp_path / "best.safetensors")
+    for argv in ([str(weights)], [f"model={weights}"]):
+        assert main(["info", *argv]) == 0
+        out = capsys.readouterr().out.splitlines()
+        assert len(out) == 2 and out[0].startswith("YOLO11n summary: ") and "2 classes (a, b)" in out[1]
+    assert main(["info", str(tmp_path / "missing.safetensors")]) == 2
+    assert "no such weights file" in capsys.readouterr().err
 
 
 @pytest.mark.slow
@@ -189,7 +245,7 @@ def test_readme_quick_start_runs_on_the_shipped_sample(tmp_path):
     predict = subprocess.run([*env_cmd, "predict", str(weights), str(images), "imgsz=64", "conf=0.0",
                               "save_txt=true"], **run)
     assert predict.returncode == 0, predict.stderr[-2000:]
-    records = json.loads((tmp_path / "runs" / "predict" / "predictions.json").read_text())
+    records = json.loads((tmp_path / "runs" / "predict" / "exp" / "predictions.json").read_text())
     assert len(records) == 4
     val = subprocess.run([*env_cmd, "val", str(weights), "data=coco8.yaml", "imgsz=64", "workers=0"], **run)
     assert val.returncode == 0, val.stderr[-2000:]

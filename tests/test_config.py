@@ -75,7 +75,7 @@ def test_yaml_value_of_the_wrong_type_is_a_usage_error(tmp_path, capsys, text):
 def test_abbreviated_flag_is_rejected(capsys):
     with pytest.raises(SystemExit) as exc:
         parse_config(["--epoch", "5"])
-    assert exc.value.code == 2 and "unrecognized arguments: --epoch 5" in capsys.readouterr().err
+    assert exc.value.code == 2 and "unknown argument '--epoch'; did you mean '--epochs'?" in capsys.readouterr().err
 
 
 def test_yaml_defaults_and_unknown_key(tmp_path, capsys):
@@ -89,7 +89,7 @@ def test_yaml_defaults_and_unknown_key(tmp_path, capsys):
     bad.write_text("lr_zero: 0.1\n")
     with pytest.raises(SystemExit):
         parse_config(["--config", str(bad)])
-    assert "unknown key 'lr_zero'" in capsys.readouterr().err
+    assert "unknown argument 'lr_zero'" in capsys.readouterr().err
 
 
 def test_saved_config_round_trips_and_reloads_as_defaults(tmp_path):
@@ -167,7 +167,7 @@ def test_ultralytics_args_yaml_maps_known_keys_and_lists_the_ignored_ones(tmp_pa
 @pytest.mark.parametrize("text, message", [
     ("batch: 8\nbatch_size: 16\n", "'batch' and 'batch_size' both set --batch-size"),
     ("task: segment\n", "only detection"),
-    ("batchsize: 8\n", "unknown key 'batchsize'"),
+    ("batchsize: 8\n", "unknown argument 'batchsize'; did you mean 'batch_size'?"),
 ])
 def test_ultralytics_yaml_conflicts_and_unknown_keys_are_errors(tmp_path, capsys, text, message):
     path = tmp_path / "cfg.yaml"
@@ -191,7 +191,7 @@ def test_ultralytics_key_value_arguments_read_as_its_keys(tmp_path, capsys):
     assert "model: yolo11s.pt -> --model yolo11s --weights yolo11s.pt" in capsys.readouterr().out
     with pytest.raises(SystemExit) as exc:
         parse_config(["data=coco8.yaml", "epoch=3"])
-    assert exc.value.code == 2 and "key=value arguments: unknown key 'epoch'" in capsys.readouterr().err
+    assert exc.value.code == 2 and "error: unknown argument 'epoch'; did you mean 'epochs'?" in capsys.readouterr().err
 
 
 def test_ultralytics_key_table_matches_the_installed_reference():

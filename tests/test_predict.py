@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import io
 import json
+import re
 import urllib.error
 from pathlib import Path
 
@@ -255,8 +256,35 @@ def test_output_folders_are_numbered_unless_exist_ok(weights, loaded_once, tmp_p
         assert run_cli(weights, str(image), "--project", str(tmp_path / "runs"), "--no-draw") == 0
     assert run_cli(weights, str(image), "--project", str(tmp_path / "runs"), "--exist-ok", "--no-draw") == 0
     assert run_cli(weights, str(image), "--project", str(tmp_path / "runs"), "--name", "mine", "--no-draw") == 0
-    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["mine", "predict", "predict2"]
-    assert capsys.readouterr().out.splitlines()[-1].endswith(str(tmp_path / "runs" / "mine"))
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["exp", "exp2", "mine"]
+    assert capsys.readouterr().out.splitlines()[-1] == f"Results saved to {tmp_path / 'runs' / 'mine'}"
+
+
+def test_cli_prints_ultralytics_lines_and_writes_runs_predict_name(weights, loaded_once, tmp_path, capsys,
+                                                                   monkeypatch):
+    """As Ultralytics' ``yolo predict``: ``image 1/3 /path/a.jpg: 64x64 1 ant, 2 bees, 10.4ms`` per image (the
+    network input's size, counts by class id with Ultralytics' plural, the forward's milliseconds), ``Speed: ...
+    per image at shape (3, 3, 64, 64)`` and ``Results saved to runs/predict/x``: ``name=x`` is a folder under
+    ``runs/predict`` (it was ``runs/x``), as ``yolo11 train name=x`` writes ``runs/train/x``."""
+    monkeypatch.chdir(tmp_path)
+    files = [write_image(tmp_path / "in" / f"{name}.jpg", seed) for name, seed in (("a", 1), ("b", 2), ("c", 3))]
+    assert run_cli(weights, *map(str, files), "name=x", "--names", "ant,bee,cat", "save_txt=true") == 0
+    out = capsys.readouterr().out.splitlines()
+    records = json.loads((tmp_path / "runs" / "predict" / "x" / "predictions.json").read_text())
+    lines = [line for line in out if line.startswith("image ")]
+    assert len(lines) == 3
+    for number, (line, record, file) in enumerate(zip(lines, records, files, strict=True), start=1):
+        names = [d["name"] for d in record["detections"]]
+        counts = "".join(f"{names.count(n)} {n}{'s' * (names.count(n) > 1)}, " for n in ("ant", "bee", "cat")
+                         if n in names) or "(no detections), "
+        assert re.fullmatch(rf"image {number}/3 {re.escape(str(file))}: 64x64 {re.escape(counts)}\d+\.\dms", line)
+    assert re.fullmatch(r"Speed: \d+\.\dms preprocess, \d+\.\dms inference, \d+\.\dms postprocess per image at "
+                        r"shape \(3, 3, 64, 64\)", out[-3])
+    assert out[-2:] == [f"Results saved to {Path('runs/predict/x')}",
+                        f"3 labels saved to {Path('runs/predict/x/labels')}"]
+    assert run_cli(weights, str(files[0]), "--no-draw", "verbose=false") == 0  # the default name: exp
+    out = capsys.readouterr().out.splitlines()
+    assert not any(line.startswith("image ") for line in out) and out[-1] == "Results saved to runs/predict/exp"
 
 
 def test_drawn_images_keep_the_input_format(weights, loaded_once, tmp_path):
@@ -278,7 +306,7 @@ def test_unreadable_images_are_skipped_by_name(weights, loaded_once, tmp_path, c
     out = tmp_path / "out"
     assert run_cli(weights, str(tmp_path / "corrupt.jpg"), str(good), "--output", str(out)) == 0
     captured = capsys.readouterr()
-    assert f"skipped {tmp_path / 'corrupt.jpg'}: cannot read image" in captured.err
+    assert f"skipped {tmp_path / 'corrupt.jpg'}: cannot decode image" in captured.err
     assert "1 images" in captured.out and "1 skipped" in captured.out
     assert [Path(r["file"]).name for r in json.loads((out / "predictions.json").read_text())] == ["good.png"]
     # nothing readable at all: one error line, exit 2

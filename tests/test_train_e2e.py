@@ -100,7 +100,7 @@ def test_wrong_flag_and_wrong_config_file_get_clear_errors(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("lr_zero: 0.1\n")
     bad_yaml = launch([*TINY_FLAGS, "--config", str(bad)])
-    assert bad_yaml.returncode != 0 and "unknown key 'lr_zero'" in bad_yaml.stderr
+    assert bad_yaml.returncode != 0 and "unknown argument 'lr_zero'" in bad_yaml.stderr
     missing = launch([*TINY_FLAGS], config=str(tmp_path / "missing.yaml"))
     assert missing.returncode != 0 and "missing.yaml" in missing.stderr
     no_data = launch([*TINY_FLAGS, "--data", str(tmp_path / "nowhere.yaml"), "--output-dir", str(tmp_path)])

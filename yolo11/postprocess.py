@@ -292,18 +292,23 @@ class Postprocessor:
         """Detections ``(n, 6)`` ``[x1, y1, x2, y2, score, class]`` per image.
 
         Args:
-            feats: raw maps of the model, see ``decode``.
+            feats: raw maps of the model, see ``decode``; or one tensor, the output of an exported graph
+                (``yolo11.tools.onnx_model``): ``decode``'s ``(B, 4 + C, A)``, with ``end2end`` ``end2end_topk``'s
+                rows ``(B, k, 6)``.
             ratio_pad: ``(B, 4)`` letterbox parameters per image; with ``orig_sizes (B, 2)`` boxes are mapped to
                 original pixels, otherwise they stay in input pixels.
         """
-        if hasattr(feats, "one2one"):  # a YOLO26 model's End2EndMaps: the branch this post-processor decodes
+        decoded = feats.float() if isinstance(feats, Tensor) else None  # already decoded by the graph
+        if decoded is None and hasattr(feats, "one2one"):  # a YOLO26 model's End2EndMaps: the branch to decode
             feats = feats.one2one if self.end2end else feats.one2many
-        feats = [f.float() for f in feats]
+        if decoded is None:
+            feats = [f.float() for f in feats]
         if self.end2end:
-            topk = end2end_topk(feats, self.strides, self.reg_max, self.topk, self.agnostic)
+            topk = end2end_topk(feats, self.strides, self.reg_max, self.topk, self.agnostic) if decoded is None \
+                else decoded
             detections = end2end_detections(topk, self.conf, self.max_det)
         else:
-            decoded = decode(feats, self.strides, self.reg_max)
+            decoded = decode(feats, self.strides, self.reg_max) if decoded is None else decoded
             detections = non_max_suppression(
                 decoded, self.conf, self.iou, self.max_det, self.multi_label, self.agnostic, self.max_nms
             )

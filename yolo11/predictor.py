@@ -14,6 +14,8 @@ is built on this class: the model is called in one place, ``Detector.detect``.
 
 from __future__ import annotations
 
+import sys
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -202,6 +204,17 @@ class Detections:
         Image.fromarray(self.plot()).show()
 
 
+@dataclass(frozen=True)
+class ImageTiming:
+    """One image's network input ``(height, width)`` and its milliseconds in each stage of ``Detector.detect``
+    (its share of the batch it went through, as Ultralytics' ``Results.speed``)."""
+
+    input_shape: tuple[int, int]
+    preprocess_ms: float  # letterbox, stacking, the copy to the device
+    inference_ms: float
+    postprocess_ms: float  # NMS (or top-k) and the mapping back to the image's pixels
+
+
 def default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
@@ -226,8 +239,12 @@ class Detector:
         if len(self.class_names) != model.num_classes:
             raise ValueError(f"{len(self.class_names)} class names for a model of {model.num_classes} classes")
         self.imgsz, self.rect, self.batch = imgsz, rect, batch
+        self.timings: list[ImageTiming] = []  # per image of the last predict() call, in order
+        self.detect_timings: list[ImageTiming] = []  # per image of the last detect() call
         name = model.config.get("name", type(model).__name__)
-        self.end2end = select_head(name, model.end2end, nms)
+        # an exported graph (tools/onnx_model.py) has the head it was exported with; our model picks by nms
+        self.end2end = model.select_head(nms) if hasattr(model, "select_head") else \
+            select_head(name, model.end2end, nms)
         self.head = head_line(name, model.end2end, self.end2end)
         # Multi-label NMS is for mAP at a low threshold; a prediction shows one class per box, as Ultralytics.
         # The one-to-one top-k keeps max(max_det, 300) candidates before the conf filter, as Ultralytics' predict.
@@ -241,10 +258,19 @@ class Detector:
                         iou: float = 0.7, max_det: int = 300, rect: bool = True, batch: int = 8,
                         nms: bool | None = None) -> Detector:
         """Load weights through ``yolo11.weights.load_weights(ref)`` (a ``.safetensors`` file, a
-        ``save_pretrained`` folder, an Ultralytics ``.pt``..., YOLO11 or YOLO26), fuse them, and take the class
+        ``save_pretrained`` folder, an Ultralytics ``.pt``..., YOLO11 or YOLO26; an ``.onnx`` export runs in
+        onnxruntime, ``yolo11.tools.onnx_model``), fuse them, and take the class
         names from ``names``, else the model, else the Ultralytics checkpoint, else the class ids; ``nms``: see
         ``Detector``."""
-        model = load_weights(ref).fuse()
+        from yolo11.tools.onnx_model import OnnxModel, is_onnx
+
+        if is_onnx(ref):  # an export: onnxruntime runs it; a static graph at its own size, square
+            model = OnnxModel(ref, device)
+            imgsz, rect, note = model.input_settings(imgsz, rect)
+            if note:
+                print(note, file=sys.stderr)
+        else:
+            model = load_weights(ref).fuse()
         return cls(model, class_names_for(model, ref, names), imgsz=imgsz, conf=conf, iou=iou, max_det=max_det,
                    rect=rect, batch=batch, device=device, nms=nms)
 
@@ -255,22 +281,35 @@ class Detector:
         All images go through the model at once, in groups of one input shape (with ``rect`` each image gets its
         own smallest shape); callers chunk them.
         """
+        started = time.perf_counter()
         boxed = [letterbox(image, self.imgsz, self.rect) for image in images]
+        letterbox_s = (time.perf_counter() - started) / max(len(images), 1)
         detections: list[torch.Tensor | None] = [None] * len(boxed)
+        timings: list[ImageTiming | None] = [None] * len(boxed)
         groups: dict[tuple[int, ...], list[int]] = {}
         for i, (image, _) in enumerate(boxed):
             groups.setdefault(image.shape, []).append(i)
         for members in groups.values():
+            started = time.perf_counter()
             # uint8 on the device (a quarter of float32's transfer); the model scales it to [0, 1]
             batch = torch.from_numpy(np.stack([boxed[i][0] for i in members])).permute(0, 3, 1, 2).to(self.device)
             ratio_pad = torch.tensor([boxed[i][1] for i in members], dtype=torch.float32)
             sizes = torch.tensor([images[i].shape[:2] for i in members])
+            moved = time.perf_counter()
             maps = self.model(batch)
+            if self.device.type == "cuda":  # the forward's own time, not the copy that waits for it
+                torch.cuda.synchronize(self.device)
+            inferred = time.perf_counter()
             if hasattr(maps, "one2one"):  # a YOLO26 model's End2EndMaps: only the chosen branch leaves the device
                 maps = maps.one2one if self.end2end else maps.one2many
-            feats = [f.cpu() for f in maps]
+            feats = maps.cpu() if isinstance(maps, torch.Tensor) else [f.cpu() for f in maps]  # a graph's output0
             for i, det in zip(members, self.postprocessor(feats, ratio_pad, sizes), strict=True):
                 detections[i] = det
+            share = 1e3 / len(members)  # each image's part of its group's milliseconds
+            for i in members:
+                timings[i] = ImageTiming(tuple(batch.shape[2:]), letterbox_s * 1e3 + (moved - started) * share,
+                                         (inferred - moved) * share, (time.perf_counter() - inferred) * share)
+        self.detect_timings = timings
         return detections
 
     def predict(self, images: ImageInput | Iterable[ImageInput], batch: int | None = None,
@@ -286,10 +325,13 @@ class Detector:
             images = list(images)
         step = batch or self.batch
         results: list[Detections] = []
+        self.timings = []  # this call's, image by image
         for start in range(0, len(images), step):
             chunk = images[start:start + step]
             arrays = [as_rgb(image) for image in chunk]
-            for item, array, rows in zip(chunk, arrays, self.detect(arrays), strict=True):
+            rows_per_image = self.detect(arrays)
+            self.timings += self.detect_timings
+            for item, array, rows in zip(chunk, arrays, rows_per_image, strict=True):
                 source = str(item) if isinstance(item, (str, Path)) else None
                 results.append(Detections.from_rows(rows, self.class_names, array.shape[:2],
                                                     array if keep_images else None, source))

@@ -116,15 +116,20 @@ def parse_tool_args(parser: argparse.ArgumentParser, argv: Sequence[str] | None,
     """A tool's flags and Ultralytics ``key=value`` arguments (``positionals``: keys that name a positional), then
     the checks that need no torch: the weights exist, ``--imgsz`` is rounded up, ``--data`` resolves (tools that
     have it). Notes go to stderr; a wrong path raises, which the tools' ``cli`` prints as one ``error:`` line."""
-    from yolo11.engine.ultralytics_args import read_key_values
+    from yolo11.arguments import check_keys
+    from yolo11.engine.ultralytics_args import ULTRALYTICS_DEFAULTS, read_key_values
 
-    argv, notes = read_key_values(parser, sys.argv[1:] if argv is None else argv, positionals)
+    argv = sys.argv[1:] if argv is None else argv
+    ours = [action.dest for action in parser._actions if action.option_strings]  # argparse has no public listing
+    check_keys(argv, [*ours, *positionals], ULTRALYTICS_DEFAULTS)  # a misspelt key: one line, the closest name
+    argv, notes = read_key_values(parser, argv, positionals)
     args = parser.parse_args(bare_nms(argv))
     check_weights(args.weights)
-    data_note = None
-    if hasattr(args, "data"):
+    data_note = imgsz_note = None
+    if getattr(args, "data", None) is not None:  # None: the tool takes the data the weights were trained on
         args.data, data_note = resolve_data(args.data)
-    args.imgsz, imgsz_note = round_imgsz(args.imgsz)
+    if args.imgsz is not None:  # None: the training size recorded with the weights, else 640
+        args.imgsz, imgsz_note = round_imgsz(args.imgsz)
     for note in (*notes, data_note, imgsz_note):
         if note:
             print(note, file=sys.stderr)

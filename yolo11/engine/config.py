@@ -24,8 +24,9 @@ from typing import Any
 
 import yaml
 
+from yolo11.arguments import ArgumentParser  # usage errors in one line
 from yolo11.data.augment_params import AugmentParams
-from yolo11.engine.ultralytics_args import FLAG_ALIASES, ArgumentParser, read_ultralytics_keys
+from yolo11.engine.ultralytics_args import FLAG_ALIASES, read_ultralytics_keys
 from yolo11.gate import BOOL_WORDS, SCALE_NAMES, read_yaml
 from yolo11.output_errors import write_file
 from yolo11.preflight import MAX_STRIDE, check_report_to, check_weights, resolve_data, round_imgsz
@@ -128,9 +129,10 @@ class ModelConfig(_SelfValidating):
         if self.pretrained and self.backbone is None:
             raise ValueError("--pretrained applies to a timm --backbone; use --weights for YOLO11 weights")
         if self.model is not None and self.model not in MODEL_NAMES:
-            hint = f"; to start from weights pass --weights {self.model}" if Path(self.model).suffix else ""
+            hint = (f"; to start from weights pass --weights {self.model} (the architecture then comes from the "
+                    "weights)") if Path(self.model).suffix else ""
             raise ValueError(f"--model is the architecture, one of {', '.join(MODEL_NAMES)}, got {self.model!r}"
-                             f"{hint} (the architecture then comes from the weights)")
+                             f"{hint}")
         if self.partial_weights and self.weights is None:
             raise ValueError("--partial-weights applies to --weights")
 

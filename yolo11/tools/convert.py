@@ -17,7 +17,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from yolo11.engine.ultralytics_args import ArgumentParser
+from yolo11.arguments import ArgumentParser
 from yolo11.preflight import check_weights
 from yolo11.tools import cli
 

@@ -35,7 +35,11 @@ True for ``--nms false``),
 ``license``, ``date`` and ``description``.
 
 ``--format pt`` writes an Ultralytics checkpoint (``yolo11.weights.ultralytics_writer``); it needs the ultralytics
-package importable, see there.
+package importable, see there. Its ``train_args`` record the training size and data, so Ultralytics predicts at
+that size and validates on that data by default.
+
+``--imgsz`` defaults to the size the weights were trained at (a run's ``config.yaml`` beside ``weights/``, an
+Ultralytics checkpoint's ``train_args``: ``tools/run_record.py``, said in one line), else 640.
 
 The legacy TorchScript-based exporter (``dynamo=False``) is used: it handles this graph and dynamic axes in
 torch 2.14 without extra dependencies.
@@ -44,11 +48,12 @@ torch 2.14 without extra dependencies.
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from yolo11.engine.ultralytics_args import ArgumentParser
+from yolo11.arguments import ArgumentParser
 from yolo11.preflight import parse_tool_args
 from yolo11.tools import add_nms_flag, cli
 
@@ -84,7 +89,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--output", type=Path, default=None,
                         help="output file (default: the weights name + .onnx/.pt, in the current folder for Hub "
                              "weights)")
-    parser.add_argument("--imgsz", type=int, default=640, help="square input size in pixels, multiple of 32")
+    parser.add_argument("--imgsz", type=int, default=None,
+                        help="square input size in pixels, multiple of 32 (default: the training size recorded "
+                             "with the weights, else 640)")
     parser.add_argument("--batch", type=int, default=1, help="the static ONNX batch size, as Ultralytics' export")
     parser.add_argument("--dynamic", action="store_true",
                         help="ONNX with dynamic batch, height and width (Ultralytics' dynamic=True)")
@@ -112,15 +119,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise ValueError("--nms, --dynamic and --check are ONNX options, not for --format pt")
     from yolo11.postprocess import head_line, select_head
     from yolo11.tools.onnx_export import check_onnx, export_onnx  # torch and onnx: after the arguments
+    from yolo11.tools.run_record import settings_line, trained_with
     from yolo11.weights import load_weights
 
+    record = trained_with(args.weights)
+    args.imgsz, recorded = record.pick("imgsz", args.imgsz, 640)
+    line = settings_line({"imgsz": args.imgsz} if recorded else {}, record, args.weights)
+    if line:
+        print(line, file=sys.stderr)
     model = load_weights(args.weights).eval()
     name = model.config["name"]
     output = args.output or default_output(args.weights, f".{args.format}")
     if args.format == "pt":
         from yolo11.weights.ultralytics_writer import save_ultralytics
 
-        path = save_ultralytics(model, output, imgsz=args.imgsz, half=args.half)
+        # the training data too, in train_args: Ultralytics' val then needs no data= either
+        path = save_ultralytics(model, output, imgsz=args.imgsz, half=args.half, data=record.data)
         heads = " with both heads (Ultralytics' nms picks one at predict/val)" if model.end2end else ""
         print(f"{args.weights} -> {path}: an Ultralytics {name} checkpoint{heads} (YOLO({str(path)!r}).predict/val)")
         return 0

@@ -14,8 +14,18 @@ Weights: YOLO11 or YOLO26. A YOLO26 model predicts with its one-to-many head and
 8.4.190's predict (``nms`` unset); ``--nms false`` (``nms=false``) uses its NMS-free one-to-one head's top-k
 instead (refused for YOLO11, which has no such head). The first line printed names the head used.
 
-Outputs go to ``runs/predict``, or ``runs/predict2``, ``predict3``... when it exists (``--project``, ``--name``;
-``--exist-ok`` reuses it; ``--output DIR`` writes to DIR as is):
+As Ultralytics' predict, a line per image or video frame (``image 1/4 /path/x.jpg: 640x512 1 person, 1 bowl,
+10.4ms``: the network input's size, the detections by class, the forward pass's milliseconds), then the mean
+``Speed: ...ms preprocess, ...ms inference, ...ms postprocess per image at shape (1, 3, 640, 512)`` and ``Results
+saved to runs/predict/exp`` (``--no-verbose``: the last two only).
+
+The input size is ``--imgsz`` if given, else the one the weights were trained at (a run's ``config.yaml`` beside
+``weights/``, an Ultralytics checkpoint's ``train_args``, an ONNX export's metadata: ``tools/run_record.py``,
+said in one line), else 640. An ``.onnx`` export runs in onnxruntime (``tools/onnx_model.py``).
+
+Outputs go to ``runs/predict/exp``, or ``exp2``, ``exp3``... when it exists (``--project``, default
+``runs/predict``, ``--name``, default ``exp``, as ``yolo11 train`` writes ``runs/train/exp``; ``--exist-ok`` reuses
+it; ``--output DIR`` writes to DIR as is):
 
 - ``<stem>.<its suffix>``: each image with its boxes drawn, in the input's format (JPEG in, JPEG out);
 - ``<stem>.mp4``: each video with its boxes drawn, same frame size and rate (mp4v);
@@ -34,11 +44,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from yolo11.engine.ultralytics_args import ArgumentParser
+from yolo11.arguments import ArgumentParser
 from yolo11.preflight import parse_tool_args
 from yolo11.tools import add_nms_flag, cli
 from yolo11.tools.predict_sources import (
@@ -54,7 +65,7 @@ from yolo11.tools.predict_sources import (
 if TYPE_CHECKING:  # torch and OpenCV load in main, after the arguments and sources are checked (--help is instant)
     import cv2
 
-    from yolo11.predictor import Detections, Detector
+    from yolo11.predictor import Detections, Detector, ImageTiming
 
 
 def numbered_dir(base: Path, exist_ok: bool = False) -> Path:
@@ -152,42 +163,94 @@ class PredictionWriter:
         return path
 
 
-def predict_images(detector: Detector, sources: Sequence[Source], writer: PredictionWriter) -> None:
-    """Detect the images of ``sources`` in one batch, skipping those that cannot be read."""
+def class_counts(detections: Detections) -> str:
+    """``1 person, 2 cars, `` (Ultralytics' ``Results.verbose``: by class id, an ``s`` for more than one) or
+    ``(no detections), ``."""
+    if not len(detections):
+        return "(no detections), "
+    counts = Counter(int(k) for k in detections.class_ids)
+    return "".join(f"{counts[k]} {detections.names.get(k, str(k))}{'s' * (counts[k] > 1)}, " for k in sorted(counts))
+
+
+class SpeedLog:
+    """The console lines of Ultralytics' predict: one per image or frame (``verbose``), and the mean speeds per
+    image at the end."""
+
+    def __init__(self, verbose: bool = True) -> None:
+        self.verbose = verbose
+        self.totals = [0.0, 0.0, 0.0]  # preprocess, inference, postprocess milliseconds
+        self.count = 0
+        self.last_shape: tuple[int, int] | None = None
+        self.batch = 0  # the largest number of images in one detector.predict call
+
+    def add(self, prefix: str, detections: Detections, timing: ImageTiming) -> None:
+        """``prefix``: ``image 1/4 /path/x.jpg: `` or ``video 1/1 (frame 3/100) /path/v.mp4: ``."""
+        stages = (timing.preprocess_ms, timing.inference_ms, timing.postprocess_ms)
+        self.totals = [total + ms for total, ms in zip(self.totals, stages, strict=True)]
+        self.count += 1
+        self.last_shape = timing.input_shape
+        if self.verbose:
+            height, width = timing.input_shape
+            print(f"{prefix}{height}x{width} {class_counts(detections)}{timing.inference_ms:.1f}ms", flush=True)
+
+    def speed_line(self) -> str | None:
+        if not self.count:
+            return None
+        pre, inference, post = (total / self.count for total in self.totals)
+        shape = (min(self.batch, self.count), 3, *self.last_shape)
+        return (f"Speed: {pre:.1f}ms preprocess, {inference:.1f}ms inference, {post:.1f}ms postprocess per image at "
+                f"shape {shape}")
+
+
+def predict_images(detector: Detector, sources: Sequence[Source | tuple[int, Source]], writer: PredictionWriter,
+                   log: SpeedLog | None = None, total: int = 0) -> None:
+    """Detect the images of ``sources`` in one batch, skipping those that cannot be read; a source may come with
+    its number among all ``total`` sources, for the log (``image 3/10 ...``)."""
+    log = log or SpeedLog(verbose=False)
     readable, arrays = [], []
-    for source in sources:
+    numbered = [item if isinstance(item, tuple) else (index, item) for index, item in enumerate(sources, start=1)]
+    for number, source in numbered:
         try:
             arrays.append(read_image(source))
-            readable.append(source)
+            readable.append((number, source))
         except UnreadableSource as err:
             writer.skip(source, err)
     results = detector.predict(arrays, batch=len(arrays) or 1, keep_images=writer.draw)
-    for source, detections in zip(readable, results, strict=True):
+    log.batch = max(log.batch, len(arrays))
+    for (number, source), detections, timing in zip(readable, results, detector.timings, strict=True):
         stem = writer.unique_stem(source.stem)
         writer.add(detections, source.location, stem)
         writer.write_image(detections, stem, source.image_suffix)
+        log.add(f"image {number}/{total or len(sources)} {source.location}: ", detections, timing)
 
 
-def predict_video(detector: Detector, source: Source, writer: PredictionWriter) -> None:
+def predict_video(detector: Detector, source: Source, writer: PredictionWriter, log: SpeedLog | None = None,
+                  number: int = 1, total: int = 1) -> None:
     """Detect every frame of a video, stream or webcam, ``detector.batch`` frames at a time (one for a webcam, to
     keep up with it), writing an annotated video."""
     import cv2
 
+    log = log or SpeedLog(verbose=False)
     try:
         capture = open_video(source)
     except UnreadableSource as err:
         writer.skip(source, err)
         return
+    frames = int(capture.get(cv2.CAP_PROP_FRAME_COUNT)) if source.kind == "video" else 0
     stem, video, frame = writer.unique_stem(source.stem), None, 0
     try:
         for chunk in frame_chunks(capture, 1 if source.kind == "webcam" else detector.batch):
             if video is None:
                 video = writer.open_video(stem, video_fps(capture), chunk[0].shape[:2])
-            for detections in detector.predict(chunk, keep_images=video is not None):
+            results = detector.predict(chunk, keep_images=video is not None)
+            log.batch = max(log.batch, len(chunk))
+            for detections, timing in zip(results, detector.timings, strict=True):
                 frame += 1  # numbered from 1, as Ultralytics names its per-frame labels
                 writer.add(detections, source.location, stem, frame)
                 if video is not None:
                     video.write(cv2.cvtColor(detections.plot(), cv2.COLOR_RGB2BGR))
+                of = f"/{frames}" if frames > 0 else ""
+                log.add(f"video {number}/{total} (frame {frame}{of}) {source.location}: ", detections, timing)
     finally:
         capture.release()
         if video is not None:
@@ -196,20 +259,22 @@ def predict_video(detector: Detector, source: Source, writer: PredictionWriter) 
         writer.skip(source, UnreadableSource("no frames could be read"))
 
 
-def predict_sources(detector: Detector, sources: Sequence[Source], writer: PredictionWriter) -> None:
+def predict_sources(detector: Detector, sources: Sequence[Source], writer: PredictionWriter,
+                    log: SpeedLog | None = None) -> None:
     """Every source in order: runs of images in batches of ``detector.batch``, each video on its own."""
-    pending: list[Source] = []
-    for source in sources:
+    pending: list[tuple[int, Source]] = []
+    total = len(sources)
+    for number, source in enumerate(sources, start=1):
         if source.is_video:
-            predict_images(detector, pending, writer)
-            predict_video(detector, source, writer)
+            predict_images(detector, pending, writer, log, total)
+            predict_video(detector, source, writer, log, number, total)
             pending = []
             continue
-        pending.append(source)
+        pending.append((number, source))
         if len(pending) == detector.batch:
-            predict_images(detector, pending, writer)
+            predict_images(detector, pending, writer, log, total)
             pending = []
-    predict_images(detector, pending, writer)
+    predict_images(detector, pending, writer, log, total)
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -217,11 +282,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("weights", help="our .safetensors file or folder, or an Ultralytics .pt")
     parser.add_argument("sources", nargs="+",
                         help="image or video files, folders, quoted globs, http(s)/rtsp URLs, webcam indices (0)")
-    parser.add_argument("--project", type=Path, default=Path("runs"), help="parent of the output folder")
-    parser.add_argument("--name", default="predict", help="output folder (predict2, predict3... when it exists)")
+    parser.add_argument("--project", type=Path, default=Path("runs/predict"), help="parent of the output folder")
+    parser.add_argument("--name", default="exp", help="output folder under --project (exp2, exp3... when it exists)")
     parser.add_argument("--exist-ok", action="store_true", help="write into --project/--name even if it exists")
     parser.add_argument("--output", type=Path, default=None, help="exact output folder (overrides --project/--name)")
-    parser.add_argument("--imgsz", type=int, default=640, help="letterboxed input size in pixels (multiple of 32)")
+    parser.add_argument("--imgsz", type=int, default=None,
+                        help="letterboxed input size in pixels (multiple of 32; default: the training size "
+                             "recorded with the weights, else 640)")
     parser.add_argument("--conf", type=float, default=0.25, help="score threshold")
     parser.add_argument("--iou", type=float, default=0.7, help="NMS IoU threshold")
     parser.add_argument("--max-det", type=int, default=300, help="detections kept per image")
@@ -234,6 +301,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--save-conf", action="store_true", help="end each --save-txt line with the score")
     parser.add_argument("--no-draw", action="store_true", help="do not write drawn images and videos")
     parser.add_argument("--device", default=None, help="torch device (default: cuda when available, else cpu)")
+    parser.add_argument("--verbose", action=argparse.BooleanOptionalAction, default=True,
+                        help="a line per image or frame, as Ultralytics' predict (--no-verbose: the totals only)")
     add_nms_flag(parser)
     return parse_tool_args(parser, argv, {"model": "weights", "source": "sources"})
 
@@ -243,16 +312,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     sources = expand_sources(args.sources)  # a missing file is reported before the model loads
     from yolo11.predictor import Detector
+    from yolo11.tools.run_record import settings_line, trained_with
 
-    detector = Detector.from_pretrained(args.weights, names=args.names, device=args.device, imgsz=args.imgsz,
+    record = trained_with(args.weights)
+    imgsz, recorded = record.pick("imgsz", args.imgsz, 640)
+    line = settings_line({"imgsz": imgsz} if recorded else {}, record, args.weights)
+    if line:
+        print(line, file=sys.stderr)
+    detector = Detector.from_pretrained(args.weights, names=args.names, device=args.device, imgsz=imgsz,
                                         conf=args.conf, iou=args.iou, max_det=args.max_det, rect=args.rect,
                                         batch=args.batch, nms=args.nms)
     print(detector.head)
     directory = args.output or numbered_dir(args.project / args.name, args.exist_ok)
     writer = PredictionWriter(directory, draw=not args.no_draw, save_txt=args.save_txt, save_conf=args.save_conf)
+    log = SpeedLog(verbose=args.verbose)
     status = 0
     try:
-        predict_sources(detector, sources, writer)
+        predict_sources(detector, sources, writer, log)
     except KeyboardInterrupt:  # a webcam runs until Ctrl-C
         status = 130
     finally:  # what was predicted before a Ctrl-C or an error (a camera that does not open) is kept
@@ -262,9 +338,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise ValueError(f"nothing was predicted: all {writer.skipped} inputs were skipped (see above)")
     total = sum(len(r["detections"]) for r in writer.records)
     skipped = f", {writer.skipped} skipped" if writer.skipped else ""
-    print(f"{writer.images} images, {writer.frames} video frames, {total} detections{skipped} -> {directory}")
+    print(f"{writer.images} images, {writer.frames} video frames, {total} detections{skipped}")
+    speed = log.speed_line()
+    if speed:
+        print(speed)
+    labels = directory / "labels"
+    count = len(list(labels.glob("*.txt"))) if args.save_txt and labels.is_dir() else 0
+    print(f"Results saved to {directory}" + (f"\n{count} label{'s' * (count != 1)} saved to {labels}"
+                                             if args.save_txt else ""))
     return status
-
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -1,8 +1,19 @@
 """Evaluate YOLO11 or YOLO26 weights on a dataset: COCO metrics (pycocotools' numbers) printed and written as JSON.
 
+    yolo11-val runs/train/exp/weights/best.safetensors            # the data and imgsz it was trained with
     yolo11-val weights/best.safetensors --data ../shared/data/coco128.yaml
     yolo11-val yolo11n.pt --data detection-datasets/coco --split val --batch 32 --json metrics.json
+    yolo11 val best.onnx data=coco8.yaml                           # an ONNX export, through onnxruntime
     accelerate launch -m yolo11.tools.val best.safetensors --data coco128.yaml   # sharded over processes
+
+Without ``--data`` (``data=``), the data the weights were trained on: the run's ``config.yaml`` beside their
+``weights/`` folder, or an Ultralytics checkpoint's ``train_args`` (``tools/run_record.py``); ``--imgsz``, the
+split and, for YOLO26, the head default to the run's too. One line says which values came from where.
+
+As Ultralytics' val, each run writes a folder, ``runs/val/exp``, then ``exp2``... (``--project``, ``--name``,
+``--exist-ok``): the PR/F1/P/R curves and confusion matrices (``--plots``, on by default), ``predictions.json``
+(COCO results, category = class + 1; ``--save-json``, on by default), ``metrics.json`` and, with ``--save-txt``,
+``labels/<image>.txt`` (``class xc yc w h`` normalised, ``... score`` with ``--save-conf``).
 
 A YOLO26 model is scored with its one-to-many head and NMS by default, as Ultralytics 8.4.190's val (``nms`` unset);
 ``--nms false`` (``nms=false``) scores its NMS-free one-to-one head's top-k (refused for YOLO11). The line
@@ -16,13 +27,15 @@ long as the per-process batch (``--batch / processes``) is the same (it fixes th
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from yolo11.engine.ultralytics_args import ArgumentParser
+from yolo11.arguments import ArgumentParser
 from yolo11.preflight import parse_tool_args
 from yolo11.tools import add_nms_flag, cli
 
@@ -41,13 +54,16 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("weights", help="our .safetensors file or folder, an Ultralytics .pt, hf://owner/repo/file, "
                                         "a Hub repo owner/name, or yolo11n.pt ... yolo26x.pt")
-    parser.add_argument("--data", required=True, help="source: data YAML, COCO json, save_to_disk folder, Hub id")
-    parser.add_argument("--split", default="val", help="dataset split (val falls back to validation, valid, test)")
+    parser.add_argument("--data", default=None, help="source: data YAML, COCO json, save_to_disk folder, Hub id "
+                                                     "(default: the data the weights were trained on)")
+    parser.add_argument("--split", default=None, help="dataset split (val falls back to validation, valid, test; "
+                                                      "default: the split the run validated on, else val)")
     parser.add_argument("--images", default=None, help="image folder of a COCO json source ({split}: the split)")
-    parser.add_argument("--bbox-format", default="auto", choices=BBOX_FORMATS,
-                        help="how a Hub dataset or folder stores boxes (auto: read from the boxes)")
+    parser.add_argument("--bbox-format", default=None, choices=BBOX_FORMATS,
+                        help="how a Hub dataset or folder stores boxes (auto, the default: read from the boxes)")
     parser.add_argument("--cache-dir", default=None, help="where converted datasets are cached")
-    parser.add_argument("--imgsz", type=int, default=640, help="letterboxed input size in pixels")
+    parser.add_argument("--imgsz", type=int, default=None,
+                        help="letterboxed input size in pixels (default: the training size, else 640)")
     parser.add_argument("--batch", type=int, default=16, help="global batch size (split over processes)")
     parser.add_argument("--workers", type=int, default=2, help="data loader workers per process")
     parser.add_argument("--rect", action=argparse.BooleanOptionalAction, default=True,
@@ -57,11 +73,20 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--max-det", type=int, default=300, help="detections kept per image")
     parser.add_argument("--backend", default="fast", choices=BACKENDS,
                         help="fast: our torch evaluator, pycocotools' numbers; or the library itself")
-    parser.add_argument("--json", type=Path, default=None, help="write the metrics here (default: none)")
+    parser.add_argument("--project", type=Path, default=Path("runs/val"), help="parent of the run folder")
+    parser.add_argument("--name", default="exp", help="run folder under --project (exp2, exp3... when it exists)")
+    parser.add_argument("--exist-ok", action="store_true", help="write into --project/--name even if it exists")
+    parser.add_argument("--plots", action=argparse.BooleanOptionalAction, default=True,
+                        help="the PR/F1/P/R curves and confusion matrices in the run folder (Ultralytics' names)")
+    parser.add_argument("--save-json", action=argparse.BooleanOptionalAction, default=True,
+                        help="predictions.json in the run folder: COCO results (category = class + 1)")
+    parser.add_argument("--save-txt", action="store_true", help="labels/<image>.txt: class xc yc w h, normalised")
+    parser.add_argument("--save-conf", action="store_true", help="end each --save-txt line with the score")
+    parser.add_argument("--json", type=Path, default=None, help="also write the metrics here")
     parser.add_argument("--predictions-json", type=Path, default=None,
-                        help="also write the predictions as COCO results (category = class + 1)")
+                        help="also write the predictions here as COCO results (category = class + 1)")
     parser.add_argument("--plots-dir", type=Path, default=None,
-                        help="write the PR/F1/P/R curves and confusion matrices (Ultralytics' file names) here")
+                        help="also write the curves and confusion matrices here")
     add_nms_flag(parser)
     return parse_tool_args(parser, argv, {"model": "weights"})
 
@@ -99,8 +124,14 @@ def evaluate_weights(accelerator: Accelerator, model: nn.Module, source: Detecti
     model = model.to(accelerator.device).eval()
     if channels_last:
         model = model.to(memory_format=torch.channels_last)
+    step = None
+    if getattr(model, "exported", False):  # an ONNX graph (tools/onnx_model.py): its output0 goes to the postprocessor
+
+        def step(images: torch.Tensor, boxes: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, None]:
+            return model(images), None
+
     result = predict_and_score(accelerator, model, accelerator.prepare(loader), postprocessor, evaluator,
-                               channels_last=channels_last)
+                               channels_last=channels_last, step=step)
     return result.metrics, result.predictions, evaluator.ground_truth
 
 
@@ -109,9 +140,80 @@ def _classes(names: list[str] | None, count: int, limit: int = 4) -> str:
     return f"{count} classes{listed}"
 
 
+# Printed with the metrics: where the numbers come from, and why Ultralytics' val prints others for the same boxes.
+METRICS_NOTE = ("mAP: COCO's, as pycocotools computes it (precision read at 101 recall points, detections matched "
+                "greedily by score); Ultralytics' val matches by IoU and integrates a linearly interpolated PR "
+                "curve, so on a small dataset its mAP can differ by a point or more")
+
+
+def load_model(ref: str, device: torch.device | None = None) -> nn.Module:
+    """Our model (fused) from weights, or an ``.onnx`` export run by onnxruntime (``tools/onnx_model.py``)."""
+    from yolo11.tools.onnx_model import OnnxModel, is_onnx
+    from yolo11.weights import load_weights
+
+    return OnnxModel(ref, device) if is_onnx(ref) else load_weights(ref).fuse()
+
+
+def resolve_settings(args: argparse.Namespace) -> tuple[dict, str | None]:
+    """The data, split, image folder, box format, imgsz and head to validate with: the arguments given, else
+    those recorded for the weights' training (``tools/run_record.py``), else the defaults; and the line saying
+    which came from the record. Raises when no data is known, or the recorded data is not on this machine."""
+    from yolo11.preflight import resolve_data
+    from yolo11.tools.run_record import settings_line, trained_with
+
+    record = trained_with(args.weights)
+    if record.nms:  # training validated with NMS, the default: nothing to say
+        record = dataclasses.replace(record, nms=None)
+    if args.data is not None:  # the split, image folder and box format recorded belong to the recorded data
+        record = dataclasses.replace(record, split=None, images=None, bbox_format=None)
+    taken, settings = {}, {}
+    for name, given, default in (("data", args.data, None), ("imgsz", args.imgsz, 640), ("nms", args.nms, None),
+                                 ("split", args.split, "val"), ("images", args.images, None),
+                                 ("bbox_format", args.bbox_format, "auto")):
+        settings[name], recorded = record.pick(name, given, default)
+        if recorded and (name in ("data", "imgsz", "nms") or settings[name] != default):
+            taken[name] = settings[name]
+    if settings["data"] is None:
+        raise ValueError(f"--data (data=) is needed: {args.weights} records no training data (a run's config.yaml "
+                         f"beside its weights/ folder, or an Ultralytics checkpoint's train_args)")
+    if "data" in taken:
+        try:
+            settings["data"], _ = resolve_data(settings["data"])
+        except FileNotFoundError:
+            raise FileNotFoundError(f"{args.weights} was trained on {settings['data']} ({record.origin}), which is "
+                                    "not on this machine: pass data=...") from None
+    return settings, settings_line(taken, record, args.weights)
+
+
+def output_folder(args: argparse.Namespace) -> Path:
+    """``--project/--name``, numbered (exp2, exp3...) unless ``--exist-ok``: Ultralytics' ``runs/detect/val``."""
+    from yolo11.tools.predict import numbered_dir
+
+    return numbered_dir(args.project / args.name, args.exist_ok)
+
+
+def write_labels(folder: Path, predictions: list[tuple[int, torch.Tensor]], dataset, save_conf: bool) -> int:
+    """``labels/<image stem>.txt`` per validated image (Ultralytics' val ``save_txt``): ``class xc yc w h``
+    normalised by the image size, ``... score`` with ``save_conf``. Returns the number of files."""
+    rows = {int(row["image_id"]): row for row in dataset.select_columns(["image_id", "image", "width", "height"])}
+    (folder / "labels").mkdir(parents=True, exist_ok=True)
+    for image_id, det in predictions:
+        row = rows[image_id]
+        path = (row["image"] or {}).get("path")
+        stem = Path(path).stem if path else str(image_id)
+        width, height = row["width"], row["height"]
+        lines = []
+        for x1, y1, x2, y2, score, cls in det.tolist():
+            xywh = ((x1 + x2) / 2 / width, (y1 + y2) / 2 / height, (x2 - x1) / width, (y2 - y1) / height)
+            lines.append(f"{int(cls)} " + " ".join(f"{v:.6f}" for v in xywh) + (f" {score:.5f}" if save_conf else ""))
+        (folder / "labels" / f"{stem}.txt").write_text("".join(f"{line}\n" for line in lines))
+    return len(predictions)
+
+
 @cli
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    settings, record_line = resolve_settings(args)
     from accelerate import Accelerator, DataLoaderConfiguration
 
     from yolo11.data import load_source
@@ -120,38 +222,54 @@ def main(argv: Sequence[str] | None = None) -> int:
     from yolo11.evaluation.coco import coco_results
     from yolo11.evaluation.table import format_table
     from yolo11.postprocess import head_line, select_head
-    from yolo11.weights import load_weights
 
     # No even_batches padding: a rect batch padded with images of the first batch would mix letterbox shapes, and
     # ranks with one batch fewer are fine here (the only collective is the gather after the loop).
     accelerator = Accelerator(dataloader_config=DataLoaderConfiguration(even_batches=False))
-    model = load_weights(args.weights).fuse()  # before the data: a wrong path fails at once
-    end2end = select_head(model.config["name"], model.end2end, args.nms)
-    source = load_source(args.data, split=args.split, cache_dir=args.cache_dir, images=args.images,
-                         bbox_format=args.bbox_format, fallback_splits=VAL_FALLBACKS, split_flag="--split")
+    if accelerator.is_main_process and record_line:
+        print(record_line, file=sys.stderr)
+    model = load_model(args.weights, accelerator.device)  # before the data: a wrong path fails at once
+    imgsz, rect = settings["imgsz"], args.rect
+    if getattr(model, "exported", False):
+        imgsz, rect, note = model.input_settings(imgsz, rect)
+        end2end = model.select_head(settings["nms"])
+        if note and accelerator.is_main_process:
+            print(note, file=sys.stderr)
+    else:
+        end2end = select_head(model.config["name"], model.end2end, settings["nms"])
+    source = load_source(settings["data"], split=settings["split"], cache_dir=args.cache_dir,
+                         images=settings["images"], bbox_format=settings["bbox_format"],
+                         fallback_splits=VAL_FALLBACKS, split_flag="--split")
     if model.num_classes != len(source.class_names):
-        raise ValueError(f"{args.weights} predicts {_classes(model.names, model.num_classes)}; --data {args.data} "
-                         f"has {_classes(source.class_names, len(source.class_names))}")
+        raise ValueError(f"{args.weights} predicts {_classes(model.names, model.num_classes)}; --data "
+                         f"{settings['data']} has {_classes(source.class_names, len(source.class_names))}")
     start = time.perf_counter()
     metrics, predictions, ground_truth = evaluate_weights(
-        accelerator, model, source, imgsz=args.imgsz, batch=args.batch, workers=args.workers, conf=args.conf,
-        iou=args.iou, max_det=args.max_det, rect=args.rect, backend=args.backend, end2end=end2end)
+        accelerator, model, source, imgsz=imgsz, batch=args.batch, workers=args.workers, conf=args.conf,
+        iou=args.iou, max_det=args.max_det, rect=rect, backend=args.backend, end2end=end2end)
     if accelerator.is_main_process:
         print(head_line(model.config["name"], model.end2end, end2end))
         print(format_table(metrics, source.class_names, ground_truth))
         print(f"{len(predictions)} images in {time.perf_counter() - start:.1f} s on {accelerator.num_processes} "
               f"process(es); mAP50-95 {metrics['map50_95']:.5f} mAP50 {metrics['map50']:.5f}")
-        if args.json:
-            args.json.parent.mkdir(parents=True, exist_ok=True)
-            args.json.write_text(json.dumps(metrics) + "\n")
-        if args.plots_dir:
-            plots.save_validation_plots(args.plots_dir, metrics, [], source.class_names)
-        if args.predictions_json:
-            args.predictions_json.parent.mkdir(parents=True, exist_ok=True)
-            args.predictions_json.write_text(json.dumps(coco_results(dict(predictions))) + "\n")
+        print(METRICS_NOTE)
+        folder = output_folder(args)
+        folder.mkdir(parents=True, exist_ok=True)
+        results = coco_results(dict(predictions))
+        outputs = {folder / "metrics.json": metrics, args.json: metrics, args.predictions_json: results}
+        if args.save_json:
+            outputs[folder / "predictions.json"] = results
+        for path, content in outputs.items():
+            if path is not None:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(json.dumps(content) + "\n")
+        for plots_dir in ([folder] if args.plots else []) + ([args.plots_dir] if args.plots_dir else []):
+            plots.save_validation_plots(plots_dir, metrics, [], source.class_names)
+        labels = write_labels(folder, predictions, source.dataset, args.save_conf) if args.save_txt else 0
+        print(f"Results saved to {folder}" + (f"\n{labels} label{'s' * (labels != 1)} saved to {folder / 'labels'}"
+                                              if args.save_txt else ""))
     accelerator.wait_for_everyone()
     return 0
-
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -26,7 +26,7 @@ ULTRALYTICS_REQUIRED = ("--format pt builds Ultralytics' DetectionModel and need
                         "(pip install ultralytics==8.4.190); our .safetensors and ONNX exports do not")
 
 
-def ultralytics_detection_model(model: YOLO11Detector, imgsz: int = 640) -> torch.nn.Module:
+def ultralytics_detection_model(model: YOLO11Detector, imgsz: int = 640, data: str | None = None) -> torch.nn.Module:
     """Ultralytics' ``DetectionModel`` of the same scale and class count, holding ``model``'s weights (strict)."""
     try:
         from ultralytics.nn.tasks import DetectionModel
@@ -40,21 +40,27 @@ def ultralytics_detection_model(model: YOLO11Detector, imgsz: int = 640) -> torc
     names = model.names or [str(k) for k in range(model.num_classes)]
     detection.names = dict(enumerate(names))
     # what a finished Ultralytics run leaves on its model (strip_optimizer turns args into a dict)
-    detection.args = {"task": "detect", "imgsz": imgsz}
+    detection.args = {"task": "detect", "imgsz": imgsz, "data": data}
     detection.eval()
     for parameter in detection.parameters():
         parameter.requires_grad = False
     return detection
 
 
-def save_ultralytics(model: YOLO11Detector, path: str | Path, *, imgsz: int = 640, half: bool = False) -> Path:
+def save_ultralytics(model: YOLO11Detector, path: str | Path, *, imgsz: int = 640, half: bool = False,
+                     data: str | None = None) -> Path:
     """Write ``path`` (.pt) loadable by Ultralytics 8.4.190's ``YOLO(path)``; ``half`` stores float16 tensors as
     Ultralytics' own checkpoints do (its loader makes them float32 again). Written to a temporary file, then
-    renamed: an interrupted export leaves no partial checkpoint."""
+    renamed: an interrupted export leaves no partial checkpoint.
+
+    ``imgsz`` (the training size) and ``data`` (the training data) go into ``train_args`` as a finished
+    Ultralytics run records them: ``YOLO(path)`` keeps exactly ``imgsz``, ``data``, ``task`` and ``single_cls`` of
+    them (``Model._reset_ckpt_args``), so its ``predict`` runs at the trained size and its ``val`` finds the data
+    without being told."""
     path = Path(path)
     if path.suffix != ".pt":
         raise ValueError(f"--format pt: the output must end in .pt (Ultralytics' loader checks it), got {path}")
-    detection = ultralytics_detection_model(model, imgsz)
+    detection = ultralytics_detection_model(model, imgsz, data)
     import ultralytics  # importable: ultralytics_detection_model checked it; here for its version
 
     detection = detection.half() if half else detection.float()
@@ -68,7 +74,7 @@ def save_ultralytics(model: YOLO11Detector, path: str | Path, *, imgsz: int = 64
         "ema": None,
         "updates": None,
         "optimizer": None,
-        "train_args": {"task": "detect", "imgsz": imgsz, "model": f"{model.config['name']}.yaml"},
+        "train_args": {"task": "detect", "imgsz": imgsz, "data": data, "model": f"{model.config['name']}.yaml"},
     }
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(path.name + ".partial")
