@@ -56,11 +56,10 @@ def build_step(variant: str, model_name: str, batch: int, nominal: int = 64, dev
     import yolo11
     from yolo11.data import BatchHSV
     from yolo11.data.collate import CHANNELS_LAST_DEVICES
+    from yolo11.engine.build import build_train_step
     from yolo11.engine.compile import CompiledLoss, compile_model
     from yolo11.engine.ema import ModelEMA
-    from yolo11.engine.loop import Accumulation, TrainStep
     from yolo11.engine.optim import OptimizerChoice, WarmupSchedule, build_optimizer, lr_lambda
-    from yolo11.engine.progress import Progress
     from yolo11.loss import DetectionLoss
 
     AcceleratorState._reset_state(reset_partial_state=True)
@@ -85,11 +84,9 @@ def build_step(variant: str, model_name: str, batch: int, nominal: int = 64, dev
         criterion = CompiledLoss(criterion)
         batch_hsv = torch.compile(batch_hsv)
     model, optimizer = accelerator.prepare(model, optimizer)
-    return TrainStep(accelerator=accelerator, model=model, criterion=criterion, optimizer=optimizer,
-                     schedule=schedule, ema=ema, accumulation=Accumulation(max(round(nominal / batch), 1)),
-                     clip_grad=10.0, channels_last=channels_last, batch_hsv=batch_hsv,
-                     progress=Progress(accelerator, interval=10**9, epochs=1, batches_per_epoch=10**6, bars=False),
-                     cuda_graphs=variant == "graphs")
+    return build_train_step(accelerator, model, optimizer, schedule, criterion=criterion, ema=ema,
+                            accumulation=max(round(nominal / batch), 1), channels_last=channels_last,
+                            batch_hsv=batch_hsv, cuda_graphs=variant == "graphs")
 
 
 def timed_epoch(step, batches, state) -> float:

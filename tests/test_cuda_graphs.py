@@ -16,13 +16,12 @@ from accelerate import Accelerator
 from engine_helpers import reset_accelerate_state
 
 import yolo11
-from yolo11.data import BatchHSV
-from yolo11.engine.build import build_criterion
+from yolo11.engine.build import build_criterion, build_train_step
 from yolo11.engine.checkpoint import TrainState
 from yolo11.engine.cuda_graphs import MIN_BOX_ROWS, GraphedValStep, box_bucket, pad_targets
 from yolo11.engine.ema import ModelEMA
 from yolo11.engine.interrupt import StopAgreement, StopSignal
-from yolo11.engine.loop import Accumulation, TrainStep, train_one_epoch
+from yolo11.engine.loop import train_one_epoch
 from yolo11.engine.optim import OptimizerChoice, WarmupSchedule, build_optimizer, lr_lambda
 from yolo11.engine.plan import decide_cuda_graphs
 from yolo11.engine.progress import Progress
@@ -128,11 +127,10 @@ def train(batches, graphs: bool, model=None, state: TrainState | None = None, op
         optimizer.load_state_dict(optimizer_state)
     if ema_state is not None:
         ema.load_state_dict(ema_state)
-    step = TrainStep(accelerator=accelerator, model=model, criterion=criterion, optimizer=optimizer,
-                     schedule=schedule, ema=ema, accumulation=Accumulation(accumulation, ramp), clip_grad=10.0,
-                     channels_last=True, batch_hsv=BatchHSV().to(accelerator.device),
-                     progress=Progress(accelerator, interval=1, epochs=1, batches_per_epoch=8, bars=False),
-                     cuda_graphs=graphs, stop=StopAgreement(accelerator, stop) if stop is not None else None)
+    step = build_train_step(accelerator, model, optimizer, schedule, criterion=criterion, ema=ema,
+                            accumulation=accumulation, warmup_iters=ramp, channels_last=True, cuda_graphs=graphs,
+                            progress=Progress(accelerator, interval=1, epochs=1, batches_per_epoch=8, bars=False),
+                            stop=StopAgreement(accelerator, stop) if stop is not None else None)
     state = state or TrainState()
     result = train_one_epoch(step, batches, state, epoch=0)
     if not cpu:

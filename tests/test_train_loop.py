@@ -10,10 +10,10 @@ from accelerate import Accelerator
 from engine_helpers import reset_accelerate_state
 
 import yolo11
-from yolo11.data import BatchHSV
+from yolo11.engine.build import build_train_step
 from yolo11.engine.checkpoint import TrainState
 from yolo11.engine.guard import NonFiniteLossError
-from yolo11.engine.loop import Accumulation, TrainStep, train_one_epoch
+from yolo11.engine.loop import Accumulation, train_one_epoch
 from yolo11.engine.optim import OptimizerChoice, WarmupSchedule, build_optimizer, lr_lambda
 from yolo11.engine.progress import Progress
 from yolo11.loss import DetectionLoss
@@ -41,12 +41,10 @@ def run(batches: list[dict], accumulation: int, model: torch.nn.Module, criterio
     schedule = WarmupSchedule(optimizer, lr_lambda("linear", 10, 0.01), -1, 0.0, 0.8, 0.9)
     model, optimizer = accelerator.prepare(model, optimizer)
     state = TrainState() if state is None else state
-    step = TrainStep(accelerator=accelerator, model=model, criterion=criterion or DetectionLoss(3),
-                     optimizer=optimizer, schedule=schedule, ema=ema,
-                     accumulation=Accumulation(accumulation, ramp_iters), clip_grad=10.0, channels_last=False,
-                     batch_hsv=BatchHSV(),
-                     progress=Progress(accelerator, interval=log_interval, epochs=1, batches_per_epoch=len(batches),
-                                       bars=False))
+    step = build_train_step(accelerator, model, optimizer, schedule, criterion=criterion or DetectionLoss(3), ema=ema,
+                            accumulation=accumulation, warmup_iters=ramp_iters,
+                            progress=Progress(accelerator, interval=log_interval, epochs=1,
+                                              batches_per_epoch=len(batches), bars=False))
     result = train_one_epoch(step, batches, state, epoch=0, max_steps=max_steps)
     return model, state, result
 

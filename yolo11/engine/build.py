@@ -17,13 +17,18 @@ from accelerate.utils import (
 )
 from torch import nn
 
-from yolo11.data import DetectionSource, LoaderConfig, build_train_stream
+from yolo11.data import BatchHSV, DetectionSource, LoaderConfig, build_train_stream
 from yolo11.data.augment_params import augment_params_of
 from yolo11.data.loader import DetectionDataLoader
 from yolo11.engine import tracking
 from yolo11.engine.config import ModelConfig, TrainConfig
+from yolo11.engine.ema import ModelEMA
+from yolo11.engine.interrupt import StopAgreement
+from yolo11.engine.loop import Accumulation, TrainStep
 from yolo11.engine.optim import WarmupSchedule, lr_lambda
 from yolo11.engine.plan import RunPlan
+from yolo11.engine.profiling import StepProfiler
+from yolo11.engine.progress import Progress
 from yolo11.loss import DetectionLoss, End2EndLoss
 from yolo11.models import YOLO11Detector, create_model
 from yolo11.weights import load_weights
@@ -152,6 +157,29 @@ def build_criterion(model: YOLO11Detector, device: torch.device) -> nn.Module:
     if model.end2end:
         return End2EndLoss(model.num_classes, strides=model.strides).to(device)
     return DetectionLoss(model.num_classes, strides=model.strides, reg_max=model.reg_max)
+
+
+def build_train_step(accelerator: Accelerator, model: nn.Module, optimizer: torch.optim.Optimizer,
+                     schedule: WarmupSchedule, *, criterion: nn.Module | None = None, ema: ModelEMA | None = None,
+                     accumulation: int = 1, warmup_iters: int = -1, clip_grad: float = 10.0,
+                     channels_last: bool = False, cuda_graphs: bool = False, batch_hsv: nn.Module | None = None,
+                     progress: Progress | None = None, profiler: StepProfiler | None = None,
+                     stop: StopAgreement | None = None) -> TrainStep:
+    """The training step as the trainer runs it, for the trainer, the tests and the benchmarks alike.
+
+    ``model`` and ``optimizer`` are prepared already (``accelerator.prepare``). Left out: ``criterion`` is the
+    model's loss (``build_criterion``), ``batch_hsv`` a ``BatchHSV`` on the device, ``progress`` silent.
+    ``accumulation``: micro-batches per optimizer step, ramped from 1 over ``warmup_iters`` batches (-1: none).
+    """
+    device = accelerator.device
+    if criterion is None:
+        criterion = build_criterion(accelerator.unwrap_model(model, keep_torch_compile=False), device)
+    progress = progress or Progress(accelerator, interval=10**9, epochs=1, batches_per_epoch=10**9, bars=False)
+    return TrainStep(accelerator=accelerator, model=model, criterion=criterion, optimizer=optimizer,
+                     schedule=schedule, ema=ema, accumulation=Accumulation(accumulation, warmup_iters),
+                     clip_grad=clip_grad, channels_last=channels_last,
+                     batch_hsv=batch_hsv if batch_hsv is not None else BatchHSV().to(device), progress=progress,
+                     profiler=profiler, stop=stop, cuda_graphs=cuda_graphs)
 
 
 def set_loss_epoch(criterion: nn.Module, epoch: int, epochs: int) -> None:

@@ -31,6 +31,7 @@ from yolo11.engine.build import (
     build_schedule,
     build_trackers,
     build_train_loader_config,
+    build_train_step,
     build_train_stream_loader,
     maybe_sync_batchnorm,
     prepare_training,
@@ -54,7 +55,7 @@ from yolo11.engine.evaluate import Validator
 from yolo11.engine.failures import FailedElsewhere, agreed, job_token, say_error
 from yolo11.engine.guard import NonFiniteLossError
 from yolo11.engine.interrupt import StopAgreement, StopRequested, StopSignal, tell_launcher
-from yolo11.engine.loop import Accumulation, TrainStep, train_one_epoch
+from yolo11.engine.loop import TrainStep, train_one_epoch
 from yolo11.engine.optim import build_optimizer
 from yolo11.engine.plan import LaunchError, RunPlan, check_launch, cpu_fallback_warning, plan_run
 from yolo11.engine.profiling import StepProfiler
@@ -279,10 +280,9 @@ def build_run(config: TrainConfig, plan: RunPlan, run_dir: Path, train_source: D
     # DeepSpeed divides the loss by its own fixed accumulation count: no warmup ramp there.
     ramp = plan.warmup_iters if accelerator.distributed_type != DistributedType.DEEPSPEED else -1
     stop = stop or StopSignal()
-    step = TrainStep(
-        accelerator=accelerator, model=model, criterion=criterion, optimizer=optimizer, schedule=schedule, ema=ema,
-        accumulation=Accumulation(plan.accumulation_steps, ramp), clip_grad=config.optim.clip_grad,
-        channels_last=plan.channels_last, batch_hsv=batch_hsv,
+    step = build_train_step(
+        accelerator, model, optimizer, schedule, criterion=criterion, ema=ema, accumulation=plan.accumulation_steps,
+        warmup_iters=ramp, clip_grad=config.optim.clip_grad, channels_last=plan.channels_last, batch_hsv=batch_hsv,
         progress=Progress(accelerator, config.run.log_interval, config.run.epochs, plan.batches_per_epoch,
                           loss_names=losses),
         profiler=StepProfiler(run_dir / "profile", config.run.profile and accelerator.is_main_process,
