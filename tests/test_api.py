@@ -16,7 +16,7 @@ import yaml
 from engine_helpers import ROOT, describe, launch, reset_accelerate_state
 
 from yolo11 import YOLO
-from yolo11.api import UsageError
+from yolo11.api import Metrics, TrainingError, UsageError
 from yolo11.cli_calls import train_tokens
 from yolo11.data.sources.synthetic import SHAPES
 from yolo11.engine.config import TrainConfig, parse_config
@@ -60,6 +60,20 @@ def test_architectures_are_built_on_first_use_and_weights_paths_checked(tmp_path
     (tmp_path / "run" / "weights").mkdir(parents=True)
     with pytest.raises(FileNotFoundError, match="without weights/best.safetensors or last.safetensors"):
         YOLO(tmp_path / "run")
+
+
+def test_metrics_per_class_as_the_table_prints_them():
+    """Per class: a class with ground truth but no detection scores 0 (COCO gives it no AP), one without ground
+    truth has no values; Ultralytics' ``box.maps`` gives it the overall mAP50-95."""
+    evaluated = {"map50_95": 0.25, "map50": 0.5, "precision": 0.6, "recall": 0.4,
+                 "per_class_ap50_95": [None, 0.5, None], "per_class_ap50": [None, 0.75, None],
+                 "per_class_precision": [0.0, 0.9, None], "per_class_recall": [0.0, 0.8, None]}
+    ground_truth = {"annotations": [{"category_id": 1}, {"category_id": 2}]}  # category = class + 1
+    metrics = Metrics.from_evaluation(evaluated, ["a", "b", "c"], ground_truth)
+    assert metrics.per_class == {"a": dict.fromkeys(("precision", "recall", "map50", "map50_95"), 0.0),
+                                 "b": {"precision": 0.9, "recall": 0.8, "map50": 0.75, "map50_95": 0.5},
+                                 "c": dict.fromkeys(("precision", "recall", "map50", "map50_95"))}
+    assert metrics.box.maps == [0.0, 0.5, 0.25] and (metrics.box.mp, metrics.box.mr) == (0.6, 0.4)
 
 
 @pytest.fixture(scope="module")
@@ -156,6 +170,30 @@ def test_errors_raise_with_the_command_line_message(trained, capsys):
     with pytest.raises(UsageError, match="val needs data="):
         YOLO("yolo11n").val()
     assert "usage:" not in capsys.readouterr().err
+
+
+def test_a_stopped_or_failed_run_raises(tmp_path, monkeypatch):
+    """The trainer's exit codes as exceptions: 130 (Ctrl-C, checkpoint saved) is KeyboardInterrupt and keeps the
+    run folder for ``train(resume=True)``; 1 (a non-finite loss...) is TrainingError with its error line."""
+    import yolo11.engine.trainer
+
+    def stopped(config, typed):
+        (Path(config.run.output_dir) / config.run.name).mkdir(parents=True)
+        (Path(config.run.output_dir) / config.run.name / "config.yaml").write_text(yaml.safe_dump(config.to_dict()))
+        return 130
+
+    def failed(config, typed):
+        print("error: the loss is not finite at step 3", file=sys.stderr)
+        return 1
+
+    model = YOLO("yolo11n")
+    monkeypatch.setattr(yolo11.engine.trainer, "train", stopped)
+    with pytest.raises(KeyboardInterrupt):
+        model.train(data=TINY_DATA, project=str(tmp_path), name="stopped")
+    assert model.run_dir == tmp_path / "stopped" and model.ckpt_path is None
+    monkeypatch.setattr(yolo11.engine.trainer, "train", failed)
+    with pytest.raises(TrainingError, match="^the loss is not finite at step 3$"):
+        model.train(data=TINY_DATA, project=str(tmp_path), name="failed")
 
 
 SCRIPT = """\

@@ -18,6 +18,7 @@ with the one-line message the CLI prints. docs/python_api.md maps Ultralytics' n
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import glob
@@ -73,12 +74,15 @@ class Metrics:
     raw: dict = field(default_factory=dict, repr=False)
 
     @classmethod
-    def from_evaluation(cls, metrics: dict, class_names: list[str]) -> Metrics:
-        """From ``CocoEvaluator``'s dict (``evaluate_weights``' first value)."""
+    def from_evaluation(cls, metrics: dict, class_names: list[str], ground_truth: dict) -> Metrics:
+        """From ``CocoEvaluator``'s dict and the COCO ground truth it scored (``evaluate_weights``' values). A class
+        with ground truth but no detection scores 0, as in the printed table (COCO gives it no AP)."""
         keys = {"precision": "per_class_precision", "recall": "per_class_recall", "map50": "per_class_ap50",
                 "map50_95": "per_class_ap50_95"}
+        present = {annotation["category_id"] - 1 for annotation in ground_truth["annotations"]}
         lists = {ours: metrics.get(theirs) or [None] * len(class_names) for ours, theirs in keys.items()}
-        per_class = {name: {ours: values[k] for ours, values in lists.items()} for k, name in enumerate(class_names)}
+        per_class = {name: {ours: (values[k] or 0.0) if k in present else None for ours, values in lists.items()}
+                     for k, name in enumerate(class_names)}
         return cls(metrics["map50_95"], metrics["map50"], metrics["precision"], metrics["recall"], per_class,
                    raw=metrics)
 
@@ -200,7 +204,9 @@ class YOLO:
 
         with calls.process_group(), calls.error_lines() as errors:  # the output as it comes; its error line kept
             code = train(config, typed)
-        if code == 130:  # Ctrl-C (a notebook's interrupt): the trainer saved a checkpoint to resume from
+        if code == 130:  # Ctrl-C (a notebook's interrupt): the trainer saved a checkpoint; resume=True continues
+            with contextlib.suppress(TrainingError):  # stopped before the run folder was kept: nothing to resume
+                self.run_dir = _run_folder(config, started)
             raise KeyboardInterrupt
         if code:
             message = errors.last or f"training stopped with exit code {code}"
@@ -284,7 +290,7 @@ class YOLO:
         if calls.is_main_process():
             print(head_line(model.config["name"], model.end2end, end2end))
             print(format_table(metrics, source.class_names, ground_truth))
-        return Metrics.from_evaluation(metrics, source.class_names), predictions, source.class_names
+        return Metrics.from_evaluation(metrics, source.class_names, ground_truth), predictions, source.class_names
 
     # -- prediction ----------------------------------------------------------------------------------------------
 
