@@ -223,8 +223,8 @@ def test_help_does_not_load_torch():
 
 
 def test_args_yaml_is_flat_with_ultralytics_names_and_reads_back(tmp_path):
-    """The run folder's args.yaml: flat keys, Ultralytics' names where ours are only renamed, task/mode as
-    Ultralytics writes them; ``--config args.yaml`` gives the same settings back."""
+    """The run folder's args.yaml: flat keys, Ultralytics' names, task/mode as Ultralytics writes them;
+    ``--config args.yaml`` and ``cfg=args.yaml`` give the same settings back."""
     from yolo11.engine.config import save_args_yaml
 
     config = parse_config(["--data", "synthetic", "--epochs", "3", "--batch", "8", "--name", "x", "--lr0", "0.02"])
@@ -234,6 +234,7 @@ def test_args_yaml_is_flat_with_ultralytics_names_and_reads_back(tmp_path):
     assert flat["batch"] == 8 and flat["epochs"] == 3 and flat["lr0"] == 0.02 and "batch_size" not in flat
     assert all(not isinstance(value, dict) for value in flat.values())
     assert parse_config(["--config", str(tmp_path / "args.yaml")]) == config
+    assert parse_config([f"cfg={tmp_path / 'args.yaml'}"]) == config
 
 
 def test_every_flag_declares_its_resume_rule_and_help() -> None:
@@ -274,3 +275,85 @@ def test_resume_accepts_what_changes_execution_and_refuses_what_changes_the_run(
         with pytest.raises(CheckpointError, match=f"--{flag.replace('_', '-')}: "):
             check_resume_config(tmp_path, current, allow_changes=False)
         assert check_resume_config(tmp_path, current, allow_changes=True)  # said, and let through
+
+
+# Settings Ultralytics has keys for, none at our default: args.yaml must carry each of them back.
+EXPRESSIBLE = ["--model", "yolo11s", "--weights", "yolo11s.pt", "--data", "synthetic", "--epochs", "7", "--batch", "8",
+               "--imgsz", "96", "--schedule", "cosine", "--val-interval", "0", "--save-period", "2", "--workers", "3",
+               "--cache-images", "true", "--compile", "false", "--channels-last", "false", "--val-nms", "false",
+               "--resume", "auto", "--optimizer", "SGD", "--lr0", "0.02", "--mosaic", "0.5", "--val-conf", "0.01",
+               "--val-split", "test", "--nominal-batch", "32", "--output-dir", "out", "--name", "n", "--exist-ok"]
+
+
+def test_args_yaml_has_only_ultralytics_keys_in_its_types(tmp_path):
+    """args.yaml holds Ultralytics' keys only, in its default.yaml's order (ours without a key stay in
+    config.yaml); the model is the architecture's YAML with the initial weights as ``pretrained``; automatic
+    choices (None) are left out; every value written reads back as the setting it came from."""
+    from yolo11.engine.config import save_args_yaml
+    from yolo11.engine.ultralytics_args import ULTRALYTICS_DEFAULTS
+
+    config = parse_config([*EXPRESSIBLE, "--no-ema", "--lr-scaling", "sqrt", "--max-steps", "5"])
+    save_args_yaml(config, tmp_path / "args.yaml")
+    flat = yaml.safe_load((tmp_path / "args.yaml").read_text())
+    assert list(flat) == [key for key in ULTRALYTICS_DEFAULTS if key in flat]
+    assert (flat["model"], flat["pretrained"], flat["cos_lr"], flat["val"]) == ("yolo11s.yaml", "yolo11s.pt", True,
+                                                                                False)
+    assert (flat["cache"], flat["nms"], flat["resume"], flat["nbs"], flat["split"]) == (True, False, True, 32, "test")
+    assert "workers" not in yaml.safe_load(_args_yaml(tmp_path, [])) and "ema" not in flat
+    back = parse_config([f"cfg={tmp_path / 'args.yaml'}"])
+    assert back == parse_config(EXPRESSIBLE)  # everything but --ema, --lr-scaling and --max-steps
+    assert (back.optim.ema, back.optim.lr_scaling, back.run.max_steps) == (True, "linear", None)
+
+
+def _args_yaml(tmp_path, argv: list[str]) -> str:
+    from yolo11.engine.config import save_args_yaml
+
+    save_args_yaml(parse_config(argv), tmp_path / "defaults.yaml")
+    return (tmp_path / "defaults.yaml").read_text()
+
+
+def test_cfg_key_reads_a_file_under_the_other_keys(tmp_path, capsys):
+    """Ultralytics' ``cfg=file.yaml`` (``yolo11 train cfg=runs/train/x/args.yaml``): the file's keys, the other
+    arguments win over them; our nested config.yaml is read too; a missing file is one error line."""
+    (tmp_path / "cfg.yaml").write_text("epochs: 7\nimgsz: 96\nbatch: 8\ncfg: other.yaml\n")
+    config = parse_config([f"cfg={tmp_path / 'cfg.yaml'}", "epochs=3", "--imgsz", "128"])
+    assert (config.run.epochs, config.data.imgsz, config.run.batch_size) == (3, 128, 8)
+    save_config(config, tmp_path / "config.yaml")
+    assert parse_config([f"cfg={tmp_path / 'config.yaml'}"]) == config
+    (tmp_path / "outer.yaml").write_text(f"cfg: {tmp_path / 'cfg.yaml'}\nepochs: 5\n")  # --config holding a cfg
+    assert parse_config(["--config", str(tmp_path / "outer.yaml")]).run.epochs == 5
+    with pytest.raises(SystemExit):
+        parse_config([f"cfg={tmp_path / 'missing.yaml'}"])
+    assert f"cfg={tmp_path / 'missing.yaml'}: no such file" in capsys.readouterr().err
+
+
+def test_ultralytics_reads_our_args_yaml(tmp_path):
+    """``ultralytics.cfg.get_cfg`` accepts args.yaml (types and ranges), and ``yolo train cfg=args.yaml`` reaches
+    ``Model.train`` (its key check passes; the training itself is replaced). Ultralytics runs in a subprocess (its
+    import sets global logging); skips without it."""
+    import importlib.util
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from yolo11.engine.config import save_args_yaml
+
+    spec = importlib.util.find_spec("ultralytics")
+    if spec is None or spec.origin is None:
+        pytest.skip("ultralytics is not importable (PYTHONPATH=/tmp/ultra2)")
+    save_args_yaml(parse_config(EXPRESSIBLE), tmp_path / "args.yaml")
+    save_args_yaml(parse_config(["--model", "yolo26n"]), tmp_path / "defaults.yaml")
+    code = ("import sys\nfrom ultralytics.cfg import DEFAULT_CFG_DICT, entrypoint, get_cfg\n"
+            "from ultralytics.engine.model import Model\nfrom ultralytics.utils import YAML\n"
+            "Model.train = lambda self, **kw: print('TRAIN', kw['model'], kw['epochs'])\n"
+            "for path in sys.argv[1:]:\n"
+            "    get_cfg(cfg=path)\n"
+            "    get_cfg(DEFAULT_CFG_DICT, overrides=YAML.load(path))\n"
+            "    entrypoint(f'yolo train cfg={path}')\n")
+    env = {**os.environ, "PYTHONPATH": str(Path(spec.origin).parents[1]), "YOLO_OFFLINE": "1"}
+    result = subprocess.run([sys.executable, "-c", code, str(tmp_path / "args.yaml"), str(tmp_path / "defaults.yaml")],
+                            capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    trained = [line for line in result.stdout.splitlines() if line.startswith("TRAIN")]
+    assert trained == ["TRAIN yolo11s.yaml 7", "TRAIN yolo26n.yaml 100"], result.stdout

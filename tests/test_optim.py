@@ -11,13 +11,14 @@ from torch import nn
 
 import yolo11
 from yolo11.engine.build import build_schedule
-from yolo11.engine.config import parse_config
+from yolo11.engine.config import parse_command_line, parse_config
 from yolo11.engine.ema import ModelEMA
 from yolo11.engine.loop import Accumulation
 from yolo11.engine.musgd import MuSGD
 from yolo11.engine.optim import (
     OptimizerChoice,
     WarmupSchedule,
+    auto_optimizer_note,
     build_optimizer,
     lr_lambda,
     lr_scale_for_batch,
@@ -51,6 +52,27 @@ def test_auto_optimizer_follows_ultralytics(num_images, epochs, expected):
     config = parse_config(["--epochs", str(epochs), "--batch-size", "16"])
     plan = plan_run(config, num_processes=1, num_train_images=num_images, num_classes=80)
     assert (plan.optimizer.name, plan.optimizer.lr) == expected
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["lr0=0.02"], "optimizer=auto: lr0=0.02 ignored; AdamW(lr=0.000119, momentum=0.9) chosen for 200 iterations "
+                   "(set optimizer=SGD or AdamW to use lr0)"),
+    (["--lr0", "0.01", "--momentum", "0.937"], "optimizer=auto: lr0=0.01 and momentum=0.937 ignored; "
+                                               "AdamW(lr=0.000119, momentum=0.9) chosen for 200 iterations (set "
+                                               "optimizer=SGD or AdamW to use them)"),
+    (["--epochs", "100"], None),  # lr0 and momentum not given: nothing was ignored
+    (["--lr0", "0.02", "--optimizer", "SGD"], None),  # used as given
+])
+def test_auto_optimizer_says_when_it_ignores_a_given_lr0_or_momentum(argv, expected):
+    """Ultralytics' note when optimizer=auto overrides lr0/momentum, printed only when the user set one of them
+    (typed, even at the default value), with the plan's choice and its iteration count."""
+    config, typed = parse_command_line(["--epochs", "100", *argv])
+    plan = plan_run(config, num_processes=1, num_train_images=128, num_classes=80)
+    assert auto_optimizer_note(config.optim, plan.optimizer, typed) == expected
+    if config.optim.optimizer == "auto":
+        assert plan.optimizer.auto_iterations == 200
+        assert auto_optimizer_note(config.optim, plan.optimizer, None).startswith(
+            "optimizer=auto: lr0=")  # typed unknown (None): every flag counts as set, as Ultralytics always says it
 
 
 def test_plan_accumulation_weight_decay_and_split():

@@ -2,7 +2,8 @@
 
 ``import yolo11`` is light (the training CLI parses its flags before torch loads); the models load on first use
 of ``yolo11.create_model`` / ``SCALES`` / ``YOLO11Detector``, or with ``import yolo11.models``, which also
-registers the ``yolo11*_backbone`` models in timm.
+registers the ``yolo11*_backbone`` models in timm. ``yolo11.YOLO`` is Ultralytics' Python API on ours
+(``yolo11/api.py``, docs/python_api.md).
 """
 
 from __future__ import annotations
@@ -10,11 +11,12 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-__all__ = ["SCALES", "Detections", "Detector", "YOLO11Detector", "create_model"]
+__all__ = ["SCALES", "YOLO", "Detections", "Detector", "YOLO11Detector", "create_model"]
 
-# The models (and timm), and the prediction API (weights, post-processing, OpenCV), load on first use.
+# The models (and timm), the prediction API (weights, post-processing, OpenCV) and Ultralytics' ``YOLO`` (which
+# loads torch when one is made) load on first use.
 _MODULE_OF = {"SCALES": "yolo11.models", "YOLO11Detector": "yolo11.models", "create_model": "yolo11.models",
-              "Detector": "yolo11.predictor", "Detections": "yolo11.predictor"}
+              "Detector": "yolo11.predictor", "Detections": "yolo11.predictor", "YOLO": "yolo11.api"}
 
 
 def __dir__() -> list[str]:  # the public API, lazy exports included, for dir(yolo11) and completion

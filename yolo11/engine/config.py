@@ -477,14 +477,12 @@ def _typed_flags(argv: list[str]) -> set[str]:
 
 
 def save_args_yaml(config: TrainConfig, path: Path) -> None:
-    """args.yaml as Ultralytics writes it in a run folder: one flat key per setting, Ultralytics' name where ours is
-    only renamed (``batch``, ``project``, ``nbs``, ``conf``, ``iou``, ``split``, ``nms``), plus ``task``/``mode``;
-    ``--config args.yaml`` reads it back into the same settings."""
-    from yolo11.engine.ultralytics_args import RENAMED
+    """args.yaml as Ultralytics writes it in a run folder, with Ultralytics' keys only (``ultralytics_train_args``):
+    ``yolo train cfg=args.yaml`` accepts it, and ``cfg=``/``--config args.yaml`` reads those settings back; the
+    full config is config.yaml (``save_config``)."""
+    from yolo11.engine.ultralytics_args import ultralytics_train_args
 
-    theirs = {ours: name for name, ours in RENAMED.items()}
-    flat = {"task": "detect", "mode": "train"}
-    flat |= {theirs.get(key, key): value for section in config.to_dict().values() for key, value in section.items()}
+    flat = ultralytics_train_args(config.to_dict())
     path.parent.mkdir(parents=True, exist_ok=True)
     write_file(path, yaml.safe_dump(flat, sort_keys=False))  # a temporary name, then a rename
 

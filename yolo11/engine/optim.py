@@ -42,6 +42,7 @@ class OptimizerChoice:
     name: str
     lr: float
     momentum: float
+    auto_iterations: int | None = None  # optimizer 'auto': the iteration count its rule chose for
 
 
 def resolve_optimizer(config: OptimConfig, num_classes: int, total_iterations: int) -> OptimizerChoice:
@@ -54,8 +55,23 @@ def resolve_optimizer(config: OptimConfig, num_classes: int, total_iterations: i
     if config.optimizer != "auto":
         return OptimizerChoice(config.optimizer, config.lr0, config.momentum)
     if total_iterations > 10_000:
-        return OptimizerChoice("MuSGD", 0.01, 0.9)
-    return OptimizerChoice("AdamW", round(0.002 * 5 / (4 + num_classes), 6), 0.9)
+        return OptimizerChoice("MuSGD", 0.01, 0.9, total_iterations)
+    return OptimizerChoice("AdamW", round(0.002 * 5 / (4 + num_classes), 6), 0.9, total_iterations)
+
+
+def auto_optimizer_note(config: OptimConfig, choice: OptimizerChoice, typed: frozenset[str] | None) -> str | None:
+    """The line saying that optimizer 'auto' ignored the ``--lr0``/``--momentum`` the user set (``typed``: the
+    flags set; None: every flag, so always, as Ultralytics says it), with what it chose (``choice``: the plan's);
+    None when there is nothing to say."""
+    if config.optimizer != "auto" or choice.auto_iterations is None:
+        return None
+    given = [name for name in ("lr0", "momentum") if typed is None or name in typed]
+    if not given:
+        return None
+    ignored = " and ".join(f"{name}={getattr(config, name):g}" for name in given)
+    iterations = f"{choice.auto_iterations:,} iteration{'s' if choice.auto_iterations != 1 else ''}"
+    return (f"optimizer=auto: {ignored} ignored; {choice.name}(lr={choice.lr:g}, momentum={choice.momentum:g}) "
+            f"chosen for {iterations} (set optimizer=SGD or AdamW to use {'them' if len(given) > 1 else given[0]})")
 
 
 def build_optimizer(model: nn.Module, choice: OptimizerChoice, weight_decay: float,

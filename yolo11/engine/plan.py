@@ -4,6 +4,7 @@ the rest of the engine receives these values as explicit arguments."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from dataclasses import dataclass
@@ -99,7 +100,7 @@ def plan_run(config: TrainConfig, num_processes: int, num_train_images: int, num
     auto_iterations = math.ceil(num_train_images / max(run.batch_size, optim.nominal_batch)) * run.epochs
     choice = resolve_optimizer(optim, num_classes, auto_iterations)
     scale = lr_scale_for_batch(optim.lr_scaling, run.batch_size * accumulation, optim.nominal_batch)
-    choice = OptimizerChoice(choice.name, choice.lr * scale, choice.momentum)
+    choice = dataclasses.replace(choice, lr=choice.lr * scale)
     # Ultralytics 8.4: warmup_epochs x batches per epoch, no longer at least 100 iterations, and never into the last
     # epoch (a 1-epoch run has none); -1: no warmup.
     warmup_epochs = min(optim.warmup_epochs, max(run.epochs - 1, 0))

@@ -56,7 +56,7 @@ from yolo11.engine.failures import FailedElsewhere, agreed, job_token, say_error
 from yolo11.engine.guard import NonFiniteLossError
 from yolo11.engine.interrupt import StopAgreement, StopRequested, StopSignal, tell_launcher
 from yolo11.engine.loop import TrainStep, train_one_epoch
-from yolo11.engine.optim import build_optimizer
+from yolo11.engine.optim import auto_optimizer_note, build_optimizer
 from yolo11.engine.plan import LaunchError, RunPlan, check_launch, cpu_fallback_warning, plan_run
 from yolo11.engine.profiling import StepProfiler
 from yolo11.engine.progress import Progress, loss_names, print_summary
@@ -142,6 +142,9 @@ def _train(config: TrainConfig, typed: frozenset[str] | None, launch: PartialSta
             cache_bytes(source.dataset, config.data.imgsz) for source in (train_source, val_source))
         plan = plan_run(config, launch.num_processes, len(train_source.dataset), len(train_source.class_names),
                         launch.device.type, cache_bytes=needed, available_ram=available_memory())
+        note = auto_optimizer_note(config.optim, plan.optimizer, typed)
+        if note and launch.is_main_process:
+            print(note, flush=True)
         run = build_run(config, plan, run_dir, train_source, val_source, resume, stop)
         start_run(run, val_source, resume)
     except FailedElsewhere:  # another process said why

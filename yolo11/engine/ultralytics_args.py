@@ -4,7 +4,9 @@
 A key of ours is taken as it is. An Ultralytics key is renamed (``batch`` -> ``batch_size``), translated with its
 value (``model: yolo11s.pt`` -> ``--model yolo11s --weights yolo11s.pt``, ``cos_lr: true`` -> ``--schedule cosine``)
 or, for what this trainer does not implement, ignored with a note that lists the keys whose values differ from
-Ultralytics' defaults. A key that is neither ours nor Ultralytics' is an error. No torch here: ``--help`` is light.
+Ultralytics' defaults. A key that is neither ours nor Ultralytics' is an error. ``cfg=file.yaml`` reads the file's
+keys under the others, as Ultralytics' ``cfg``. The other way, ``ultralytics_train_args`` writes a run's
+``args.yaml`` with Ultralytics' keys only. No torch here: ``--help`` is light.
 """
 
 from __future__ import annotations
@@ -94,6 +96,8 @@ def read_ultralytics_keys(values: dict[str, Any], ours: dict[str, bool]) -> tupl
     ``ours``: our field names -> whether the field accepts ``None``. Raises ``ValueError`` for a key that is
     neither ours nor Ultralytics', a task other than detection, and two keys that set the same flag.
     """
+    if values.get("cfg") is not None:  # Ultralytics' cfg=file.yaml: the file's keys, the others win over them
+        values = {**read_cfg_file(values["cfg"]), **{k: v for k, v in values.items() if k != "cfg"}}
     if values.get("resume") is True and PurePath(str(values.get("model"))).suffix in (".pt", ".safetensors"):
         # `yolo train resume model=runs/.../weights/last.pt`: the model names the run to resume, not new weights
         values = {**{k: v for k, v in values.items() if k != "model"}, "resume": values["model"]}
@@ -135,6 +139,73 @@ def read_ultralytics_keys(values: dict[str, Any], ours: dict[str, bool]) -> tupl
         notes.append(f"Ultralytics keys not implemented here, ignored: {listed}"
                      + (f" (and {at_default} more at Ultralytics' defaults)" if at_default else ""))
     return out, notes
+
+
+def read_cfg_file(path: Any) -> dict[str, Any]:
+    """The keys of ``cfg=path``: an Ultralytics cfg or ``args.yaml`` (flat), or our ``config.yaml`` (by section),
+    without a ``cfg`` of its own (Ultralytics drops it too). Raises ``ValueError`` for a missing or wrong file."""
+    from yolo11.gate import read_yaml  # PyYAML: here so that the module stays import-cheap for --help
+
+    if not os.path.isfile(str(path)):
+        raise ValueError(f"cfg={path}: no such file")
+    values = read_yaml(str(path)) or {}
+    if not isinstance(values, dict):
+        raise ValueError(f"cfg={path}: expected a mapping of keys to values, got {type(values).__name__}")
+    if values and all(isinstance(v, dict) for v in values.values()):  # config.yaml: {model: {...}, data: {...}}
+        values = {k: v for section in values.values() for k, v in section.items()}
+    return {str(k).replace("-", "_"): v for k, v in values.items() if k != "cfg"}
+
+
+_OMIT = object()  # a value Ultralytics cannot hold as ours means it: the key is left out of args.yaml
+
+
+def _without_auto(value: Any) -> Any:
+    return _OMIT if value is None else value
+
+
+# args.yaml: our field -> (Ultralytics' key, our value -> theirs or _OMIT). Ultralytics types these keys
+# (ultralytics.cfg.check_cfg): an automatic choice of ours (None) is left out, so that Ultralytics reads its own
+# default and our reader reads ours. Every value written reads back (read_ultralytics_keys) as the same setting.
+WRITTEN: dict[str, tuple[str, Callable[[Any], Any]]] = {
+    **{name: (name, lambda v: v) for name in (
+        "data", "epochs", "patience", "imgsz", "name", "exist_ok", "optimizer", "seed", "close_mosaic", "max_det",
+        "plots", "channels_last", "lr0", "lrf", "momentum", "weight_decay", "warmup_epochs", "warmup_momentum",
+        "warmup_bias_lr", "hsv_h", "hsv_s", "hsv_v", "degrees", "translate", "scale", "shear", "perspective",
+        "flipud", "fliplr", "mosaic", "mixup")},
+    **{ours: (theirs, lambda v: v) for theirs, ours in RENAMED.items() if ours not in ("val_nms",)},
+    "val_nms": ("nms", lambda v: _OMIT if v else False),  # unset: the one-to-many head with NMS, as ours
+    "workers": ("workers", _without_auto),
+    "compile": ("compile", _without_auto),
+    "save_period": ("save_period", lambda v: -1 if v is None else v),
+    "cache_images": ("cache", lambda v: True if v else _OMIT),  # Ultralytics' false reads back as our auto
+    "schedule": ("cos_lr", lambda v: v == "cosine"),
+    "val_interval": ("val", lambda v: v > 0),
+    "resume": ("resume", lambda v: False if v is None else True if v == "auto" else v),
+}
+
+
+def ultralytics_train_args(config: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """A run's ``args.yaml`` from our resolved config (``TrainConfig.to_dict()``): Ultralytics' keys only, in the
+    order of its default.yaml, each with a value of its type, so that ``yolo train cfg=args.yaml`` (and
+    ``ultralytics.cfg.get_cfg``) accept the file and ``yolo11 train cfg=args.yaml`` reads the same settings back.
+    Ours without an Ultralytics key (``--ema``, ``--lr-scaling``, ``--backbone``...) are only in config.yaml.
+
+    ``model`` is the architecture's YAML (``yolo11n.yaml``) and ``pretrained`` the initial weights, as Ultralytics
+    reads ``model=yolo11n.yaml pretrained=yolo11n.pt``; without an architecture, ``model`` is the weights."""
+    flat = {key: value for section in config.values() for key, value in section.items()}
+    out: dict[str, Any] = {"task": "detect", "mode": "train"}
+    if flat.get("model"):
+        out["model"] = f"{flat['model']}.yaml"
+        if flat.get("weights"):
+            out["pretrained"] = flat["weights"]
+    elif flat.get("weights"):
+        out["model"] = flat["weights"]
+    for ours, (theirs, convert) in WRITTEN.items():
+        value = convert(flat[ours]) if ours in flat else _OMIT
+        if value is not _OMIT:
+            out[theirs] = value
+    order = list(ULTRALYTICS_DEFAULTS)
+    return dict(sorted(out.items(), key=lambda item: order.index(item[0])))
 
 
 def _flag(name: str) -> str:

@@ -1,0 +1,229 @@
+"""``yolo11.YOLO`` (yolo11/api.py): Ultralytics' Python API on our trainer, tools and ``Detector``; trained once
+in this process (as from a notebook or script, no launcher), and once under ``accelerate launch`` (slow)."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+from engine_helpers import ROOT, describe, launch, reset_accelerate_state
+
+from yolo11 import YOLO
+from yolo11.api import Metrics, TrainingError, UsageError
+from yolo11.cli_calls import train_tokens
+from yolo11.data.sources.synthetic import SHAPES
+from yolo11.engine.config import TrainConfig, parse_config
+from yolo11.engine.ultralytics_args import ULTRALYTICS_DEFAULTS
+from yolo11.evaluation.results import read_results
+
+TINY_DATA = "synthetic:num_images=8,imgsz=64"
+TINY = {"data": TINY_DATA, "imgsz": 64, "epochs": 1, "batch": 4, "workers": 0, "plots": False}
+COCO8_IMAGES = ROOT / "yolo11" / "assets" / "coco8" / "images" / "val"
+
+
+def test_importing_yolo_loads_no_torch():
+    code = ("import sys\nfrom yolo11 import YOLO\nprint(sorted({m.split('.')[0] for m in sys.modules} & {'torch', "
+            "'accelerate', 'datasets', 'timm', 'cv2'}))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[-1] == "[]"
+
+
+@pytest.mark.parametrize("value", [True, False, None, 3, 0.01, 1e-5, "yes", "null", "01", "a b", "x: y", "it's",
+                                   [640, 480], Path("runs/a b")])
+def test_keywords_become_key_values_that_read_back_as_the_same_value(value):
+    """train()'s keywords go through the trainer's ``key=value`` reading (YAML values): each written so that it
+    reads back as the value given (a string that YAML would read as a bool, null or number stays a string)."""
+    (token,) = train_tokens({"key": value})
+    key, _, text = token.partition("=")
+    assert key == "key" and yaml.safe_load(text) == (str(value) if isinstance(value, Path) else value)
+
+
+def test_architectures_are_built_on_first_use_and_weights_paths_checked(tmp_path):
+    """``yolo11n``/``yolo26s.yaml``: the architecture (80 classes named by their ids), built when ``.model`` is
+    first used; a missing path or a run folder without weights fails at once."""
+    for ref, name in (("yolo11n", "yolo11n"), ("yolo26s.yaml", "yolo26s")):
+        model = YOLO(ref)
+        assert (model.architecture, model.ckpt_path, model._model) == (name, None, None)
+    model = YOLO("yolo26n")
+    assert model.model.config["name"] == "yolo26n" and model.model is model.model
+    assert len(model.names) == 80 and model.names[79] == "79" and model.task == "detect"
+    with pytest.raises(FileNotFoundError, match="no such weights file or folder: missing.safetensors"):
+        YOLO("missing.safetensors")
+    (tmp_path / "run" / "weights").mkdir(parents=True)
+    with pytest.raises(FileNotFoundError, match="without weights/best.safetensors or last.safetensors"):
+        YOLO(tmp_path / "run")
+
+
+def test_metrics_per_class_as_the_table_prints_them():
+    """Per class: a class with ground truth but no detection scores 0 (COCO gives it no AP), one without ground
+    truth has no values; Ultralytics' ``box.maps`` gives it the overall mAP50-95."""
+    evaluated = {"map50_95": 0.25, "map50": 0.5, "precision": 0.6, "recall": 0.4,
+                 "per_class_ap50_95": [None, 0.5, None], "per_class_ap50": [None, 0.75, None],
+                 "per_class_precision": [0.0, 0.9, None], "per_class_recall": [0.0, 0.8, None]}
+    ground_truth = {"annotations": [{"category_id": 1}, {"category_id": 2}]}  # category = class + 1
+    metrics = Metrics.from_evaluation(evaluated, ["a", "b", "c"], ground_truth)
+    assert metrics.per_class == {"a": dict.fromkeys(("precision", "recall", "map50", "map50_95"), 0.0),
+                                 "b": {"precision": 0.9, "recall": 0.8, "map50": 0.75, "map50_95": 0.5},
+                                 "c": dict.fromkeys(("precision", "recall", "map50", "map50_95"))}
+    assert metrics.box.maps == [0.0, 0.5, 0.25] and (metrics.box.mp, metrics.box.mr) == (0.6, 0.4)
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """``YOLO("yolo11n").train(...)`` in this process, its printed output, and the folder it wrote into."""
+    folder = tmp_path_factory.mktemp("api")
+    model = YOLO("yolo11n")
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        metrics = model.train(**TINY, lr0=0.02, project=str(folder), name="run")
+    yield model, metrics, out.getvalue(), folder
+    reset_accelerate_state()
+
+
+def test_train_returns_the_best_weights_metrics_and_holds_them(trained):
+    """Training returns the metrics of the best weights, validated after training (per class too), with the run
+    folder, best/last paths and best epoch; the object then holds the best weights and the run's data and imgsz.
+    A given lr0 that optimizer=auto ignores is said (the trainer's note)."""
+    model, metrics, out, folder = trained
+    run = folder / "run"
+    assert (metrics.run_dir, metrics.best, metrics.last) == (run, run / "weights" / "best.safetensors",
+                                                             run / "weights" / "last.safetensors")
+    assert metrics.best.is_file() and metrics.last.is_file() and metrics.best_epoch == 1
+    assert (model.ckpt_path, model.run_dir, model.overrides) == (str(metrics.best), run, {"data": TINY_DATA,
+                                                                                          "imgsz": 64})
+    assert list(model.names.values()) == list(SHAPES) == list(metrics.per_class)
+    assert set(metrics.per_class["circle"]) == {"precision", "recall", "map50", "map50_95"}
+    assert 0 <= metrics.map50_95 <= metrics.map50 <= 1 and 0 <= metrics.precision <= 1 and 0 <= metrics.recall <= 1
+    assert metrics.results_dict["metrics/mAP50-95(B)"] == metrics.box.map == metrics.fitness == metrics.map50_95
+    (row,) = read_results(run / "results.csv")  # the trainer's validation of the same weights
+    assert float(row["metrics/mAP50-95(B)"]) == pytest.approx(metrics.map50_95, abs=1e-4)
+    assert "optimizer=auto: lr0=0.02 ignored; AdamW(lr=" in out and f"validating {metrics.best}" in out
+
+
+def test_the_run_args_yaml_has_ultralytics_keys_and_reads_back(trained):
+    """The run's args.yaml: Ultralytics' keys only; ``cfg=args.yaml`` gives back the run's settings that have
+    Ultralytics keys (config.yaml has the rest)."""
+    run = trained[1].run_dir
+    args = yaml.safe_load((run / "args.yaml").read_text())
+    assert set(args) <= set(ULTRALYTICS_DEFAULTS) and args["model"] == "yolo11n.yaml" and args["batch"] == 4
+    saved = TrainConfig.from_dict(yaml.safe_load((run / "config.yaml").read_text()))
+    back = parse_config([f"cfg={run / 'args.yaml'}"])
+    assert (back.model, back.data, back.optim) == (saved.model, saved.data, saved.optim)
+    assert (back.run.epochs, back.run.batch_size, back.run.plots, back.run.name) == (1, 4, False, "run")
+
+
+def test_val_predict_export_and_info_use_the_trained_model(trained, tmp_path):
+    """val (the run's data and imgsz by default), predict and the call (arrays, a folder, a stream, saved
+    outputs), export (ONNX beside the weights, safetensors), info; a run folder loads as its best weights."""
+    model, metrics, _, _ = trained
+    again = model.val(batch=8)
+    assert again.map50_95 == pytest.approx(metrics.map50_95, abs=1e-6) and list(again.per_class) == list(SHAPES)
+    image = np.full((48, 80, 3), 114, np.uint8)
+    (result,) = model(image, conf=0.0, max_det=5)
+    assert result.boxes.shape == (5, 4) and result.image_size == (48, 80) and result.source is None
+    stream = model.predict([image, image[:32]], stream=True, conf=0.0, max_det=5)
+    assert not isinstance(stream, list) and [r.image_size for r in stream] == [(48, 80), (32, 80)]
+    results = model.predict(str(COCO8_IMAGES), conf=0.0, max_det=2, batch=3, save=True, project=str(tmp_path),
+                            name="p")
+    files = sorted(path.name for path in COCO8_IMAGES.iterdir())
+    assert [Path(r.source).name for r in results] == files and all(len(r) == 2 for r in results)
+    assert sorted(path.name for path in (tmp_path / "p").iterdir()) == sorted([*files, "predictions.json"])
+    assert len(json.loads((tmp_path / "p" / "predictions.json").read_text())) == len(files)
+    pytest.importorskip("onnx")
+    onnx = metrics.best.with_suffix(".onnx")
+    assert model.export(format="onnx") == onnx and onnx.is_file()
+    copy = model.export(format="safetensors", output=tmp_path / "copy.safetensors")
+    assert YOLO(copy).names == model.names
+    with pytest.raises(UsageError, match="is the weights file this model was loaded from"):
+        model.export(format="safetensors")
+    layers, parameters, gradients, gflops = model.info(verbose=False, imgsz=64)
+    assert parameters == sum(p.numel() for p in model.model.parameters()) >= gradients and 0 < gflops < 1
+    from_run = YOLO(metrics.run_dir)
+    assert (from_run.ckpt_path, from_run.run_dir, from_run.overrides) == (model.ckpt_path, model.run_dir,
+                                                                          model.overrides)
+
+
+def test_errors_raise_with_the_command_line_message(trained, capsys):
+    """A wrong key, path or value raises (``UsageError``, a ValueError, or the tools' FileNotFoundError) with the
+    CLI's one-line message; argparse's usage text is not printed."""
+    model = trained[0]
+    with pytest.raises(UsageError, match=r"unknown key 'epoch' \(did you mean epochs\?\)"):
+        model.train(epoch=3)
+    with pytest.raises(UsageError, match="--data missing.yaml: no such file or folder"):
+        model.train(data="missing.yaml")
+    with pytest.raises(FileNotFoundError, match="--data missing.yaml: no such file or folder"):
+        model.val(data="missing.yaml")
+    with pytest.raises(UsageError, match=r"predict: unknown key 'cnf' \(did you mean conf\?\)"):
+        model.predict(np.zeros((32, 32, 3), np.uint8), cnf=0.3)
+    with pytest.raises(FileNotFoundError, match="no such image, video or folder: missing.jpg"):
+        model.predict("missing.jpg")
+    with pytest.raises(UsageError, match="--opset must be >= 17, got 3"):
+        model.export(opset=3)
+    with pytest.raises(UsageError, match="val needs data="):
+        YOLO("yolo11n").val()
+    assert "usage:" not in capsys.readouterr().err
+
+
+def test_a_stopped_or_failed_run_raises(tmp_path, monkeypatch):
+    """The trainer's exit codes as exceptions: 130 (Ctrl-C, checkpoint saved) is KeyboardInterrupt and keeps the
+    run folder for ``train(resume=True)``; 1 (a non-finite loss...) is TrainingError with its error line."""
+    import yolo11.engine.trainer
+
+    def stopped(config, typed):
+        (Path(config.run.output_dir) / config.run.name).mkdir(parents=True)
+        (Path(config.run.output_dir) / config.run.name / "config.yaml").write_text(yaml.safe_dump(config.to_dict()))
+        return 130
+
+    def failed(config, typed):
+        print("error: the loss is not finite at step 3", file=sys.stderr)
+        return 1
+
+    model = YOLO("yolo11n")
+    monkeypatch.setattr(yolo11.engine.trainer, "train", stopped)
+    with pytest.raises(KeyboardInterrupt):
+        model.train(data=TINY_DATA, project=str(tmp_path), name="stopped")
+    assert model.run_dir == tmp_path / "stopped" and model.ckpt_path is None
+    monkeypatch.setattr(yolo11.engine.trainer, "train", failed)
+    with pytest.raises(TrainingError, match="^the loss is not finite at step 3$"):
+        model.train(data=TINY_DATA, project=str(tmp_path), name="failed")
+
+
+SCRIPT = """\
+import json, os, sys
+from yolo11 import YOLO
+
+model = YOLO("yolo11n")
+settings = dict(data="{data}", imgsz=64, epochs=1, batch=4, workers=0, plots=False, project=sys.argv[1])
+metrics = model.train(**settings, name="launched")
+again = model.val(batch=4)
+second = model.train(**settings, name="second")
+report = {{"map": metrics.map50_95, "best": str(metrics.best), "val": again.map50_95, "second": str(second.run_dir),
+          "held": model.ckpt_path}}
+with open(os.path.join(sys.argv[1], f"result{{os.environ['RANK']}}.json"), "w") as file:  # stdout lines may interleave
+    json.dump(report, file)
+"""
+
+
+@pytest.mark.slow
+def test_train_val_train_under_accelerate_launch_on_two_processes(tmp_path):
+    """A script using the API under ``accelerate launch`` (2 CPU processes): every process trains its share, finds
+    the run folder and validates the best weights on its shard, with the same metrics on both; val() and a second
+    train() in the same script work (the trainer closes the process group at its end: the API makes it again)."""
+    script = tmp_path / "train_api.py"
+    script.write_text(SCRIPT.format(data=TINY_DATA))
+    result = launch([str(tmp_path)], config="cpu_2proc.yaml", script=script, cpu_ddp=True,
+                    env={"PYTHONPATH": str(ROOT)})
+    assert result.returncode == 0, describe(result)
+    reports = [json.loads((tmp_path / f"result{rank}.json").read_text()) for rank in (0, 1)]
+    best, second = tmp_path / "launched" / "weights" / "best.safetensors", tmp_path / "second"
+    assert {(r["map"], r["val"], r["best"], r["second"], r["held"]) for r in reports} == {
+        (reports[0]["map"], reports[0]["map"], str(best), str(second), str(second / "weights" / "best.safetensors"))}
+    assert "2 process(es) x batch 2" in result.stdout

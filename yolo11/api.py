@@ -1,0 +1,566 @@
+"""``yolo11.YOLO``: Ultralytics' Python API (``YOLO(...).train/val/predict/export``) on this project's trainer, tools
+and ``Detector``.
+
+    from yolo11 import YOLO
+    model = YOLO("yolo11n")                       # an architecture (random weights); "yolo11n.pt": Ultralytics' weights
+    metrics = model.train(data="coco8.yaml", epochs=3, imgsz=160)   # Ultralytics' keys, as `yolo11 train` reads them
+    print(metrics.map50_95, metrics.best)         # the best weights, validated again; `model` now holds them
+    results = model("bus.jpg")                    # = model.predict(...): a list of yolo11.Detections
+    model.export(format="onnx")                   # -> the path written
+
+The keyword arguments are the command line's ``key=value`` arguments (``train``: ``yolo11/engine/config.py`` and
+``engine/ultralytics_args.py``; ``val`` and ``export``: their tools), so Python and the shell accept the same keys
+with the same defaults and messages. A wrong argument, path or dataset raises ``UsageError`` (a ``ValueError``)
+with the one-line message the CLI prints. docs/python_api.md maps Ultralytics' names onto ours.
+
+``import yolo11`` stays light: torch loads when a ``YOLO`` is made.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import dataclasses
+import glob
+import sys
+import tempfile
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, Any
+
+from yolo11 import cli_calls as calls
+from yolo11.engine.ultralytics_args import ULTRALYTICS_DEFAULTS, did_you_mean
+from yolo11.gate import SCALE_NAMES
+
+if TYPE_CHECKING:
+    from yolo11.engine.config import TrainConfig
+    from yolo11.models import YOLO11Detector
+    from yolo11.predictor import Detections, Detector
+
+# Detector's settings, which predict() takes as keywords (Ultralytics' names); and the keys of saving results.
+PREDICT_KEYS = ("imgsz", "conf", "iou", "max_det", "rect", "batch", "device", "nms", "names")
+SAVE_KEYS = ("save", "save_txt", "save_conf", "project", "name", "exist_ok")
+
+
+class UsageError(ValueError):
+    """A wrong argument, path, dataset or weights file: the one-line message the command line prints."""
+
+
+class TrainingError(RuntimeError):
+    """Training started but stopped with an error (a non-finite loss, a full disk, a stop signal other than Ctrl-C)."""
+
+
+@dataclass(frozen=True)
+class Metrics:
+    """The metrics of one validation (``YOLO.val``; ``YOLO.train``: the best weights validated after training, as
+    Ultralytics' ``final_eval``), all in [0, 1]; None where nothing was validated.
+
+    ``per_class``: class name -> ``{"precision", "recall", "map50", "map50_95"}`` (P and R at the best-F1
+    confidence; None for a class without ground truth). ``best_epoch`` counts from 1. ``raw``: the evaluator's
+    dict (the 12 COCO stats, curves, confusion matrix)."""
+
+    map50_95: float | None
+    map50: float | None
+    precision: float | None
+    recall: float | None
+    per_class: dict[str, dict[str, float | None]] = field(default_factory=dict, repr=False)
+    run_dir: Path | None = None
+    best: Path | None = None
+    last: Path | None = None
+    best_epoch: int | None = None
+    raw: dict = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_evaluation(cls, metrics: dict, class_names: list[str], ground_truth: dict) -> Metrics:
+        """From ``CocoEvaluator``'s dict and the COCO ground truth it scored (``evaluate_weights``' values). A class
+        with ground truth but no detection scores 0, as in the printed table (COCO gives it no AP)."""
+        keys = {"precision": "per_class_precision", "recall": "per_class_recall", "map50": "per_class_ap50",
+                "map50_95": "per_class_ap50_95"}
+        present = {annotation["category_id"] - 1 for annotation in ground_truth["annotations"]}
+        lists = {ours: metrics.get(theirs) or [None] * len(class_names) for ours, theirs in keys.items()}
+        per_class = {name: {ours: (values[k] or 0.0) if k in present else None for ours, values in lists.items()}
+                     for k, name in enumerate(class_names)}
+        return cls(metrics["map50_95"], metrics["map50"], metrics["precision"], metrics["recall"], per_class,
+                   raw=metrics)
+
+    @property
+    def fitness(self) -> float | None:
+        """Ultralytics 8.4's model-selection score: mAP50-95 (``run_outputs.fitness``)."""
+        return self.map50_95
+
+    @property
+    def results_dict(self) -> dict[str, float | None]:
+        """Ultralytics' ``DetMetrics.results_dict`` keys (results.csv's columns)."""
+        return {"metrics/precision(B)": self.precision, "metrics/recall(B)": self.recall,
+                "metrics/mAP50(B)": self.map50, "metrics/mAP50-95(B)": self.map50_95, "fitness": self.fitness}
+
+    @property
+    def box(self) -> SimpleNamespace:
+        """Ultralytics' ``metrics.box``: ``map``, ``map50``, ``mp``, ``mr`` and ``maps`` (per-class mAP50-95,
+        the overall mAP50-95 for a class without ground truth, as Ultralytics fills it)."""
+        maps = [self.map50_95 if values["map50_95"] is None else values["map50_95"]
+                for values in self.per_class.values()]
+        return SimpleNamespace(map=self.map50_95, map50=self.map50, mp=self.precision, mr=self.recall, maps=maps)
+
+    @property
+    def save_dir(self) -> Path | None:
+        """Ultralytics' name of ``run_dir``."""
+        return self.run_dir
+
+
+class YOLO:
+    """A detection model with Ultralytics' ``YOLO`` methods.
+
+    ``model``: an architecture (``yolo11n`` ... ``yolo26x``, or ``yolo11n.yaml``: random weights, 80 classes), a
+    weights reference as ``yolo11.weights.load_weights`` takes it (``best.safetensors``, a ``save_pretrained``
+    folder, an Ultralytics ``.pt``, ``hf://owner/repo/file``, ``yolo11n.pt`` ... downloaded from the Hub), or a run
+    folder (its ``weights/best.safetensors``, else ``last.safetensors``). Unlike Ultralytics, a bare ``yolo11n`` is
+    the architecture, as ``model=yolo11n`` is on our command line; ``yolo11n.pt`` names the pretrained weights.
+    """
+
+    task = "detect"
+
+    def __init__(self, model: str | Path = "yolo11n") -> None:
+        ref = str(model)
+        path = Path(ref).expanduser()
+        self.run_dir: Path | None = None  # the run that made the weights (a run folder or its weights/), or train()'s
+        self.overrides: dict[str, Any] = {}  # that run's data and imgsz: val/predict/export defaults, as Ultralytics'
+        self.metrics: Metrics | None = None  # the last train() or val()
+        self.ckpt_path: str | None = None  # the weights loaded; None for an architecture
+        self._model: YOLO11Detector | None = None
+        self._names: list[str] | None = None
+        self._fused: tuple[int, YOLO11Detector] | None = None  # (id of the model, its fused copy) for predict
+        self._detector: tuple[tuple, Detector] | None = None  # (settings, Detector) for predict
+        is_yaml = path.suffix in (".yaml", ".yml")  # Ultralytics' model YAML names the architecture
+        if (path.stem if is_yaml else ref) in SCALE_NAMES and (is_yaml or not path.exists()):
+            self.architecture = path.stem
+            return
+        if path.is_dir() and (path / "weights").is_dir():  # a run folder
+            found = [path / "weights" / f"{name}.safetensors" for name in ("best", "last")]
+            weights = next((file for file in found if file.is_file()), None)
+            if weights is None:
+                raise FileNotFoundError(f"{path}: a run folder without weights/best.safetensors or last.safetensors")
+            ref, path = str(weights), weights
+        run = path.parent.parent
+        if path.is_file() and path.parent.name == "weights" and (run / "config.yaml").is_file():
+            self.run_dir, self.overrides = run, _run_overrides(run)
+        self._load(ref)
+
+    def _load(self, ref: str) -> None:
+        from yolo11.preflight import check_weights
+        from yolo11.weights import load_weights
+
+        check_weights(ref)  # a missing path in one line, before torch loads
+        self._model, self.ckpt_path = load_weights(ref), ref
+        self._names = self._fused = self._detector = None
+        self.architecture = self._model.config["name"]
+
+    @property
+    def model(self) -> YOLO11Detector:
+        """The ``torch.nn.Module`` (``YOLO11Detector``/``YOLO26Detector``), built on first use for an architecture."""
+        if self._model is None:
+            from yolo11.models import create_model
+
+            self._model = create_model(self.architecture)
+        return self._model
+
+    @property
+    def names(self) -> dict[int, str]:
+        """``{class id: name}``, as Ultralytics' ``model.names`` (the class ids as names when the weights have none)."""
+        if self._names is None:
+            from yolo11.predictor import class_names_for
+
+            self._names = class_names_for(self.model, self.ckpt_path)
+        return dict(enumerate(self._names))
+
+    def __repr__(self) -> str:
+        return f"YOLO({self.ckpt_path or self.architecture!r})"
+
+    # -- training ------------------------------------------------------------------------------------------------
+
+    def train(self, **kwargs: Any) -> Metrics:
+        """Train with Ultralytics' keys or ours (``yolo11 train --help``): ``data=``, ``epochs=``, ``imgsz=``,
+        ``batch=`` (global) ...; from this object's weights (``weights=``) or architecture (``model=``) unless a
+        key names them, ``resume=True`` resumes the run this object's weights came from. One process in a script or
+        notebook; every process under ``accelerate launch``. Returns the best weights' metrics (validated after
+        training) with the run folder and weights paths; this object then holds the best weights (else the last)."""
+        from yolo11.engine.config import parse_command_line
+
+        kwargs = dict(kwargs)
+        if kwargs.get("resume") is True and self.run_dir is not None:  # YOLO("runs/train/exp").train(resume=True)
+            kwargs["resume"] = str(self.run_dir)
+        if not {"model", "weights", "resume", "cfg"} & kwargs.keys():  # cfg=: its file names them (or not)
+            kwargs = {**({"weights": self.ckpt_path} if self.ckpt_path else {"model": self.architecture}), **kwargs}
+        started = time.time()
+        with calls.error_lines("yolo11 train", hold=True) as errors:
+            try:
+                config, typed = parse_command_line(calls.train_tokens(kwargs))
+            except SystemExit as exit_:
+                raise UsageError(errors.last or f"training arguments refused (exit {exit_.code})") from None
+        from yolo11.engine.trainer import train
+
+        with calls.process_group(), calls.error_lines() as errors:  # the output as it comes; its error line kept
+            code = train(config, typed)
+        if code == 130:  # Ctrl-C (a notebook's interrupt): the trainer saved a checkpoint; resume=True continues
+            with contextlib.suppress(TrainingError):  # stopped before the run folder was kept: nothing to resume
+                self.run_dir = _run_folder(config, started)
+            raise KeyboardInterrupt
+        if code:
+            message = errors.last or f"training stopped with exit code {code}"
+            raise UsageError(message) if code == 2 else TrainingError(message)
+        return self._after_training(_run_folder(config, started))
+
+    def _after_training(self, run_dir: Path) -> Metrics:
+        """Hold the run's best weights (else its last) and validate them as the run did."""
+        from yolo11.engine.config import TrainConfig
+        from yolo11.gate import read_yaml
+
+        saved = TrainConfig.from_dict(read_yaml(run_dir / "config.yaml"))  # the resolved config, resumes included
+        best, last = (run_dir / "weights" / f"{name}.safetensors" for name in ("best", "last"))
+        best, last = (file if file.is_file() else None for file in (best, last))
+        if best or last:
+            self._load(str(best or last))
+        self.run_dir, self.overrides = run_dir, _run_overrides(run_dir)
+        metrics = Metrics(None, None, None, None)
+        if best is not None:
+            if calls.is_main_process():
+                print(f"validating {best}")
+            data, run = saved.data, saved.run
+            metrics = self._validate(
+                data=data.data, split=data.val_split, images=data.images, bbox_format=data.bbox_format,
+                cache_dir=data.cache_dir, imgsz=data.imgsz, batch=run.val_batch_size or 2 * run.batch_size,
+                workers=2 if data.workers is None else data.workers, conf=run.val_conf, iou=run.val_iou,
+                max_det=run.max_det, rect=run.val_rect, nms=run.val_nms)[0]
+        self.metrics = dataclasses.replace(metrics, run_dir=run_dir, best=best, last=last,
+                                           best_epoch=_best_epoch(run_dir))
+        return self.metrics
+
+    # -- validation ----------------------------------------------------------------------------------------------
+
+    def val(self, **kwargs: Any) -> Metrics:
+        """Validate on ``data=`` (default: the data of the run the weights came from) with ``yolo11 val``'s keys
+        (``imgsz``, ``batch``, ``conf``, ``iou``, ``split``, ``rect``, ``nms``, ``json``, ``plots_dir``...) or
+        Ultralytics'; prints the per-class table and returns the metrics. Under ``accelerate launch`` each process
+        validates its shard and every process gets the metrics."""
+        from yolo11.tools import val as val_tool
+
+        kwargs = {**{k: v for k, v in self.overrides.items() if k in ("data", "imgsz")}, **kwargs}
+        if "data" not in kwargs:
+            raise UsageError("val needs data= (a data YAML, a COCO json, a dataset folder or a Hub id)")
+        with calls.error_lines("yolo11 val", hold=True) as errors:
+            try:  # the val tool's flags, defaults and key=value reading; the weights are this object's model
+                args = val_tool.parse_args([self._weights_argument(), *calls.tool_tokens(kwargs)])
+            except SystemExit as exit_:
+                raise UsageError(errors.last or f"val arguments refused (exit {exit_.code})") from None
+        metrics, predictions, class_names = self._validate(
+            data=args.data, split=args.split, images=args.images, bbox_format=args.bbox_format,
+            cache_dir=args.cache_dir, imgsz=args.imgsz, batch=args.batch, workers=args.workers, conf=args.conf,
+            iou=args.iou, max_det=args.max_det, rect=args.rect, backend=args.backend, nms=args.nms)
+        if calls.is_main_process():
+            _write_val_outputs(args, metrics, predictions, class_names)
+        self.metrics = metrics
+        return metrics
+
+    def _validate(self, *, data: str, split: str, images: str | None, bbox_format: str, cache_dir: str | None,
+                  imgsz: int, batch: int, workers: int, conf: float, iou: float, max_det: int, rect: bool,
+                  nms: bool | None, backend: str = "fast") -> tuple[Metrics, list, list[str]]:
+        """``yolo11.tools.val.main`` on this object's model, returning what it prints: the metrics, the gathered
+        predictions and the dataset's class names."""
+        from accelerate import Accelerator, DataLoaderConfiguration
+
+        from yolo11.data import load_source
+        from yolo11.data.sources import VAL_FALLBACKS
+        from yolo11.evaluation.table import format_table
+        from yolo11.postprocess import head_line, select_head
+        from yolo11.tools.val import evaluate_weights
+
+        model = copy.deepcopy(self.model).fuse()
+        end2end = select_head(model.config["name"], model.end2end, nms)
+        source = load_source(data, split=split, cache_dir=cache_dir, images=images, bbox_format=bbox_format,
+                             fallback_splits=VAL_FALLBACKS, split_flag="split")
+        with calls.process_group():
+            # as the val tool: no even_batches padding (rect batches of other shapes), a fused copy of the model
+            accelerator = Accelerator(dataloader_config=DataLoaderConfiguration(even_batches=False))
+            metrics, predictions, ground_truth = evaluate_weights(
+                accelerator, model, source, imgsz=imgsz, batch=batch, workers=workers, conf=conf, iou=iou,
+                max_det=max_det, rect=rect, backend=backend, end2end=end2end)
+        if calls.is_main_process():
+            print(head_line(model.config["name"], model.end2end, end2end))
+            print(format_table(metrics, source.class_names, ground_truth))
+        return Metrics.from_evaluation(metrics, source.class_names, ground_truth), predictions, source.class_names
+
+    # -- prediction ----------------------------------------------------------------------------------------------
+
+    def predict(self, source: Any = None, stream: bool = False, **kwargs: Any) -> list[Detections] | Iterator:
+        """Detect objects in ``source``: a path, folder, glob, URL, video or webcam index (as ``yolo11 predict``
+        reads them), an (H, W, 3) uint8 **RGB** array (Ultralytics takes BGR arrays), a PIL image, or a list of
+        these. Keywords: ``imgsz``, ``conf``, ``iou``, ``max_det``, ``rect``, ``batch``, ``device``, ``nms``,
+        ``names`` (``yolo11.Detector``), and ``save=True`` (drawn images, a drawn image per video frame, and
+        predictions.json under ``project``/``name``, default runs/predict), ``save_txt``, ``save_conf``. Returns one
+        ``Detections`` per image or video frame, or with ``stream=True`` a generator of them."""
+        if source is None:
+            raise UsageError("predict needs a source (an image, folder, glob, URL, video, array or a list of them)")
+        settings, saving = self._predict_settings(kwargs)
+        results = self._predictions(self._detector_for(settings), source, saving)
+        return results if stream else list(results)
+
+    __call__ = predict
+
+    def _predict_settings(self, kwargs: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+        """``Detector`` settings and saving options from ``predict``'s keywords; another Ultralytics key is ignored
+        with a note, anything else is a ``UsageError``."""
+        settings = {k: v for k, v in self.overrides.items() if k == "imgsz"}
+        saving: dict[str, Any] = {}
+        ignored = []
+        for key, value in kwargs.items():
+            if key in PREDICT_KEYS:
+                settings[key] = value
+            elif key in SAVE_KEYS:
+                saving[key] = value
+            elif key in ULTRALYTICS_DEFAULTS:
+                ignored.append(f"{key}={value}")
+            else:
+                raise UsageError(f"predict: unknown key {key!r}"
+                                 f"{did_you_mean(key, [*PREDICT_KEYS, *SAVE_KEYS, *ULTRALYTICS_DEFAULTS])}")
+        if ignored and calls.is_main_process():
+            print(f"predict: Ultralytics keys not implemented here, ignored: {', '.join(ignored)}", file=sys.stderr)
+        return settings, saving
+
+    def _detector_for(self, settings: dict[str, Any]) -> Detector:
+        """A ``Detector`` of a fused copy of the model, kept while the model and the settings stay the same (a
+        loop of ``model(frame)`` calls fuses once)."""
+        from yolo11.predictor import Detector, class_names_for
+
+        model = self.model
+        key = (id(model), tuple(sorted((k, repr(v)) for k, v in settings.items())))
+        if self._detector is not None and self._detector[0] == key:
+            return self._detector[1]
+        if self._fused is None or self._fused[0] != id(model):
+            self._fused = (id(model), copy.deepcopy(model).fuse())
+        settings = dict(settings)
+        names = class_names_for(model, self.ckpt_path, settings.pop("names", None))
+        try:
+            detector = Detector(self._fused[1], names, **settings)
+        except ValueError as err:
+            raise UsageError(f"predict: {err}") from None
+        self._detector = (key, detector)
+        return detector
+
+    def _predictions(self, detector: Detector, source: Any, saving: dict[str, Any]) -> Iterator[Detections]:
+        """Each image's (or video frame's) ``Detections``, in order, ``detector.batch`` images at a time; saved as
+        ``saving`` asks (``yolo11 predict``'s ``PredictionWriter``)."""
+        from yolo11.tools.predict import PredictionWriter, numbered_dir
+
+        writer = None
+        if saving.get("save") or saving.get("save_txt"):
+            folder = Path(saving.get("project") or "runs") / (saving.get("name") or "predict")
+            writer = PredictionWriter(numbered_dir(folder, bool(saving.get("exist_ok"))), draw=bool(saving.get("save")),
+                                      save_txt=bool(saving.get("save_txt")), save_conf=bool(saving.get("save_conf")))
+        pending: list[tuple[Any, str | None]] = []  # images waiting for a full batch
+        try:
+            for kind, item, location in _inputs(source):
+                if kind == "image":
+                    pending.append((item, location))
+                    if len(pending) == detector.batch:
+                        yield from _detect(detector, pending, writer)
+                        pending = []
+                    continue
+                yield from _detect(detector, pending, writer)
+                pending, frame = [], 1
+                for chunk in _frames(item, detector.batch):
+                    yield from _detect(detector, [(image, location) for image in chunk], writer, frame)
+                    frame += len(chunk)
+            yield from _detect(detector, pending, writer)
+        finally:
+            if writer is not None and writer.records:
+                print(f"predictions saved to {writer.finish().parent}")
+
+    # -- export and summary --------------------------------------------------------------------------------------
+
+    def export(self, format: str = "onnx", **kwargs: Any) -> Path:  # noqa: A002 - Ultralytics' keyword
+        """Write the model as ``onnx`` (``yolo11 export``'s keys: ``imgsz``, ``batch``, ``dynamic``, ``half``,
+        ``opset``, ``nms``, ``check``...), ``pt`` (an Ultralytics checkpoint; needs ultralytics) or ``safetensors``
+        (ours); ``output=`` names the file (default: beside the weights, as Ultralytics). Returns its path."""
+        from yolo11.tools import export as export_tool
+        from yolo11.weights import save_weights
+
+        fmt = str(format).lower()
+        if fmt not in ("onnx", "pt", "safetensors"):
+            raise UsageError(f"export: format={format!r}: expected onnx, pt or safetensors")
+        kwargs = {**{k: v for k, v in self.overrides.items() if k == "imgsz" and fmt != "safetensors"}, **kwargs}
+        output = Path(kwargs.pop("output", None) or export_tool.default_output(self._weights_name(), f".{fmt}"))
+        if self.ckpt_path and Path(self.ckpt_path).exists() and output.resolve() == Path(self.ckpt_path).resolve():
+            raise UsageError(f"export: {output} is the weights file this model was loaded from; pass output=")
+        if fmt == "safetensors":
+            if kwargs:
+                raise UsageError(f"export: format=safetensors takes no {', '.join(kwargs)}")
+            return save_weights(self.model, output)
+        with tempfile.TemporaryDirectory() as folder, calls.error_lines("yolo11 export", hold=True) as errors:
+            weights = save_weights(self.model, Path(folder) / f"{Path(self._weights_name()).stem}.safetensors")
+            try:  # the export tool on this object's model (saved as it is now), so that Python and shell agree
+                code = export_tool.main([str(weights), "--format", fmt, "--output", str(output),
+                                         *calls.tool_tokens(kwargs)])
+            except SystemExit as exit_:
+                code = exit_.code
+            if code:
+                raise UsageError(errors.last or f"export failed (exit {code})")
+        return output
+
+    def info(self, verbose: bool = True, imgsz: int = 640) -> tuple[int, int, int, float]:
+        """``(layers, parameters, gradients, GFLOPs)`` as Ultralytics' ``model.info()`` returns them: modules,
+        parameters and trainable ones, and the FLOPs of one ``imgsz`` x ``imgsz`` image in eval mode (torch's
+        ``FlopCounterMode``: a multiply-add counts 2, as Ultralytics' GFLOPs); ``verbose`` prints them on one line."""
+        import torch
+        from torch.utils.flop_counter import FlopCounterMode
+
+        model = self.model
+        layers = len(list(model.modules()))
+        parameters = sum(p.numel() for p in model.parameters())
+        gradients = sum(p.numel() for p in model.parameters() if p.requires_grad)
+        training = model.training
+        device = next(model.parameters()).device
+        try:
+            model.eval()
+            with torch.no_grad(), FlopCounterMode(display=False) as counter:
+                model(torch.zeros(1, 3, imgsz, imgsz, dtype=torch.uint8, device=device))
+        finally:
+            model.train(training)
+        gflops = counter.get_total_flops() / 1e9
+        if verbose:
+            names = list(self.names.values())
+            listed = ", ".join(names[:5]) + (", ..." if len(names) > 5 else "")
+            print(f"{self.architecture} summary: {layers} layers, {parameters:,} parameters, {gradients:,} gradients, "
+                  f"{gflops:.1f} GFLOPs at {imgsz} px; {len(names)} classes ({listed})")
+        return layers, parameters, gradients, gflops
+
+    def _weights_argument(self) -> str:
+        """What the tools' positional weights argument gets: the weights loaded, else ``.`` (an existing path, so
+        that the tools' check passes; the model used is this object's)."""
+        return self.ckpt_path if self.ckpt_path and Path(self.ckpt_path).exists() else "."
+
+    def _weights_name(self) -> str:
+        """The weights reference outputs are named after (``best.safetensors`` -> ``best.onnx``), else the
+        architecture (``yolo11n.onnx`` in the current folder)."""
+        return self.ckpt_path or self.architecture
+
+
+# -- helpers -----------------------------------------------------------------------------------------------------
+
+
+def _run_overrides(run_dir: Path) -> dict[str, Any]:
+    """The data and image size of a run (its config.yaml), what Ultralytics keeps from a checkpoint's arguments."""
+    from yolo11.gate import read_yaml
+
+    values = read_yaml(run_dir / "config.yaml") or {}
+    data = values.get("data", {}) if isinstance(values, dict) else {}
+    return {key: data[key] for key in ("data", "imgsz") if key in data}
+
+
+def _run_folder(config: TrainConfig, started: float) -> Path:
+    """The run folder a training that started at ``started`` (``time.time()``) wrote: of ``--output-dir/--name``,
+    its numbered siblings (``exp2``...) and the ``--resume`` target, the one whose config.yaml (written when a run
+    starts or resumes) is newest and no older than the start. The trainer does not return its folder."""
+    run = config.run
+    base = Path(run.output_dir) / run.name
+    candidates = [base, *base.parent.glob(f"{glob.escape(base.name)}*")] if base.parent.is_dir() else []
+    if run.resume and run.resume != "auto":  # a run folder, one of its checkpoints, or its weights/last.safetensors
+        target = Path(run.resume)
+        candidates += [target, target.parent, target.parent.parent]
+    written = [((folder / "config.yaml").stat().st_mtime, folder) for folder in candidates
+               if (folder / "config.yaml").is_file()]
+    fresh = [item for item in written if item[0] >= started - 2.0]  # 2 s: file-system timestamps may round
+    if not fresh:
+        raise TrainingError(f"training ended, but no run folder under {base.parent} has a config.yaml written since "
+                            "it started")
+    return max(fresh, key=lambda item: item[0])[1]
+
+
+def _best_epoch(run_dir: Path) -> int | None:
+    """The epoch (from 1) of the best mAP50-95 in results.csv, the first of equals (as the trainer keeps it)."""
+    from yolo11.evaluation.results import read_results
+
+    rows = [row for row in read_results(run_dir / "results.csv") if row.get("metrics/mAP50-95(B)")]
+    if not rows:
+        return None
+    best = max(rows, key=lambda row: float(row["metrics/mAP50-95(B)"]))  # max() keeps the first of equals
+    return int(best["epoch"])
+
+
+def _write_val_outputs(args: Any, metrics: Metrics, predictions: list, class_names: list[str]) -> None:
+    """The val tool's ``--json``, ``--plots-dir`` and ``--predictions-json`` files."""
+    import json
+
+    from yolo11.evaluation import plots
+    from yolo11.evaluation.coco import coco_results
+
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(metrics.raw) + "\n")
+    if args.plots_dir:
+        plots.save_validation_plots(args.plots_dir, metrics.raw, [], class_names)
+    if args.predictions_json:
+        args.predictions_json.parent.mkdir(parents=True, exist_ok=True)
+        args.predictions_json.write_text(json.dumps(coco_results(dict(predictions))) + "\n")
+
+
+def _inputs(source: Any) -> Iterator[tuple[str, Any, str | None]]:
+    """``(kind, item, location)`` per input of ``predict``'s ``source``: ``("image", path or array, location)``
+    and ``("video", Source, location)`` for a video, stream or webcam (``predict_sources``)."""
+    import numpy as np
+
+    from yolo11.tools.predict_sources import expand_sources, read_image
+
+    if isinstance(source, np.ndarray) and source.ndim == 4:  # a (B, H, W, 3) batch
+        source = list(source)
+    items = source if isinstance(source, Iterable) and not isinstance(source, (str, Path, np.ndarray)) \
+        and not hasattr(source, "convert") else [source]
+    for item in items:
+        if not isinstance(item, (str, Path)):
+            yield "image", item, None
+            continue
+        for found in expand_sources([str(item)]):
+            if found.is_video:
+                yield "video", found, found.location
+            elif found.kind == "url":
+                yield "image", read_image(found), found.location
+            else:
+                yield "image", found.location, found.location
+
+
+def _frames(source: Any, size: int) -> Iterator[list]:
+    """A video's frames, ``size`` at a time (a webcam's one at a time, to keep up with it)."""
+    from yolo11.tools.predict_sources import frame_chunks, open_video
+
+    capture = open_video(source)
+    try:
+        yield from frame_chunks(capture, 1 if source.kind == "webcam" else size)
+    finally:
+        capture.release()
+
+
+def _detect(detector: Detector, items: list[tuple[Any, str | None]], writer: Any,
+            frame: int | None = None) -> Iterator[Detections]:
+    """``Detections`` of ``(image, location)`` items in one batch, each named after its location (video frames
+    numbered from ``frame``) and saved when there is a ``writer``."""
+    if not items:
+        return
+    for index, (detections, (_, location)) in enumerate(zip(detector.predict([image for image, _ in items]), items,
+                                                            strict=True)):
+        if detections.source is None and location is not None:
+            detections = dataclasses.replace(detections, source=location)
+        if writer is not None:
+            _save(writer, detections, location, None if frame is None else frame + index)
+        yield detections
+
+
+def _save(writer: Any, detections: Detections, location: str | None, frame: int | None) -> None:
+    """One result into ``predict``'s ``PredictionWriter``: its json record, txt labels and drawn image (video
+    frames: one drawn image per frame)."""
+    stem = Path(location).stem if location else "image"
+    name = writer.unique_stem(stem if frame is None else f"{stem}_{frame}")
+    writer.add(detections, location or name, name, frame)
+    suffix = Path(location).suffix.lower() if location and frame is None else ".jpg"
+    writer.write_image(detections, name, suffix if suffix in (".jpg", ".jpeg", ".png", ".bmp", ".webp") else ".jpg")
