@@ -123,3 +123,15 @@ def test_conversion_workers_end_quietly_under_the_trainers_stop_handler():
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert result.returncode == 0 and "done" in result.stdout, result.stderr
     assert "StopRequested" not in result.stderr and "Traceback" not in result.stderr, result.stderr
+
+
+def test_conversion_workers_started_from_an_unguarded_script_do_not_run_it_again(tmp_path):
+    """A script without ``if __name__ == "__main__"`` (a notebook cell saved as a file, the Python API's users) that
+    converts with worker processes: the forkserver must not import the script again (it used to wait forever)."""
+    script = tmp_path / "convert_me.py"
+    script.write_text("from yolo11.data.sources import load_source\n"
+                      f"source = load_source('coco8.yaml', 'train', cache_dir={str(tmp_path / 'cache')!r}, workers=2)\n"
+                      "print('rows', len(source.dataset))\n")
+    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=180,
+                            cwd=Path(__file__).resolve().parents[1] / "yolo11" / "assets")
+    assert result.returncode == 0 and "rows 4" in result.stdout, result.stderr[-2000:]

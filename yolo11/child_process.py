@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
@@ -23,3 +24,19 @@ def worker_signals(parent: int | None = None) -> None:
         ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
         if os.getppid() != parent:  # the parent died before the request took effect
             os._exit(1)
+
+
+@contextlib.contextmanager
+def main_module_hidden():
+    """``multiprocessing``'s spawn (and the forkserver's server) re-imports ``__main__`` by its module name or file,
+    which runs a user's script again when it has no ``if __name__ == "__main__"`` guard (a conversion pool started
+    from such a script waited forever); without them it imports nothing of the parent's script. Wrap the start of
+    the pool in it."""
+    main = sys.modules["__main__"]
+    saved = {name: main.__dict__.pop(name) for name in ("__file__", "__spec__") if name in main.__dict__}
+    try:
+        main.__spec__ = None
+        yield
+    finally:
+        main.__dict__.pop("__spec__", None)
+        main.__dict__.update(saved)

@@ -13,14 +13,12 @@ user's script that calls the trainer without an ``if __name__ == "__main__"`` gu
 
 from __future__ import annotations
 
-import contextlib
 import multiprocessing
 import os
-import sys
 from collections.abc import Callable
 from concurrent.futures import Future, ProcessPoolExecutor
 
-from yolo11.child_process import worker_signals
+from yolo11.child_process import main_module_hidden, worker_signals
 
 MAX_WORKERS = 4  # the end of a run has 6-8 figures of about a second each
 
@@ -38,20 +36,6 @@ def _started() -> int:
     return os.getpid()
 
 
-@contextlib.contextmanager
-def _main_module_hidden():
-    """``multiprocessing``'s spawn re-imports ``__main__`` in the child by its module name or file; without them it
-    imports nothing of the parent's script."""
-    main = sys.modules["__main__"]
-    saved = {name: main.__dict__.pop(name) for name in ("__file__", "__spec__") if name in main.__dict__}
-    try:
-        main.__spec__ = None
-        yield
-    finally:
-        main.__dict__.pop("__spec__", None)
-        main.__dict__.update(saved)
-
-
 class PlotPool:
     """``submit(figure, *args)`` draws ``figure(*args)`` (a module-level function of ``yolo11.evaluation.plots``,
     arguments that pickle: NumPy arrays, lists, paths) in a worker process; ``wait()`` returns once every figure
@@ -63,7 +47,7 @@ class PlotPool:
         self._executor = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
                                              initializer=_worker_start, initargs=(os.getpid(),))
         # one task per worker starts them all now; each is then ready (imports done) when the figures come
-        with _main_module_hidden():
+        with main_module_hidden():
             self._pending: list[Future] = [self._executor.submit(_started) for _ in range(workers)]
 
     def submit(self, figure: Callable, *args) -> None:

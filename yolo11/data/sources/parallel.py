@@ -15,7 +15,7 @@ from typing import TypeVar
 
 from tqdm.auto import tqdm
 
-from yolo11.child_process import worker_signals
+from yolo11.child_process import main_module_hidden, worker_signals
 
 Item = TypeVar("Item")
 Result = TypeVar("Result")
@@ -72,7 +72,9 @@ def ordered_map(func: Callable[[Item], Result], items: Sequence[Item], *, worker
                 bar.update()
             return results
         chunk = max(1, min(MAX_CHUNK, len(items) // (workers * 8)))
-        with _context(func).Pool(workers, initializer=worker_signals) as pool:
+        with main_module_hidden():  # a user's unguarded script is not run again in the workers
+            pool = _context(func).Pool(workers, initializer=worker_signals)
+        with pool:
             results = []
             for result in pool.imap(func, items, chunksize=chunk):
                 results.append(result)
