@@ -62,6 +62,7 @@ from yolo11.engine.profiling import StepProfiler
 from yolo11.engine.progress import Progress, loss_names, print_summary
 from yolo11.engine.resume import Resume, prepare_resume
 from yolo11.engine.resume_check import RunBounds
+from yolo11.engine.run_clock import RunClock
 from yolo11.engine.run_lock import RunFolderBusyError, RunLock, lock_run_dir
 from yolo11.engine.run_outputs import RunOutputs
 from yolo11.evaluation import ValidationStopped
@@ -93,11 +94,7 @@ class Run:
     state: TrainState
     stop: StopSignal
     outputs: RunOutputs | None = None
-    train_seconds: float = 0.0  # this process's time in training loops, for the summary's img/s
-    val_seconds: float = 0.0
-    score_seconds: float = 0.0  # the scoring part of val_seconds
-    val_data_seconds: float = 0.0  # the part of val_seconds spent waiting for batches
-    saving_seconds: float = 0.0  # resumable checkpoints, weights files and results
+    clock: RunClock = dataclasses.field(default_factory=lambda: RunClock(process_start()))  # every phase's time
     last_checkpoint: float = dataclasses.field(default_factory=time.monotonic)  # --save-period auto's clock
 
 
@@ -169,12 +166,11 @@ def _train(config: TrainConfig, typed: frozenset[str] | None, launch: PartialSta
         say_error(write_failure(err, run_dir, resume.checkpoint if resume is not None else None), launch, job)
         return 2
     stop.defer()  # from here a signal is honoured at the next step, validation batch or the end of a save
-    start = time.perf_counter()
-    startup = process_age()
+    run.clock.end_startup()
     try:
         exit_code, images_seen = fit(run)
         # a failed upload (offline, no token) does not fail the finished run: the warning says how to push it later
-        finish(run, start, images_seen, push=exit_code == 0, startup_seconds=startup)
+        finish(run, images_seen, push=exit_code == 0)
     except FailedElsewhere:
         stop.leaving()
         return 2
@@ -326,7 +322,7 @@ def start_run(run: Run, val_source: DetectionSource, resume: Resume | None = Non
         run.outputs = RunOutputs(accelerator, run.run_dir, run.train_source.class_names, run.state,
                                  epochs=config.run.epochs, patience=config.run.patience, plots=config.run.plots,
                                  report_to=report_to, lr_groups=len(run.step.optimizer.param_groups),
-                                 loss_names=loss_names(model.end2end))
+                                 loss_names=loss_names(model.end2end), clock=run.clock)
         if resume_from is None and config.run.plots and accelerator.is_main_process:
             save_first_batches(run)
             run.outputs.draw(plot_labels, *labels_plot_data(run.train_source), run.run_dir / "labels.jpg")
@@ -402,7 +398,7 @@ def fit(run: Run) -> tuple[int, int]:
             loader = itertools.islice(stream, run.plan.batches_per_epoch - state.batches_in_epoch)
             result = train_one_epoch(step, loader, state, epoch, config.max_steps)
             images_seen += result.images
-            run.train_seconds += result.seconds
+            run.clock.add("training", result.seconds)
             if result.interrupted or (result.reached_max_steps and state.batches_in_epoch < run.plan.batches_per_epoch):
                 return stop_mid_epoch(run, result), images_seen
             try:
@@ -463,19 +459,18 @@ def end_epoch(run: Run, epoch: int, result) -> tuple[bool, bool]:
         final = last_epoch or run.outputs.may_stop(epoch)
         plots = config.plots and final
         run.stop.enter("validation", step.accelerator.process_index)
-        start = time.perf_counter()
-        validation = run.validator.run(model, step.criterion, plots=plots, images=plots or bool(run.outputs.report_to),
-                                       all_stats=final, stop=lambda: run.stop.requested)
-        val_seconds = time.perf_counter() - start
-        run.val_seconds += val_seconds
-        run.score_seconds += validation.score_seconds
-        run.val_data_seconds += validation.data_seconds
+        before = run.clock.seconds("validation")
+        with run.clock("validation"):
+            validation = run.validator.run(model, step.criterion, plots=plots,
+                                           images=plots or bool(run.outputs.report_to), all_stats=final,
+                                           stop=lambda: run.stop.requested)
+        val_seconds = run.clock.seconds("validation") - before
+        run.clock.add("scoring", validation.score_seconds)
+        run.clock.add("validation data", validation.data_seconds)
     state.start_epoch(epoch + 1)
-    start = time.perf_counter()
-    with agreed(step.accelerator):  # a full disk on the main process ends every process here
+    with run.clock("saving"), agreed(step.accelerator):  # a full disk on the main process ends every process here
         outcome = run.outputs.end_epoch(epoch, result, step.schedule.lrs(), validation, model,
                                         state.optimizer_steps, final=last_epoch, val_seconds=val_seconds)
-    run.saving_seconds += time.perf_counter() - start
     state.best_fitness, state.best_epoch = outcome.best_fitness, outcome.best_epoch
     due = last_epoch or outcome.stop or checkpoint_due(run, epoch)
     if due:
@@ -498,24 +493,24 @@ def checkpoint_due(run: Run, epoch: int) -> bool:
 
 def checkpoint(run: Run) -> None:
     """A resumable checkpoint of the run as it stands (every rank), with the resolved config."""
-    step, start = run.step, time.perf_counter()
+    step = run.step
     run.stop.enter("checkpoint", step.accelerator.process_index)  # a signal now: the write completes first
-    save_checkpoint(step.accelerator, run.run_dir, run.state, run.config.run.keep_checkpoints, step.model, step.ema,
-                    run.config.to_dict())
+    with run.clock("saving"):
+        save_checkpoint(step.accelerator, run.run_dir, run.state, run.config.run.keep_checkpoints, step.model,
+                        step.ema, run.config.to_dict())
     run.last_checkpoint = time.monotonic()
-    run.saving_seconds += time.perf_counter() - start
 
 
-def process_age() -> float | None:
-    """Seconds since this process started (imports, data, model and accelerator set-up), None where unknown."""
+def process_start() -> float | None:
+    """When this process started (``time.time()``; its start-up then counts the imports), None where unknown."""
     try:
         import psutil  # an Accelerate dependency
     except ImportError:
         return None
-    return max(time.time() - psutil.Process().create_time(), 0.0)
+    return psutil.Process().create_time()
 
 
-def finish(run: Run, started: float, images_seen: int, push: bool, startup_seconds: float | None = None) -> bool:
+def finish(run: Run, images_seen: int, push: bool) -> bool:
     """Summary, plots, trackers closed; ``--push-to-hub`` when ``push`` (a run that ended normally), from the main
     process. Returns False when the push failed. A stop request (now or before) skips the plots and the push: the
     last checkpoint is whole, and a resume draws them."""
@@ -523,16 +518,12 @@ def finish(run: Run, started: float, images_seen: int, push: bool, startup_secon
     run.stop.enter("finish", step.accelerator.process_index)
     if step.profiler is not None:
         step.profiler.close(run.state.optimizer_steps)
-    saving = time.perf_counter()
-    with agreed(step.accelerator):  # the weights written in the background: their error, on every process
+    with run.clock("saving"), agreed(step.accelerator):  # the weights written in the background: their error
         run.outputs.wait_for_writes()
-    run.saving_seconds += time.perf_counter() - saving
     stopping = step.stop.agreed_now()
     with agreed(step.accelerator):
         run.outputs.finish_figures(cancel=stopping)  # drawn by workers since the last epoch; a stop drops the rest
-    print_summary(step.accelerator, time.perf_counter() - started, run.train_seconds, run.val_seconds, images_seen,
-                  run.outputs.best_summary(), startup_seconds, run.saving_seconds, run.outputs.plot_seconds,
-                  run.score_seconds, run.val_data_seconds)
+    print_summary(step.accelerator, run.clock, images_seen, run.outputs.best_summary())
     run.validator.close()
     table = run.outputs.class_table(run.validator.evaluator.ground_truth)
     if table and step.accelerator.is_main_process:
