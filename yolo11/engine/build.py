@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import warnings
-from datetime import timedelta
 from pathlib import Path
 
 import torch
@@ -27,6 +26,7 @@ from yolo11.engine.interrupt import StopAgreement
 from yolo11.engine.loop import Accumulation, TrainStep
 from yolo11.engine.optim import WarmupSchedule, lr_lambda
 from yolo11.engine.plan import RunPlan
+from yolo11.engine.process_group import COLLECTIVE_TIMEOUT
 from yolo11.engine.profiling import StepProfiler
 from yolo11.engine.progress import Progress
 from yolo11.loss import DetectionLoss, End2EndLoss
@@ -98,7 +98,8 @@ def build_accelerator(plan: RunPlan, run_dir: Path, log_with: list[str]) -> Acce
             # The DFL conv is frozen; every other parameter gets a gradient every step.
             DistributedDataParallelKwargs(find_unused_parameters=False),
             # A rank that dies is caught by the launcher; a slow one (rank-0 evaluation) must not time out others.
-            InitProcessGroupKwargs(timeout=timedelta(minutes=30)),
+            # Applies only where no PartialState made the group before: the trainer's (launch_state) has it already.
+            InitProcessGroupKwargs(timeout=COLLECTIVE_TIMEOUT),
         ],
     )
     accelerator.register_save_state_pre_hook(_weights_to_host)
