@@ -66,6 +66,7 @@ from yolo11.engine.resume import Resume, prepare_resume
 from yolo11.engine.resume_check import RunBounds
 from yolo11.engine.run_lock import RunFolderBusyError, RunLock, lock_run_dir
 from yolo11.engine.run_outputs import RunOutputs
+from yolo11.engine.weight_trace import WeightTrace
 from yolo11.evaluation import ValidationStopped
 from yolo11.evaluation.plots import plot_labels
 from yolo11.output_errors import FULL_ERRNOS, WRITE_ERRNOS, replaced, write_error_message, writing
@@ -300,7 +301,8 @@ def build_run(config: TrainConfig, plan: RunPlan, run_dir: Path, train_source: D
                           loss_names=losses),
         profiler=StepProfiler(run_dir / "profile", config.run.profile and accelerator.is_main_process,
                               accelerator.device),
-        stop=StopAgreement(accelerator, stop), cuda_graphs=plan.cuda_graphs.enabled)
+        stop=StopAgreement(accelerator, stop), cuda_graphs=plan.cuda_graphs.enabled,
+        trace=WeightTrace.from_environment(accelerator, accelerator.unwrap_model(model, keep_torch_compile=False)))
     # The architecture as built (--model may be left to the weights): what checkpoints store and resumes compare.
     resolved = dataclasses.replace(config.model, model=model_name, backbone=backbone)
     config = dataclasses.replace(config, model=resolved)
