@@ -13,7 +13,15 @@ import pytest
 import torch
 import yaml
 from accelerate import Accelerator
-from engine_helpers import ACCELERATE, CONFIGS, ROOT, TINY_FLAGS, checkpoint_model, describe, launch
+from engine_helpers import (
+    ROOT,
+    TINY_FLAGS,
+    checkpoint_model,
+    describe,
+    launch,
+    signal_after_step,
+    start_in_own_group,
+)
 
 import yolo11
 from yolo11.engine import checkpoint as ckpt
@@ -21,33 +29,6 @@ from yolo11.engine.checkpoint import CheckpointError, TrainState, load_checkpoin
 from yolo11.engine.ema import ModelEMA
 
 pytestmark = pytest.mark.usefixtures("fresh_accelerate_state")
-
-
-def start_in_own_group(args: list[str], config: str = "cpu.yaml", cpu_ddp: bool = False) -> subprocess.Popen:
-    """``accelerate launch`` in a process group of its own, as a shell starts a foreground job."""
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
-    env.pop("ACCELERATE_USE_CPU", None)
-    if cpu_ddp:
-        env["ACCELERATE_USE_CPU"] = "1"
-    command = [ACCELERATE, "launch", "--config_file", str(CONFIGS / config), str(ROOT / "train_accelerate.py"),
-               *args]
-    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-                            cwd=ROOT, start_new_session=True)
-
-
-def signal_after_step(process: subprocess.Popen, step: int, signum: int, timeout: float = 300) -> str:
-    """Send ``signum`` to the whole process group once a progress line for ``step`` is printed (a terminal's
-    Ctrl-C, or a scheduler's preemption); returns everything the job printed."""
-    lines, deadline = [], time.monotonic() + timeout
-    for line in process.stdout:
-        lines.append(line)
-        if line.startswith("epoch ") and f" step {step} " in line:
-            os.killpg(process.pid, signum)
-            break
-        assert time.monotonic() < deadline, "".join(lines[-20:])
-    lines.extend(process.stdout)
-    process.wait(timeout=120)
-    return "".join(lines)
 
 
 COMMON = [*TINY_FLAGS, "--batch-size", "4", "--nominal-batch", "4", "--epochs", "2", "--keep-checkpoints", "5"]

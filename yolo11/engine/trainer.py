@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import os
 import shutil
 import signal
 import sys
@@ -18,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import torch
 from accelerate import PartialState
-from accelerate.utils import DistributedType, broadcast, parse_flag_from_env, set_seed
+from accelerate.utils import DistributedType, broadcast, set_seed
 
 from yolo11.data import BatchHSV, DataSourceError, DetectionSource, build_dataloader, load_source, save_batch_preview
 from yolo11.data.dataset import available_memory, cache_bytes
@@ -58,6 +59,7 @@ from yolo11.engine.interrupt import StopAgreement, StopRequested, StopSignal, te
 from yolo11.engine.loop import TrainStep, train_one_epoch
 from yolo11.engine.optim import auto_optimizer_note, build_optimizer
 from yolo11.engine.plan import LaunchError, RunPlan, check_launch, cpu_fallback_warning, plan_run
+from yolo11.engine.process_group import launch_state, share_gpu_note
 from yolo11.engine.profiling import StepProfiler
 from yolo11.engine.progress import Progress, loss_names, print_summary
 from yolo11.engine.resume import Resume, prepare_resume
@@ -65,6 +67,7 @@ from yolo11.engine.resume_check import RunBounds
 from yolo11.engine.run_clock import RunClock
 from yolo11.engine.run_lock import RunFolderBusyError, RunLock, lock_run_dir
 from yolo11.engine.run_outputs import RunOutputs
+from yolo11.engine.weight_trace import WeightTrace
 from yolo11.evaluation import ValidationStopped
 from yolo11.evaluation.plots import plot_labels
 from yolo11.output_errors import FULL_ERRNOS, WRITE_ERRNOS, replaced, write_error_message, writing
@@ -103,8 +106,13 @@ def train(config: TrainConfig, typed: frozenset[str] | None = None) -> int:
     one line by each process that met it; 130 or 143: stopped by SIGINT or SIGTERM, the same on every rank).
     ``typed``: the flags the user set (``parse_command_line``); a resume reads the others from the checkpoint
     (None: every flag counts as set)."""
-    # As AcceleratorState would: the process group is created here, once, for the Accelerator built later.
-    launch = PartialState(cpu=parse_flag_from_env("ACCELERATE_USE_CPU"))
+    # The process group is made here, once, for the Accelerator built later (which could no longer set its options).
+    try:
+        launch = launch_state()
+    except LaunchError as err:  # no process group yet to agree on who says it: the first rank does
+        if os.environ.get("RANK", "0") == "0":
+            print(f"error: {err}", file=sys.stderr, flush=True)
+        return 2
     stop = StopSignal(raise_first=True).install()  # until training starts, a signal ends the start-up at once
     held: list[RunLock] = []  # the run folder's lock, held until the run ends
     try:
@@ -129,6 +137,9 @@ def _train(config: TrainConfig, typed: frozenset[str] | None, launch: PartialSta
         warning = cpu_fallback_warning(launch.device.type)
         if warning and launch.is_main_process:
             print(warning, file=sys.stderr, flush=True)
+        sharing = share_gpu_note(launch)
+        if sharing and launch.is_main_process:
+            print(sharing, flush=True)
         config, resume = prepare_resume(config, typed)
         stop.enter("conversion", launch.process_index)
         run_dir, train_source, val_source = locate_inputs(config, launch, resume, made)
@@ -286,7 +297,8 @@ def build_run(config: TrainConfig, plan: RunPlan, run_dir: Path, train_source: D
                           loss_names=losses),
         profiler=StepProfiler(run_dir / "profile", config.run.profile and accelerator.is_main_process,
                               accelerator.device),
-        stop=StopAgreement(accelerator, stop), cuda_graphs=plan.cuda_graphs.enabled)
+        stop=StopAgreement(accelerator, stop), cuda_graphs=plan.cuda_graphs.enabled,
+        trace=WeightTrace.from_environment(accelerator, accelerator.unwrap_model(model, keep_torch_compile=False)))
     # The architecture as built (--model may be left to the weights): what checkpoints store and resumes compare.
     resolved = dataclasses.replace(config.model, model=model_name, backbone=backbone)
     config = dataclasses.replace(config, model=resolved)
