@@ -256,7 +256,7 @@ class YOLO:
             except SystemExit as exit_:
                 raise UsageError(errors.last or f"val arguments refused (exit {exit_.code})") from None
         metrics, predictions, class_names = self._validate(
-            data=args.data, split=args.split, images=args.images, bbox_format=args.bbox_format,
+            data=args.data, split=args.split or "val", images=args.images, bbox_format=args.bbox_format,
             cache_dir=args.cache_dir, imgsz=args.imgsz, batch=args.batch, workers=args.workers, conf=args.conf,
             iou=args.iou, max_det=args.max_det, rect=args.rect, backend=args.backend, nms=args.nms)
         if calls.is_main_process():
