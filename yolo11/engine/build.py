@@ -94,7 +94,7 @@ def build_accelerator(plan: RunPlan, run_dir: Path, log_with: list[str]) -> Acce
         gradient_accumulation_steps=plan.accumulation_steps if deepspeed else 1,
         log_with=log_with or None,
         project_config=ProjectConfiguration(project_dir=str(run_dir), logging_dir=str(run_dir)),
-        dataloader_config=DataLoaderConfiguration(non_blocking=torch.cuda.is_available()),
+        dataloader_config=DataLoaderConfiguration(non_blocking=plan.pin_memory),  # pinned batches: async copies
         kwargs_handlers=[
             # The DFL conv is frozen; every other parameter gets a gradient every step.
             DistributedDataParallelKwargs(find_unused_parameters=False),

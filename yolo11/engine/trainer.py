@@ -146,10 +146,14 @@ def _train(config: TrainConfig, typed: frozenset[str] | None, launch: PartialSta
         lock = hold_run_dir(run_dir, launch, made)
         if lock is not None:
             held.append(lock)
-        needed = 0 if config.data.cache_images is not None else sum(  # only auto weighs the RAM
+        needed = 0 if config.data.cache_images is False else sum(  # auto weighs the RAM, true is checked by it
             cache_bytes(source.dataset, config.data.imgsz) for source in (train_source, val_source))
+        # the launch's facts, read once here and handed to the plan (which reads neither state nor environment)
         plan = plan_run(config, launch.num_processes, len(train_source.dataset), len(train_source.class_names),
-                        launch.device.type, cache_bytes=needed, available_ram=available_memory())
+                        launch.device.type, cache_bytes=needed, available_ram=available_memory(),
+                        mixed_precision=os.environ.get("ACCELERATE_MIXED_PRECISION", "no"),
+                        local_processes=int(os.environ.get("LOCAL_WORLD_SIZE", launch.num_processes)),
+                        distributed_type=launch.distributed_type, num_val_images=len(val_source.dataset))
         note = auto_optimizer_note(config.optim, plan.optimizer, typed)
         if note and launch.is_main_process:
             print(note, flush=True)
@@ -272,7 +276,7 @@ def build_run(config: TrainConfig, plan: RunPlan, run_dir: Path, train_source: D
     ema = ModelEMA(model, config.optim.ema_decay, config.optim.ema_tau) if config.optim.ema else None
     criterion = build_criterion(model, accelerator.device)
     optimizer = build_optimizer(model, plan.optimizer, plan.weight_decay,
-                                fused=accelerator.device.type in ("cuda", "cpu"))
+                                fused=plan.fused_optimizer)
     schedule = build_schedule(config, plan, optimizer)
     train_loader = build_train_stream_loader(config, plan, train_source, accelerator.state)
     validator = Validator.build(config, plan, val_source, accelerator, model)
@@ -280,7 +284,7 @@ def build_run(config: TrainConfig, plan: RunPlan, run_dir: Path, train_source: D
     if plan.compile.model or plan.compile.loss:
         use_compile_cache(config.run.compile_cache_dir)
     if plan.compile.model:
-        model = compile_model(model, plan.compile.mode, fast_layers=accelerator.device.type == "cuda")
+        model = compile_model(model, plan.compile.mode, fast_layers=plan.fast_layers)
         batch_hsv = torch.compile(batch_hsv)  # one fused kernel instead of ~40 passes over the batch
     if plan.compile.loss:
         criterion = CompiledLoss(criterion)
