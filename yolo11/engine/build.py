@@ -242,7 +242,8 @@ def build_train_loader_config(config: TrainConfig, plan: RunPlan) -> LoaderConfi
     return LoaderConfig(imgsz=data.imgsz, batch_size=plan.per_process_batch, workers=plan.workers, augment=True,
                         epochs=config.run.epochs, close_mosaic=data.close_mosaic, seed=config.run.seed, hyp=hyp,
                         max_boxes=data.max_boxes, cache_images=plan.cache_images, hsv_on_device=plan.hsv_on_device,
-                        full_batches=plan.compile.model)  # one batch shape for the compiled graph
+                        full_batches=plan.compile.model,  # one batch shape for the compiled graph
+                        pin_memory=plan.pin_memory)
 
 
 def build_train_stream_loader(config: TrainConfig, plan: RunPlan, source: DetectionSource,

@@ -49,7 +49,8 @@ class Validator:
         run, data = config.run, config.data
         loader_config = LoaderConfig(imgsz=data.imgsz, batch_size=plan.val_batch_size, workers=plan.workers,
                                      augment=False, shuffle=False, seed=run.seed, max_boxes=data.max_boxes,
-                                     rect=run.val_rect, cache_images=plan.cache_images and run.val_interval > 0)
+                                     rect=run.val_rect, cache_images=plan.cache_images and run.val_interval > 0,
+                                     pin_memory=plan.pin_memory)
         loader = build_val_stream(source, loader_config, num_processes=accelerator.num_processes,
                                   process_index=accelerator.process_index)
         if not run.val_nms and not model.end2end:
