@@ -469,6 +469,8 @@ def _run_folder(config: TrainConfig, started: float) -> Path:
     if run.resume and run.resume != "auto":  # a run folder, one of its checkpoints, or its weights/last.safetensors
         target = Path(run.resume)
         candidates += [target, target.parent, target.parent.parent]
+    elif run.resume == "auto" and base.parent.is_dir():  # the newest unfinished run of the folder
+        candidates += [folder for folder in base.parent.iterdir() if folder.is_dir()]
     written = [((folder / "config.yaml").stat().st_mtime, folder) for folder in candidates
                if (folder / "config.yaml").is_file()]
     fresh = [item for item in written if item[0] >= started - 2.0]  # 2 s: file-system timestamps may round

@@ -60,7 +60,7 @@ from yolo11.engine.optim import auto_optimizer_note, build_optimizer
 from yolo11.engine.plan import LaunchError, RunPlan, check_launch, cpu_fallback_warning, plan_run
 from yolo11.engine.profiling import StepProfiler
 from yolo11.engine.progress import Progress, loss_names, print_summary
-from yolo11.engine.resume import Resume, prepare_resume
+from yolo11.engine.resume import Resume, prepare_resume, resume_command
 from yolo11.engine.resume_check import RunBounds
 from yolo11.engine.run_lock import RunFolderBusyError, RunLock, lock_run_dir
 from yolo11.engine.run_outputs import RunOutputs
@@ -133,6 +133,8 @@ def _train(config: TrainConfig, typed: frozenset[str] | None, launch: PartialSta
         if warning and launch.is_main_process:
             print(warning, file=sys.stderr, flush=True)
         config, resume = prepare_resume(config, typed)
+        if resume is not None and resume.note and launch.is_main_process:  # which run `yolo11 train resume` took
+            print(resume.note, flush=True)
         stop.enter("conversion", launch.process_index)
         run_dir, train_source, val_source = locate_inputs(config, launch, resume, made)
         lock = hold_run_dir(run_dir, launch, made)
@@ -200,8 +202,8 @@ def write_failure(err: OSError, run_dir: Path | None, resumed: Path | None) -> s
     if intact is None:
         return f"{write_error_message(err)}; no checkpoint was written yet: {then}start the run again"
     ours = run_dir is not None and intact.parent == checkpoint_root(run_dir)
-    return (f"{write_error_message(err)}; the last complete checkpoint, {intact}, is intact: {then}resume with "
-            f"--resume {run_dir if ours else intact}")
+    command = resume_command(run_dir) if ours else f"--resume {intact}"
+    return f"{write_error_message(err)}; the last complete checkpoint, {intact}, is intact: {then}resume with {command}"
 
 
 def hold_run_dir(run_dir: Path, launch: PartialState, made: list[Path]) -> RunLock | None:
@@ -410,14 +412,19 @@ def fit(run: Run) -> tuple[int, int]:
             except ValidationStopped:
                 checkpoint(run)  # the trained epoch, before its validation
                 accelerator.print(f"stopped by a signal during the validation of epoch {epoch + 1}; the checkpoint "
-                                  "holds the trained epoch; resume with --resume auto (it validates the epoch again)")
+                                  f"holds the trained epoch; resume with: {resume_command(run.run_dir)} (it "
+                                  "validates the epoch again)")
                 return step.stop.exit_code, images_seen
             if stop_training or result.reached_max_steps:
+                if result.reached_max_steps and not stop_training and epoch + 1 < config.epochs:
+                    accelerator.print(f"stopped after --max-steps {config.max_steps} at the end of epoch {epoch + 1}; "
+                                      f"resume with: {resume_command(run.run_dir)}")
                 break
             if step.stop.agreed_now():  # a signal during the epoch's outputs or its checkpoint
                 if not saved:
                     checkpoint(run)
-                accelerator.print(f"stopped by a signal after epoch {epoch + 1}; resume with --resume auto")
+                accelerator.print(f"stopped by a signal after epoch {epoch + 1}; resume with: "
+                                  f"{resume_command(run.run_dir)}")
                 return step.stop.exit_code, images_seen
     except NonFiniteLossError as err:
         return stop_non_finite(run, err), images_seen
@@ -430,9 +437,9 @@ def stop_mid_epoch(run: Run, result) -> int:
     checkpoint(run)
     if result.interrupted:
         step.accelerator.print(f"stopped by a signal at step {run.state.optimizer_steps}; checkpoint saved, resume "
-                               "with --resume auto")
+                               f"with: {resume_command(run.run_dir)}")
         return step.stop.exit_code
-    step.accelerator.print(f"stopped after --max-steps {config.max_steps}; resume with --resume auto")
+    step.accelerator.print(f"stopped after --max-steps {config.max_steps}; resume with: {resume_command(run.run_dir)}")
     return 0
 
 
