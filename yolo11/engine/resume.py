@@ -71,7 +71,7 @@ def locate_resume(resume: str, output_dir: str, name: str, search: bool = False)
 
 
 @dataclass(frozen=True)
-class Progress:
+class RunProgress:
     """How far a checkpoint's run got: epochs done, batches of the next one, the best epoch (0-based, -1: none)."""
 
     epochs_done: int
@@ -79,7 +79,7 @@ class Progress:
     best_epoch: int
 
 
-def read_progress(checkpoint: Path) -> Progress | None:
+def read_progress(checkpoint: Path) -> RunProgress | None:
     """The checkpoint's ``train_state.json`` counters, None when they cannot be read (the resume's full checks
     then say why)."""
     try:
@@ -87,10 +87,10 @@ def read_progress(checkpoint: Path) -> Progress | None:
     except (OSError, ValueError):  # FileRefusedError is a ValueError
         return None
     values = [state.get(key) for key in ("epoch", "batches_in_epoch", "best_epoch")] if isinstance(state, dict) else []
-    return Progress(*values) if len(values) == 3 and all(type(v) is int for v in values) else None
+    return RunProgress(*values) if len(values) == 3 and all(type(v) is int for v in values) else None
 
 
-def finished(progress: Progress | None, epochs: int, patience: int) -> str | None:
+def finished(progress: RunProgress | None, epochs: int, patience: int) -> str | None:
     """How the run ended ("finished all 3 epochs"), None while it has epochs left to train."""
     if progress is None or progress.batches_in_epoch:
         return None

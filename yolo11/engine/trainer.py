@@ -45,6 +45,7 @@ from yolo11.engine.checkpoint import (
     checkpoint_root,
     latest_checkpoint,
     load_checkpoint,
+    remove_checkpoints,
     save_checkpoint,
     set_aside_checkpoints,
 )
@@ -60,7 +61,7 @@ from yolo11.engine.optim import auto_optimizer_note, build_optimizer
 from yolo11.engine.plan import LaunchError, RunPlan, check_launch, cpu_fallback_warning, plan_run
 from yolo11.engine.profiling import StepProfiler
 from yolo11.engine.progress import Progress, loss_names, print_summary
-from yolo11.engine.resume import Resume, prepare_resume, resume_command
+from yolo11.engine.resume import Resume, RunProgress, finished, prepare_resume, resume_command
 from yolo11.engine.resume_check import RunBounds
 from yolo11.engine.run_lock import RunFolderBusyError, RunLock, lock_run_dir
 from yolo11.engine.run_outputs import RunOutputs
@@ -513,6 +514,18 @@ def checkpoint(run: Run) -> None:
     run.saving_seconds += time.perf_counter() - start
 
 
+def drop_finished_checkpoints(run: Run) -> None:
+    """``--keep-checkpoints 0``: delete the checkpoints of a finished run (its last epoch done, or patience stopped
+    it), said in one line; a run stopped early (``--max-steps``) keeps its newest, to be resumed."""
+    state, config = run.state, run.config.run
+    if finished(RunProgress(state.epoch, state.batches_in_epoch, state.best_epoch), config.epochs,
+                config.patience):
+        names = remove_checkpoints(run.run_dir)
+        if names:
+            print(f"--keep-checkpoints 0: the finished run's checkpoint ({', '.join(names)}) removed; "
+                  f"{run.run_dir / 'weights'} holds its weights", flush=True)
+
+
 def process_age() -> float | None:
     """Seconds since this process started (imports, data, model and accelerator set-up), None where unknown."""
     try:
@@ -551,6 +564,8 @@ def finish(run: Run, started: float, images_seen: int, push: bool, startup_secon
     else:
         with agreed(step.accelerator):
             run.outputs.finish(run.validator.evaluator.ground_truth)
+            if config.run.keep_checkpoints == 0 and step.accelerator.is_main_process:
+                drop_finished_checkpoints(run)
             if push and config.run.push_to_hub:
                 pushed = run.outputs.push_to_hub(config.run.push_to_hub, config.data.data, config.to_dict())
     step.stop.agreed_now()  # a signal during the plots: every rank exits with its code
