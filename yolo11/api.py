@@ -255,10 +255,15 @@ class YOLO:
                 args = val_tool.parse_args([self._weights_argument(), *calls.tool_tokens(kwargs)])
             except SystemExit as exit_:
                 raise UsageError(errors.last or f"val arguments refused (exit {exit_.code})") from None
+        try:  # split, image folder, box format: given, else the run's, else the tool's defaults (`yolo11 val`'s)
+            settings, _ = val_tool.resolve_settings(args)
+        except (ValueError, FileNotFoundError) as err:
+            raise UsageError(str(err)) from None
         metrics, predictions, class_names = self._validate(
-            data=args.data, split=args.split, images=args.images, bbox_format=args.bbox_format,
-            cache_dir=args.cache_dir, imgsz=args.imgsz, batch=args.batch, workers=args.workers, conf=args.conf,
-            iou=args.iou, max_det=args.max_det, rect=args.rect, backend=args.backend, nms=args.nms)
+            data=settings["data"], split=settings["split"], images=settings["images"],
+            bbox_format=settings["bbox_format"], cache_dir=args.cache_dir, imgsz=settings["imgsz"], batch=args.batch,
+            workers=args.workers, conf=args.conf, iou=args.iou, max_det=args.max_det, rect=args.rect,
+            backend=args.backend, nms=settings["nms"])
         if calls.is_main_process():
             _write_val_outputs(args, metrics, predictions, class_names)
         self.metrics = metrics
