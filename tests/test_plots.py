@@ -321,7 +321,9 @@ def test_weights_are_the_epochs_even_when_training_goes_on_while_they_are_writte
     outputs.wait_for_writes()
     written = load_file(tmp_path / "weights" / "last.safetensors")
     assert written.keys() == expected.keys()
-    assert all(torch.equal(written[k], expected[k]) for k in expected)
+    # float16, as Ultralytics' weights (tests/test_checkpoint_size.py)
+    assert all(torch.equal(written[k], expected[k].half() if expected[k].is_floating_point() else expected[k])
+               for k in expected)
 
 
 ORPHAN_SCRIPT = """

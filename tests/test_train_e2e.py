@@ -171,7 +171,7 @@ def test_wandb_offline_one_run_under_ddp_continued_on_resume(tmp_path):
 
     env = {"HOME": str(tmp_path), "WANDB_SILENT": "true", "WANDB_API_KEY": None, "WANDB_MODE": None}
     common = [*TINY_FLAGS, "--output-dir", str(tmp_path), "--name", "run", "--batch-size", "8", "--epochs", "2",
-              "--report-to", "wandb", "--val-images", "2"]
+              "--nominal-batch", "8", "--report-to", "wandb", "--val-images", "2"]  # 3 steps an epoch: 4 stops in 2
     first = launch([*common, "--max-steps", "4"], config="2gpu.yaml", cpu_ddp=True, env=env,
                    launch_args=("--mixed_precision", "no"))
     assert first.returncode == 0, describe(first)

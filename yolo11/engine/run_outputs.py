@@ -234,7 +234,9 @@ class RunOutputs:
         best.safetensors too (serialised once: a small run saves every epoch)."""
         if self.accelerator.is_main_process:
             final = self.weights_dir / f"{name}.safetensors"
-            tensors, metadata = weights_snapshot(self.accelerator.unwrap_model(model, keep_torch_compile=False), final)
+            # float16 as Ultralytics' last.pt/best.pt: half the size; resume reads the float32 checkpoints instead
+            tensors, metadata = weights_snapshot(self.accelerator.unwrap_model(model, keep_torch_compile=False), final,
+                                                 half=True)
             self.wait_for_writes()  # one file in flight: the previous epoch's error, if any, surfaces here
             self._written = self._writer.submit(_write_weights_files, tensors, metadata, final, also_best)
 

@@ -46,6 +46,7 @@ from yolo11.engine.checkpoint import (
     checkpoint_root,
     latest_checkpoint,
     load_checkpoint,
+    remove_checkpoints,
     save_checkpoint,
     set_aside_checkpoints,
 )
@@ -62,7 +63,7 @@ from yolo11.engine.plan import LaunchError, RunPlan, check_launch, cpu_fallback_
 from yolo11.engine.process_group import launch_state, share_gpu_note
 from yolo11.engine.profiling import StepProfiler
 from yolo11.engine.progress import Progress, loss_names, print_summary
-from yolo11.engine.resume import Resume, prepare_resume
+from yolo11.engine.resume import Resume, RunProgress, finished, prepare_resume, resume_command
 from yolo11.engine.resume_check import RunBounds
 from yolo11.engine.run_clock import RunClock
 from yolo11.engine.run_lock import RunFolderBusyError, RunLock, lock_run_dir
@@ -141,6 +142,8 @@ def _train(config: TrainConfig, typed: frozenset[str] | None, launch: PartialSta
         if sharing and launch.is_main_process:
             print(sharing, flush=True)
         config, resume = prepare_resume(config, typed)
+        if resume is not None and resume.note and launch.is_main_process:  # which run `yolo11 train resume` took
+            print(resume.note, flush=True)
         stop.enter("conversion", launch.process_index)
         run_dir, train_source, val_source = locate_inputs(config, launch, resume, made)
         lock = hold_run_dir(run_dir, launch, made)
@@ -211,8 +214,8 @@ def write_failure(err: OSError, run_dir: Path | None, resumed: Path | None) -> s
     if intact is None:
         return f"{write_error_message(err)}; no checkpoint was written yet: {then}start the run again"
     ours = run_dir is not None and intact.parent == checkpoint_root(run_dir)
-    return (f"{write_error_message(err)}; the last complete checkpoint, {intact}, is intact: {then}resume with "
-            f"--resume {run_dir if ours else intact}")
+    command = resume_command(run_dir) if ours else f"--resume {intact}"
+    return f"{write_error_message(err)}; the last complete checkpoint, {intact}, is intact: {then}resume with {command}"
 
 
 def hold_run_dir(run_dir: Path, launch: PartialState, made: list[Path]) -> RunLock | None:
@@ -422,14 +425,19 @@ def fit(run: Run) -> tuple[int, int]:
             except ValidationStopped:
                 checkpoint(run)  # the trained epoch, before its validation
                 accelerator.print(f"stopped by a signal during the validation of epoch {epoch + 1}; the checkpoint "
-                                  "holds the trained epoch; resume with --resume auto (it validates the epoch again)")
+                                  f"holds the trained epoch; resume with: {resume_command(run.run_dir)} (it "
+                                  "validates the epoch again)")
                 return step.stop.exit_code, images_seen
             if stop_training or result.reached_max_steps:
+                if result.reached_max_steps and not stop_training and epoch + 1 < config.epochs:
+                    accelerator.print(f"stopped after --max-steps {config.max_steps} at the end of epoch {epoch + 1}; "
+                                      f"resume with: {resume_command(run.run_dir)}")
                 break
             if step.stop.agreed_now():  # a signal during the epoch's outputs or its checkpoint
                 if not saved:
                     checkpoint(run)
-                accelerator.print(f"stopped by a signal after epoch {epoch + 1}; resume with --resume auto")
+                accelerator.print(f"stopped by a signal after epoch {epoch + 1}; resume with: "
+                                  f"{resume_command(run.run_dir)}")
                 return step.stop.exit_code, images_seen
     except NonFiniteLossError as err:
         return stop_non_finite(run, err), images_seen
@@ -442,9 +450,9 @@ def stop_mid_epoch(run: Run, result) -> int:
     checkpoint(run)
     if result.interrupted:
         step.accelerator.print(f"stopped by a signal at step {run.state.optimizer_steps}; checkpoint saved, resume "
-                               "with --resume auto")
+                               f"with: {resume_command(run.run_dir)}")
         return step.stop.exit_code
-    step.accelerator.print(f"stopped after --max-steps {config.max_steps}; resume with --resume auto")
+    step.accelerator.print(f"stopped after --max-steps {config.max_steps}; resume with: {resume_command(run.run_dir)}")
     return 0
 
 
@@ -517,6 +525,18 @@ def checkpoint(run: Run) -> None:
     run.last_checkpoint = time.monotonic()
 
 
+def drop_finished_checkpoints(run: Run) -> None:
+    """``--keep-checkpoints 0``: delete the checkpoints of a finished run (its last epoch done, or patience stopped
+    it), said in one line; a run stopped early (``--max-steps``) keeps its newest, to be resumed."""
+    state, config = run.state, run.config.run
+    if finished(RunProgress(state.epoch, state.batches_in_epoch, state.best_epoch), config.epochs,
+                config.patience):
+        names = remove_checkpoints(run.run_dir)
+        if names:
+            print(f"--keep-checkpoints 0: the finished run's checkpoint ({', '.join(names)}) removed; "
+                  f"{run.run_dir / 'weights'} holds its weights", flush=True)
+
+
 def process_start() -> float | None:
     """When this process started (``time.time()``; its start-up then counts the imports), None where unknown."""
     try:
@@ -551,6 +571,8 @@ def finish(run: Run, images_seen: int, push: bool) -> bool:
     else:
         with agreed(step.accelerator):
             run.outputs.finish(run.validator.evaluator.ground_truth)
+            if config.run.keep_checkpoints == 0 and step.accelerator.is_main_process:
+                drop_finished_checkpoints(run)
             if push and config.run.push_to_hub:
                 pushed = run.outputs.push_to_hub(config.run.push_to_hub, config.data.data, config.to_dict())
     step.stop.agreed_now()  # a signal during the plots: every rank exits with its code
