@@ -179,8 +179,9 @@ def test_before_training_a_signal_ends_the_start_at_once():
 
 @pytest.mark.slow
 def test_resume_auto_without_a_checkpoint_starts_fresh_as_a_requeued_job_needs(tmp_path):
-    common = [*TINY_FLAGS, "--batch-size", "4", "--epochs", "1", "--output-dir", str(tmp_path), "--name", "job",
-              "--resume", "auto", "--max-steps", "2"]
+    # a step a batch (--nominal-batch 4): --max-steps 2 stops inside the epoch, so the run is left unfinished
+    common = [*TINY_FLAGS, "--batch-size", "4", "--nominal-batch", "4", "--epochs", "1", "--output-dir",
+              str(tmp_path), "--name", "job", "--resume", "auto", "--max-steps", "2"]
     first = launch(common)
     assert first.returncode == 0 and "no checkpoint in" in first.stdout, describe(first)
     assert (tmp_path / "job" / "checkpoints" / "latest").is_file() and not (tmp_path / "job2").exists()
