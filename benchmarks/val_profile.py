@@ -6,7 +6,9 @@ profiled once with ``torch.profiler`` (host time by op, with the device time bes
 
 Prints the mean seconds of a pass (after two warm-up passes that capture the graphs), the scoring and data parts,
 and the 25 ops with the most host time in one profiled pass. The model is freshly built (its detections are as
-many as a model early in training gives: up to 300 per image at conf 0.001), so NMS and scoring do their most work.
+few as a model at its first epoch gives); ``--weights`` (a run folder or weights file, e.g. a finished run's
+``weights/last.safetensors``) validates trained weights instead, whose detections at conf 0.001 are as many as
+training's later validations see (up to 300 per image), so NMS and scoring do their most work.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ def main() -> None:
     parser.add_argument("--imgsz", type=int, default=640)
     parser.add_argument("--batch", type=int, default=16, help="the training batch (validation uses twice it)")
     parser.add_argument("--passes", type=int, default=20)
+    parser.add_argument("--weights", default=None, help="a run folder or weights file (default: a fresh model)")
     args = parser.parse_args()
 
     import torch
@@ -44,7 +47,12 @@ def main() -> None:
     source = load_source(config.data.data, split="val")
     plan = plan_run(config, 1, len(source.dataset), len(source.class_names), accelerator.device.type,
                     mixed_precision=accelerator.mixed_precision)
-    model = create_model(args.model, num_classes=len(source.class_names)).to(accelerator.device)
+    if args.weights:
+        from yolo11.weights import load_weights
+
+        model = load_weights(args.weights).float().to(accelerator.device)  # unfused, as training validates it
+    else:
+        model = create_model(args.model, num_classes=len(source.class_names)).to(accelerator.device)
     if plan.channels_last:
         model = model.to(memory_format=torch.channels_last)
     model.eval()

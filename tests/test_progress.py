@@ -107,6 +107,22 @@ def test_run_clock_refuses_an_unknown_phase_and_counts_start_up_from_the_launch(
         clock.add("train", 1.0)
 
 
+def test_the_start_up_split_runs_from_the_launch_through_each_mark_to_the_first_step(monkeypatch):
+    from yolo11.engine import run_clock
+
+    fake = FakeTime()
+    monkeypatch.setattr(run_clock, "time", fake)
+    monkeypatch.setattr(run_clock, "_STARTUP_MARKS", [])
+    clock = run_clock.RunClock(started=fake.now - 2.0)  # launched 2 s ago: the imports took them
+    run_clock.mark_startup("imports")
+    fake.now += 0.5
+    run_clock.mark_startup("data")
+    fake.now += 0.25
+    clock.end_startup()
+    assert clock.startup_split() == "imports 2.00 s, data 0.50 s, rest 0.25 s"
+    assert clock.seconds("start-up") == 2.75
+
+
 def test_log_lines_fit_120_columns(capsys):
     """The widest line we promise (9999 batches an epoch, 99,999 steps, losses below 10, 10,000 img/s, an ETA of
     hours) and the epoch summary."""

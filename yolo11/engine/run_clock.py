@@ -6,6 +6,9 @@
     clock.split()                                 # "start-up 8.1 s, training 25.9 s, validation 21.9 s (data ...)"
 
 Phases are this process's wall time (the main process's is what the summary prints). A leaf: standard library only.
+
+Start-up's own parts are marked where they end (``mark_startup("model")``), before any clock exists (the clock
+is part of the run that start-up builds); ``startup_split()`` reads them.
 """
 
 from __future__ import annotations
@@ -18,6 +21,13 @@ from collections.abc import Iterator
 PHASES = ("start-up", "training", "validation", "saving", "plots")
 # Parts of a phase (measured inside it, not added to the wall-time split twice): part -> its phase.
 PARTS = {"validation data": "validation", "scoring": "validation"}
+
+_STARTUP_MARKS: list[tuple[str, float]] = []  # (the part that ended, time.time()) in this process
+
+
+def mark_startup(part: str) -> None:
+    """Start-up's ``part`` ends now (the parts are contiguous: each runs from the previous mark)."""
+    _STARTUP_MARKS.append((part, time.time()))
 
 
 class RunClock:
@@ -52,6 +62,16 @@ class RunClock:
             self._startup_open = False
             self._seconds["start-up"] = max(time.time() - self._started_wall, 0.0)
             self._start_mark = time.perf_counter()
+
+    def startup_split(self) -> str:
+        """Start-up's parts, e.g. "imports 1.9 s, inputs 0.4 s, model 0.2 s, ..., first step 0.3 s": the seconds
+        from the launch (or the previous mark) to each mark, and from the last mark to the end of start-up."""
+        end = self._started_wall + self._seconds["start-up"] if not self._startup_open else time.time()
+        text, previous = [], self._started_wall
+        for part, at in (*_STARTUP_MARKS, ("rest", end)):
+            text.append(f"{part} {max(at - previous, 0.0):.2f} s")
+            previous = at
+        return ", ".join(text)
 
     def seconds(self, phase: str) -> float:
         return self._seconds[phase]

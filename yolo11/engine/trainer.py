@@ -65,7 +65,7 @@ from yolo11.engine.profiling import StepProfiler
 from yolo11.engine.progress import Progress, loss_names, print_summary
 from yolo11.engine.resume import Resume, RunProgress, finished, prepare_resume, resume_command
 from yolo11.engine.resume_check import RunBounds
-from yolo11.engine.run_clock import RunClock
+from yolo11.engine.run_clock import RunClock, mark_startup
 from yolo11.engine.run_lock import RunFolderBusyError, RunLock, lock_run_dir
 from yolo11.engine.run_outputs import RunOutputs
 from yolo11.engine.weight_trace import WeightTrace
@@ -107,6 +107,7 @@ def train(config: TrainConfig, typed: frozenset[str] | None = None) -> int:
     one line by each process that met it; 130 or 143: stopped by SIGINT or SIGTERM, the same on every rank).
     ``typed``: the flags the user set (``parse_command_line``); a resume reads the others from the checkpoint
     (None: every flag counts as set)."""
+    mark_startup("imports")  # the interpreter, the imports and the command line
     # The process group is made here, once, for the Accelerator built later (which could no longer set its options).
     try:
         launch = launch_state()
@@ -144,8 +145,10 @@ def _train(config: TrainConfig, typed: frozenset[str] | None, launch: PartialSta
         config, resume = prepare_resume(config, typed)
         if resume is not None and resume.note and launch.is_main_process:  # which run `yolo11 train resume` took
             print(resume.note, flush=True)
+        mark_startup("process group")
         stop.enter("conversion", launch.process_index)
         run_dir, train_source, val_source = locate_inputs(config, launch, resume, made)
+        mark_startup("data")
         lock = hold_run_dir(run_dir, launch, made)
         if lock is not None:
             held.append(lock)
@@ -162,6 +165,7 @@ def _train(config: TrainConfig, typed: frozenset[str] | None, launch: PartialSta
             print(note, flush=True)
         run = build_run(config, plan, run_dir, train_source, val_source, resume, stop)
         start_run(run, val_source, resume)
+        mark_startup("run start")
     except FailedElsewhere:  # another process said why
         stop.leaving()
         remove_unused(made, launch)
@@ -185,6 +189,8 @@ def _train(config: TrainConfig, typed: frozenset[str] | None, launch: PartialSta
         return 2
     stop.defer()  # from here a signal is honoured at the next step, validation batch or the end of a save
     run.clock.end_startup()
+    if config.run.profile and launch.is_main_process:  # where start-up went, beside the steps' profile
+        print(f"start-up: {run.clock.startup_split()}", flush=True)
     try:
         exit_code, images_seen = fit(run)
         # a failed upload (offline, no token) does not fail the finished run: the warning says how to push it later
@@ -270,9 +276,11 @@ def build_run(config: TrainConfig, plan: RunPlan, run_dir: Path, train_source: D
     if initial_weights_replaced(resume):
         model_config = dataclasses.replace(model_config, weights=None, pretrained=False, partial_weights=False)
     model = build_model(model_config, train_source.class_names, config.data.data)
+    mark_startup("model")
     model_name, backbone = model.config["name"], model.config.get("backbone")
     losses = loss_names(model.end2end)  # read before the model is wrapped (DDP, compile)
     accelerator = build_accelerator(plan, run_dir, tracking.resolve_report_to(config.run.report_to))
+    mark_startup("accelerator")
     model = maybe_sync_batchnorm(model, config.run.sync_bn, accelerator)
     if plan.channels_last:
         model = model.to(memory_format=torch.channels_last)
@@ -283,6 +291,7 @@ def build_run(config: TrainConfig, plan: RunPlan, run_dir: Path, train_source: D
     schedule = build_schedule(config, plan, optimizer)
     train_loader = build_train_stream_loader(config, plan, train_source, accelerator.state)
     validator = Validator.build(config, plan, val_source, accelerator, model)
+    mark_startup("optimizer and loaders")
     batch_hsv = BatchHSV().to(accelerator.device)
     if plan.compile.model or plan.compile.loss:
         use_compile_cache(config.run.compile_cache_dir)
@@ -292,6 +301,7 @@ def build_run(config: TrainConfig, plan: RunPlan, run_dir: Path, train_source: D
     if plan.compile.loss:
         criterion = CompiledLoss(criterion)
     model, optimizer = prepare_training(accelerator, model, optimizer, train_loader)
+    mark_startup("prepare")
     if ema is not None:
         ema.module.to(accelerator.device)
     # DeepSpeed divides the loss by its own fixed accumulation count: no warmup ramp there.
@@ -345,6 +355,7 @@ def start_run(run: Run, val_source: DetectionSource, resume: Resume | None = Non
         if resume_from is None and config.run.plots and accelerator.is_main_process:
             save_first_batches(run)
             run.outputs.draw(plot_labels, *labels_plot_data(run.train_source), run.run_dir / "labels.jpg")
+            mark_startup("first batches drawn")
     dashboards.log_model_info(accelerator, model, config.data.imgsz)
     accelerator.print(f"{model.config['name']}: {sum(p.numel() for p in model.parameters()):,} parameters | "
                       f"{plan.num_processes} process(es) x batch {plan.per_process_batch} x accumulation "
