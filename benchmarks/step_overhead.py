@@ -47,7 +47,8 @@ def make_batches(count: int, batch: int, imgsz: int, boxes: int, device) -> list
     return out
 
 
-def build_step(variant: str, model_name: str, batch: int, nominal: int = 64, device: str | torch.device = "cuda"):
+def build_step(variant: str, model_name: str, batch: int, nominal: int = 64, device: str | torch.device = "cuda",
+               layout: str = "auto"):
     """The trainer's ``TrainStep`` for ``variant`` on ``device`` (bf16 on CUDA, fp32 elsewhere; channels_last where
     the trainer's plan uses it), one optimizer step per ``nominal / batch`` batches."""
     from accelerate import Accelerator
@@ -66,7 +67,7 @@ def build_step(variant: str, model_name: str, batch: int, nominal: int = 64, dev
     GradientState._reset_state()
     device = torch.device(device)
     cuda = device.type == "cuda"
-    channels_last = device.type in CHANNELS_LAST_DEVICES
+    channels_last = device.type in CHANNELS_LAST_DEVICES if layout == "auto" else layout == "channels_last"
     accelerator = Accelerator(cpu=not cuda, mixed_precision="bf16" if cuda else "no")
     torch.manual_seed(0)
     model = yolo11.create_model(model_name, num_classes=80).to(device)
@@ -104,12 +105,12 @@ def measure(variant: str, model_name: str, batch: int, imgsz: int, args) -> dict
 
     batches = make_batches(args.build_batches + args.steps, batch, imgsz, args.boxes, "cuda")
     started = time.perf_counter()
-    step = build_step(variant, model_name, batch)
+    step = build_step(variant, model_name, batch, layout=args.layout)
     setup = time.perf_counter() - started
     state = TrainState()
     first = timed_epoch(step, batches[:args.build_batches], state)
     ms = timed_epoch(step, batches[args.build_batches:], state) / args.steps * 1000
-    row = {"variant": variant, "model": model_name, "batch": batch, "imgsz": imgsz, "ms": round(ms, 2),
+    row = {"variant": variant, "layout": args.layout, "model": model_name, "batch": batch, "imgsz": imgsz, "ms": round(ms, 2),
            "img_s": round(batch / ms * 1000), "build_s": round(first - args.build_batches * ms / 1000 + setup, 2),
            "peak_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2)}
     del step, batches
@@ -129,6 +130,8 @@ def main() -> int:
     parser.add_argument("--imgsz", type=int, nargs="+", default=[640])
     parser.add_argument("--boxes", type=int, default=40, help="box rows per image (mosaic batches of COCO: 30-60)")
     parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--layout", choices=("auto", "channels_last", "nchw"), default="auto",
+                        help="the model's memory format (auto: the trainer's choice for the device)")
     parser.add_argument("--build-batches", type=int, default=6)
     parser.add_argument("--cache-dir", default=None, help="inductor's cache (TORCHINDUCTOR_CACHE_DIR)")
     parser.add_argument("--json", type=Path, default=None)
@@ -145,7 +148,7 @@ def main() -> int:
                     try:
                         row = measure(variant, model_name, batch, imgsz, args)
                     except Exception as err:  # a failed variant is a result too; the others still run
-                        row = {"variant": variant, "model": model_name, "batch": batch, "imgsz": imgsz,
+                        row = {"variant": variant, "layout": args.layout, "model": model_name, "batch": batch, "imgsz": imgsz,
                                "error": f"{type(err).__name__}: {str(err)[:200]}"}
                         print(f"{variant:20s} {model_name:8s} {batch:5d} {imgsz:5d} failed: {row['error']}", flush=True)
                         rows.append(row)

@@ -28,6 +28,7 @@ def main() -> None:
     parser.add_argument("--imgsz", type=int, default=640)
     parser.add_argument("--batch", type=int, default=16, help="the training batch (validation uses twice it)")
     parser.add_argument("--passes", type=int, default=20)
+    parser.add_argument("--channels-last", default="true", help="the trainer's --channels-last")
     parser.add_argument("--weights", default=None, help="a run folder or weights file (default: a fresh model)")
     args = parser.parse_args()
 
@@ -43,7 +44,7 @@ def main() -> None:
 
     accelerator = Accelerator(mixed_precision="bf16" if torch.cuda.is_available() else "no")
     config = parse_config(["--data", args.data, "--imgsz", str(args.imgsz), "--batch-size", str(args.batch),
-                           "--model", args.model])
+                           "--model", args.model, "--channels-last", args.channels_last])
     source = load_source(config.data.data, split="val")
     plan = plan_run(config, 1, len(source.dataset), len(source.class_names), accelerator.device.type,
                     mixed_precision=accelerator.mixed_precision)
