@@ -29,7 +29,7 @@ from yolo11.evaluation.results import ResultsCSV, read_results
 from yolo11.evaluation.table import format_table
 from yolo11.output_errors import replaced, writing
 from yolo11.weights import load_weights, save_pretrained
-from yolo11.weights.safetensors_io import weights_snapshot, write_weights
+from yolo11.weights.safetensors_io import WeightsSnapshot, weights_snapshot, write_weights
 
 
 def fitness(metrics: dict) -> float:
@@ -235,10 +235,9 @@ class RunOutputs:
         if self.accelerator.is_main_process:
             final = self.weights_dir / f"{name}.safetensors"
             # float16 as Ultralytics' last.pt/best.pt: half the size; resume reads the float32 checkpoints instead
-            tensors, metadata = weights_snapshot(self.accelerator.unwrap_model(model, keep_torch_compile=False), final,
-                                                 half=True)
+            snapshot = weights_snapshot(self.accelerator.unwrap_model(model, keep_torch_compile=False), half=True)
             self.wait_for_writes()  # one file in flight: the previous epoch's error, if any, surfaces here
-            self._written = self._writer.submit(_write_weights_files, tensors, metadata, final, also_best)
+            self._written = self._writer.submit(_write_weights_files, snapshot, final, also_best)
 
     def wait_for_writes(self) -> None:
         """Until the weights files submitted so far are written; raises a write's error (``OSError``)."""
@@ -247,8 +246,8 @@ class RunOutputs:
             written.result()
 
 
-def _write_weights_files(tensors: dict, metadata: dict, final: Path, also_best: bool) -> None:
-    write_weights(tensors, metadata, final)  # through a temporary name: never a truncated last.safetensors
+def _write_weights_files(snapshot: WeightsSnapshot, final: Path, also_best: bool) -> None:
+    write_weights(snapshot, final)  # through a temporary name: never a truncated last.safetensors
     if also_best:
         best = final.with_name("best.safetensors")
         with replaced(best) as tmp, writing(best):
