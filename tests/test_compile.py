@@ -118,3 +118,17 @@ def test_compile_cache_goes_to_the_chosen_folder_unless_the_user_set_one(tmp_pat
     assert cache_dir() == str(tmp_path / "cache")  # where inductor will read and write its caches
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "mine"))
     assert use_compile_cache(str(tmp_path / "cache")) == str(tmp_path / "mine")
+
+
+@pytest.mark.parametrize(("device", "flag", "train", "val"), [
+    ("cuda", "true", True, False),  # training's one shape repays cuDNN's NHWC plans; validation's many do not
+    ("cpu", "true", True, True),  # oneDNN: channels_last is faster for both, with no per-shape build
+    ("cuda", "false", False, False),
+    ("mps", "true", False, False),
+])
+def test_the_plan_picks_the_memory_layout_of_training_and_of_validation(device, flag, train, val):
+    from yolo11.engine.config import parse_config
+    from yolo11.engine.plan import plan_run
+
+    plan = plan_run(parse_config(["--channels-last", flag]), 1, 128, 80, device)
+    assert (plan.channels_last, plan.val_channels_last) == (train, val)

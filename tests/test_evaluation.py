@@ -298,3 +298,53 @@ def test_training_validation_and_the_val_tool_share_one_runner(tmp_path, monkeyp
     assert training.metrics == metrics
     assert training.losses.shape == (3,) and torch.isfinite(training.losses).all()
     assert len(training.samples) == 2 and training.samples[0]["image"].dtype == torch.uint8
+
+
+def test_validation_in_another_layout_runs_a_copy_refreshed_from_the_trained_model(tmp_path):
+    """On CUDA training runs channels_last and validation NCHW (``plan.val_channels_last``): validation runs a copy
+    of the model in its layout, made once and given the model's current tensors at every validation. Its results
+    equal validating the model itself in that layout, before and after the model's weights change."""
+    import dataclasses
+
+    from accelerate import Accelerator
+
+    from yolo11 import create_model
+    from yolo11.data import load_source
+    from yolo11.engine import evaluate
+    from yolo11.engine.config import parse_config
+    from yolo11.engine.plan import plan_run
+    from yolo11.loss import DetectionLoss
+
+    spec = "synthetic:num_images=4,num_val=6,imgsz=64"
+    source = load_source(spec, split="val", cache_dir=tmp_path)
+    torch.manual_seed(0)
+    trained = create_model("yolo11n", num_classes=6).to(memory_format=torch.channels_last)
+    accelerator = Accelerator(cpu=True)
+    config = parse_config(["--data", spec, "--imgsz", "64", "--batch-size", "2", "--workers", "0"])
+    criterion = DetectionLoss(6, strides=trained.strides, reg_max=trained.reg_max)
+    plan = plan_run(config, 1, len(source.dataset), 6, "cpu")
+    assert plan.channels_last and plan.val_channels_last  # the CPU validates channels_last: no copy there
+    plan = dataclasses.replace(plan, val_channels_last=False)  # CUDA's choice
+    validator = evaluate.Validator.build(config, plan, source, accelerator, trained)
+    reference = evaluate.Validator.build(config, dataclasses.replace(plan, channels_last=False), source, accelerator,
+                                         trained)
+    for _ in range(2):
+        got = validator.run(trained, criterion)
+        plain = deepcopy_to_nchw(trained)
+        expected = reference.run(plain, criterion)
+        (copy, ), = [(c, ) for _, c in validator._copies.values()]
+        assert copy is not trained and copy.head.cv2[0][0].conv.weight.is_contiguous()
+        assert trained.head.cv2[0][0].conv.weight.is_contiguous(memory_format=torch.channels_last)
+        for (i, ours), (j, theirs) in zip(got.predictions, expected.predictions, strict=True):
+            assert i == j and torch.equal(ours, theirs)
+        assert got.metrics == expected.metrics and torch.equal(got.losses, expected.losses)
+        with torch.no_grad():  # a training step's worth of change: the next validation must see it
+            for parameter in trained.parameters():
+                parameter.mul_(1.01)
+    assert len(validator._copies) == 1  # one copy for the run
+
+
+def deepcopy_to_nchw(model):
+    import copy
+
+    return copy.deepcopy(model).to(memory_format=torch.contiguous_format)

@@ -141,6 +141,11 @@ class DetectionCollate:
 # Devices whose convolutions run faster channels_last: CUDA (cuDNN's NHWC kernels) and the CPU (oneDNN; yolo11n
 # 15-20% faster training and 26-32% faster inference on 2 cores, benchmarks/RESULTS.md). MPS is left as it was.
 CHANNELS_LAST_DEVICES = ("cuda", "cpu")
+# Of those, the devices where inference (validation, prediction) runs channels_last too. Not CUDA: cuDNN builds
+# its NHWC plans again at each new input shape, ~1.3 s a shape for yolo11n (bf16, H100) against ~0.14 s NCHW, for
+# the same speed after (benchmarks/RESULTS.md), and rect validation batches and prediction's image sizes bring many
+# shapes; training's one shape repays its build (steps 1.6-2x faster channels_last).
+INFERENCE_CHANNELS_LAST_DEVICES = ("cpu",)
 
 
 def model_input(images: torch.Tensor, channels_last: bool) -> torch.Tensor:

@@ -6,6 +6,9 @@ import dataclasses
 import functools
 import itertools
 from collections.abc import Callable
+from copy import deepcopy
+
+import torch
 
 from accelerate import Accelerator
 from accelerate.utils import AutocastKwargs, broadcast
@@ -29,13 +32,18 @@ class Validator:
     batches from it, which its workers prepared while the model trained."""
 
     def __init__(self, accelerator: Accelerator, loader, postprocessor: Postprocessor, evaluator: CocoEvaluator,
-                 channels_last: bool, num_samples: int, cuda_graphs: bool = False):
+                 channels_last: bool, num_samples: int, cuda_graphs: bool = False,
+                 trained_channels_last: bool | None = None):
+        """``channels_last``: the layout validation runs in; ``trained_channels_last``: the trained model's (None:
+        the same). Where they differ, validation runs a copy of the model in its own layout."""
         self.accelerator = accelerator
         self.loader = loader
         self._batches = None  # the loader's iterator, started by the first validation
         self.postprocessor = postprocessor
         self.evaluator = evaluator
         self.channels_last = channels_last
+        self.trained_channels_last = channels_last if trained_channels_last is None else trained_channels_last
+        self._copies: dict[int, tuple[nn.Module, nn.Module]] = {}  # id(model) -> (model, its copy in our layout)
         self.num_samples = num_samples
         self.cuda_graphs = cuda_graphs
         self._graphed: dict[tuple, GraphedValStep] = {}  # by ids of the validated module and the criterion
@@ -62,8 +70,8 @@ class Validator:
         # the run plan's choice of where to score: this process's device, or the CPU
         device = accelerator.device if plan.eval_device != "cpu" else "cpu"
         evaluator = CocoEvaluator(source.dataset, source.class_names, backend="fast", device=device)
-        return cls(accelerator, loader, postprocessor, evaluator, plan.channels_last, run.val_images,
-                   cuda_graphs=plan.cuda_graphs.enabled)
+        return cls(accelerator, loader, postprocessor, evaluator, plan.val_channels_last, run.val_images,
+                   cuda_graphs=plan.cuda_graphs.enabled, trained_channels_last=plan.channels_last)
 
     def close(self) -> None:
         """Stop the loader's workers (and drop the batches they built ahead)."""
@@ -89,6 +97,7 @@ class Validator:
         model = self.accelerator.unwrap_model(model, keep_torch_compile=False)
         if self.accelerator.num_processes > 1:
             broadcast(list(model.buffers()), from_process=0)
+        model = self._in_layout(model)
         criterion = criterion.loss if isinstance(criterion, CompiledLoss) else criterion
         if self._batches is None:
             self._batches = iter(self.loader)
@@ -110,3 +119,20 @@ class Validator:
             self._batches = None  # part of a pass was taken: a later validation starts a fresh one
             raise
         return dataclasses.replace(result, data_seconds=one_pass.seconds)
+
+    def _in_layout(self, model: nn.Module) -> nn.Module:
+        """``model`` itself where it is in validation's layout; else its copy in that layout, made at the first
+        validation and refreshed from ``model`` at each (one batched copy of its tensors): the same object every
+        time, so its graphs are captured once."""
+        if self.trained_channels_last == self.channels_last:
+            return model
+        kept = self._copies.get(id(model))
+        if kept is None:
+            layout = torch.channels_last if self.channels_last else torch.contiguous_format
+            copy = deepcopy(model).requires_grad_(False).to(memory_format=layout)
+            self._copies[id(model)] = (model, copy)  # the model kept too: its id names it while the run lasts
+            return copy
+        copy = kept[1]
+        with torch.no_grad():
+            torch._foreach_copy_(list(copy.state_dict().values()), list(model.state_dict().values()))
+        return copy

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from accelerate import PartialState
 from accelerate.utils import DistributedType
 
-from yolo11.data.collate import CHANNELS_LAST_DEVICES
+from yolo11.data.collate import CHANNELS_LAST_DEVICES, INFERENCE_CHANNELS_LAST_DEVICES
 from yolo11.data.dataset import CACHE_RAM_SHARE
 from yolo11.data.workers import cores_per_process
 from yolo11.engine.config import TrainConfig
@@ -34,7 +34,8 @@ class RunPlan:
     steps_per_epoch: int  # optimizer steps
     batches_per_epoch: int  # per process
     warmup_iters: int  # batches; -1 disables warmup
-    channels_last: bool  # the model, its inputs and validation run channels_last (CUDA and CPU)
+    channels_last: bool  # the trained model and its inputs are channels_last (CUDA and CPU)
+    val_channels_last: bool  # validation's model copy and inputs too (the CPU only: INFERENCE_CHANNELS_LAST_DEVICES)
     hsv_on_device: bool  # the loader leaves the HSV pixels to BatchHSV on the device
     val_batch_size: int  # per process
     cache_images: bool  # decoded images in RAM for the train and val loaders
@@ -132,6 +133,7 @@ def plan_run(config: TrainConfig, num_processes: int, num_train_images: int, num
         batches_per_epoch=batches_per_epoch,
         warmup_iters=warmup,
         channels_last=run.channels_last and device_type in CHANNELS_LAST_DEVICES,
+        val_channels_last=run.channels_last and device_type in INFERENCE_CHANNELS_LAST_DEVICES,
         hsv_on_device=config.data.hsv_on_device if config.data.hsv_on_device is not None else device_type == "cuda",
         val_batch_size=max((run.val_batch_size or 2 * run.batch_size) // num_processes, 1),
         cache_images=cache[0],

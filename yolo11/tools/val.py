@@ -105,7 +105,7 @@ def evaluate_weights(accelerator: Accelerator, model: nn.Module, source: Detecti
     import torch
 
     from yolo11.data import LoaderConfig, build_dataloader
-    from yolo11.data.collate import CHANNELS_LAST_DEVICES
+    from yolo11.data.collate import INFERENCE_CHANNELS_LAST_DEVICES
     from yolo11.evaluation import CocoEvaluator, predict_and_score
     from yolo11.evaluation.coco import evaluation_device
     from yolo11.postprocess import Postprocessor
@@ -120,7 +120,7 @@ def evaluate_weights(accelerator: Accelerator, model: nn.Module, source: Detecti
                                   end2end=end2end)
     device = evaluation_device(accelerator.device, len(source.dataset))
     evaluator = CocoEvaluator(source.dataset, source.class_names, backend=backend, device=device)
-    channels_last = accelerator.device.type in CHANNELS_LAST_DEVICES
+    channels_last = accelerator.device.type in INFERENCE_CHANNELS_LAST_DEVICES
     model = model.to(accelerator.device).eval()
     if channels_last:
         model = model.to(memory_format=torch.channels_last)
