@@ -162,3 +162,21 @@ def test_uint8_images_are_scaled_inside_the_model():
         for from_uint8, from_float in zip(model(images), model(images.float() / 255), strict=True):
             assert torch.equal(from_uint8, from_float)
 
+
+
+def test_the_nchw_depthwise_path_equals_the_channels_last_conv_forward_and_backward():
+    """On CUDA, depthwise ``Conv``s run NCHW inside a channels_last model (cuDNN compiles its NHWC depthwise kernels
+    at run time); ``_depthwise_nchw`` must be the same convolution: outputs and gradients equal, NCHW output."""
+    from yolo11.models.blocks import Conv, _depthwise_nchw
+
+    torch.manual_seed(0)
+    block = Conv(16, 16, 3, stride=2, groups=16).to(memory_format=torch.channels_last)
+    x = torch.randn(2, 16, 20, 24).contiguous(memory_format=torch.channels_last).requires_grad_(True)
+    ours = _depthwise_nchw(block.conv, x)
+    assert ours.is_contiguous() and not ours.is_contiguous(memory_format=torch.channels_last)
+    theirs = block.conv(x)
+    torch.testing.assert_close(ours, theirs, rtol=0, atol=1e-6)
+    (grad_x, grad_w), = [torch.autograd.grad(out.square().sum(), (x, block.conv.weight)) for out in (ours,)]
+    (ref_x, ref_w), = [torch.autograd.grad(out.square().sum(), (x, block.conv.weight)) for out in (theirs,)]
+    torch.testing.assert_close(grad_x, ref_x, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(grad_w, ref_w, rtol=1e-5, atol=1e-5)

@@ -39,6 +39,8 @@ class Conv(nn.Module):
         self.act = nn.SiLU() if act else nn.Identity()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.is_cuda and self.conv.groups > 1 and self.conv.groups == self.conv.in_channels:
+            return self.act(self.bn(_depthwise_nchw(self.conv, x)))
         return self.act(self.bn(self.conv(x)))
 
     @torch.no_grad()
@@ -49,6 +51,17 @@ class Conv(nn.Module):
         fused = fuse_conv_bn_eval(self.conv.eval().double(), self.bn.eval().double())
         self.conv = fused.to(dtype)
         self.bn = nn.Identity()
+
+
+def _depthwise_nchw(conv: nn.Conv2d, x: torch.Tensor) -> torch.Tensor:
+    """A depthwise convolution run NCHW on CUDA, whatever the model's layout: cuDNN compiles its channels_last
+    depthwise kernels at run time (cudnn-frontend issue 1066), ~1 s for each new input shape and pass, which made a
+    run's first training step ~8 s slower than NCHW's and every new validation shape ~1.2 s slower (bf16, H100;
+    benchmarks/RESULTS.md); its NCHW depthwise kernels are built in. The same arithmetic: only the layout differs.
+    The weight (C, 1, k, k) is viewed with NCHW strides: its channels_last strides are ambiguous for cuDNN."""
+    weight = conv.weight.flatten(1).unflatten(1, conv.weight.shape[1:])
+    return nn.functional.conv2d(x.contiguous(), weight, conv.bias, conv.stride, conv.padding, conv.dilation,
+                                conv.groups)
 
 
 class DWConv(Conv):
