@@ -132,3 +132,20 @@ def test_the_plan_picks_the_memory_layout_of_training_and_of_validation(device, 
 
     plan = plan_run(parse_config(["--channels-last", flag]), 1, 128, 80, device)
     assert (plan.channels_last, plan.val_channels_last) == (train, val)
+
+
+@pytest.mark.parametrize(("device", "cores", "env", "threads"), [
+    ("cpu", 2, None, 1),  # a core left: OpenMP's barriers spin whenever another process holds every core
+    ("cpu", 16, None, 15),
+    ("cpu", 1, None, 1),
+    ("cpu", 2, "2", None),  # OMP_NUM_THREADS decides: torch already read it
+    ("cuda", 16, None, None),
+])
+def test_a_cpu_run_computes_on_all_cores_but_one_unless_omp_num_threads_says(device, cores, env, threads):
+    from yolo11.engine.plan import decide_cpu_threads
+
+    chosen, reason = decide_cpu_threads(device, cores, env)
+    assert chosen == threads
+    assert (reason == "") == (device != "cpu")
+    if env:
+        assert "OMP_NUM_THREADS" in reason and env in reason

@@ -42,6 +42,7 @@ class RunPlan:
     cache_reason: str  # why, for the run's first lines
     workers: int  # loader worker processes per process, before the loader caps them at its cores
     workers_reason: str  # for the run's first lines
+    cpu_threads: int | None  # torch's compute threads on a CPU run (None: torch's default, or OMP_NUM_THREADS)
     compile: CompileChoice  # torch.compile of the model and the loss
     cuda_graphs: GraphsChoice  # the training micro-step replayed as CUDA graphs
     fused_optimizer: bool  # the optimizer's fused kernels (CUDA and CPU have them)
@@ -90,7 +91,7 @@ def cpu_fallback_warning(device_type: str) -> str | None:
 def plan_run(config: TrainConfig, num_processes: int, num_train_images: int, num_classes: int,
              device_type: str = "cpu", cache_bytes: int = 0, available_ram: int | None = None,
              mixed_precision: str = "no", *, local_processes: int | None = None, distributed_type: str = "NO",
-             num_val_images: int = 0) -> RunPlan:
+             num_val_images: int = 0, omp_num_threads: str | None = None) -> RunPlan:
     """Every value derived from the config and the launch, computed once, from explicit inputs only (nothing read
     from the environment or Accelerate's state here): ``device_type`` "cuda", "cpu"...; ``cache_bytes``: one
     process's RAM for ``--cache-images``; ``available_ram``: bytes, None if unknown; ``mixed_precision`` "no",
@@ -119,6 +120,9 @@ def plan_run(config: TrainConfig, num_processes: int, num_train_images: int, num
     cache = decide_cache(config.data.cache_images, cache_bytes, available_ram,
                          num_processes if local_processes is None else local_processes)
     workers = decide_workers(config.data.workers, device_type, config.data.imgsz)
+    threads, threads_reason = decide_cpu_threads(device_type, cores_per_process(), omp_num_threads)
+    if threads_reason:
+        workers = (workers[0], f"{workers[1]}; {threads_reason}")
     compile_choice = decide_compile(config.run.compile, config.run.compile_loss, config.run.compile_mode,
                                     device_type, run.epochs * num_train_images, num_processes)
     graphs = decide_cuda_graphs(config.run.cuda_graphs, device_type, num_processes, compile_choice.model,
@@ -140,6 +144,7 @@ def plan_run(config: TrainConfig, num_processes: int, num_train_images: int, num
         cache_reason=cache[1],
         workers=workers[0],
         workers_reason=workers[1],
+        cpu_threads=threads,
         compile=compile_choice,
         cuda_graphs=graphs,
         fused_optimizer=device_type in ("cuda", "cpu"),
@@ -249,6 +254,22 @@ def decide_workers(requested: int | None, device_type: str, imgsz: int = 640) ->
     return DEFAULT_WORKERS, f"loader workers: {count} per process (auto; --workers N to choose)"
 
 
+
+
+def decide_cpu_threads(device_type: str, cores: int, omp_num_threads: str | None = None) -> tuple[int | None, str]:
+    """Torch's compute threads on a CPU run: one fewer than this process's cores, at least 1, as Ultralytics sets
+    them. With a thread on every core, OpenMP's threads spin at each of a step's thousands of barriers whenever
+    anything else (the loader, a plot worker, another program) holds a core: on 2 cores with one busy elsewhere, a
+    yolo11n step at 160 px took 5-9 s of spinning against 0.09 s on one thread (benchmarks/RESULTS.md).
+    ``omp_num_threads`` (the variable, when set) decides instead. Returns the count (None: torch's own choice) and
+    the words for the run's first lines ("" when not a CPU run)."""
+    if device_type != "cpu":
+        return None, ""
+    if omp_num_threads:
+        return None, f"compute threads: {omp_num_threads} (OMP_NUM_THREADS)"
+    threads = max(cores - 1, 1)
+    return threads, (f"compute threads: {threads} of {cores} core(s) (auto: one left for the loader and the rest of "
+                     "the machine; OMP_NUM_THREADS=N to choose)")
 
 
 def decide_cache(requested: bool | None, needed: int, available: int | None, processes: int = 1) -> tuple[bool, str]:

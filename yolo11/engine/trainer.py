@@ -159,7 +159,10 @@ def _train(config: TrainConfig, typed: frozenset[str] | None, launch: PartialSta
                         launch.device.type, cache_bytes=needed, available_ram=available_memory(),
                         mixed_precision=os.environ.get("ACCELERATE_MIXED_PRECISION", "no"),
                         local_processes=int(os.environ.get("LOCAL_WORLD_SIZE", launch.num_processes)),
-                        distributed_type=launch.distributed_type, num_val_images=len(val_source.dataset))
+                        distributed_type=launch.distributed_type, num_val_images=len(val_source.dataset),
+                        omp_num_threads=os.environ.get("OMP_NUM_THREADS"))
+        if plan.cpu_threads is not None:
+            torch.set_num_threads(plan.cpu_threads)
         note = auto_optimizer_note(config.optim, plan.optimizer, typed)
         if note and launch.is_main_process:
             print(note, flush=True)
