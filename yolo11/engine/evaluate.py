@@ -130,6 +130,8 @@ class Validator:
         if kept is None:
             layout = torch.channels_last if self.channels_last else torch.contiguous_format
             copy = deepcopy(model).requires_grad_(False).to(memory_format=layout)
+            for parameter in copy.parameters():
+                parameter.grad = None  # deepcopy copies a trained model's gradients too: validation needs none
             self._copies[id(model)] = (model, copy)  # the model kept too: its id names it while the run lasts
             return copy
         copy = kept[1]
