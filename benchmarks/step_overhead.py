@@ -110,7 +110,8 @@ def measure(variant: str, model_name: str, batch: int, imgsz: int, args) -> dict
     state = TrainState()
     first = timed_epoch(step, batches[:args.build_batches], state)
     ms = timed_epoch(step, batches[args.build_batches:], state) / args.steps * 1000
-    row = {"variant": variant, "layout": args.layout, "model": model_name, "batch": batch, "imgsz": imgsz, "ms": round(ms, 2),
+    row = {"variant": variant, "layout": args.layout, "model": model_name, "batch": batch, "imgsz": imgsz,
+           "ms": round(ms, 2),
            "img_s": round(batch / ms * 1000), "build_s": round(first - args.build_batches * ms / 1000 + setup, 2),
            "peak_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2)}
     del step, batches
@@ -148,7 +149,8 @@ def main() -> int:
                     try:
                         row = measure(variant, model_name, batch, imgsz, args)
                     except Exception as err:  # a failed variant is a result too; the others still run
-                        row = {"variant": variant, "layout": args.layout, "model": model_name, "batch": batch, "imgsz": imgsz,
+                        row = {"variant": variant, "layout": args.layout, "model": model_name, "batch": batch,
+                               "imgsz": imgsz,
                                "error": f"{type(err).__name__}: {str(err)[:200]}"}
                         print(f"{variant:20s} {model_name:8s} {batch:5d} {imgsz:5d} failed: {row['error']}", flush=True)
                         rows.append(row)

@@ -235,6 +235,48 @@ def test_graphed_validation_step_follows_the_weights_in_place():
     assert len(graphed.graphs) == len(shapes)
 
 
+@cuda
+@pytest.mark.gpu
+def test_graphed_validation_equals_eager_validation_through_the_validator(deterministic, tmp_path):
+    """Training's ``Validator`` on CUDA as a run builds it (bf16, the trained model channels_last, validation on its
+    NCHW copy, rect batches) with and without CUDA graphs, over two validations with the weights changed between
+    them: the same detections (boxes, scores, classes) and the same metrics, to bf16's rounding."""
+    import dataclasses
+
+    from yolo11.data import load_source
+    from yolo11.engine import evaluate
+    from yolo11.engine.config import parse_config
+    from yolo11.engine.plan import plan_run
+
+    spec = "synthetic:num_images=4,num_val=12,imgsz=96"
+    source = load_source(spec, split="val", cache_dir=tmp_path)
+    accelerator = Accelerator(mixed_precision="bf16")
+    config = parse_config(["--data", spec, "--imgsz", "96", "--batch-size", "2", "--workers", "0"])
+    plan = plan_run(config, 1, len(source.dataset), 6, "cuda", mixed_precision="bf16")
+    assert plan.channels_last and not plan.val_channels_last and plan.cuda_graphs.enabled
+    torch.manual_seed(0)
+    model = yolo11.create_model("yolo11n", num_classes=6).cuda().to(memory_format=torch.channels_last).eval()
+    criterion = DetectionLoss(6, strides=model.strides, reg_max=model.reg_max).cuda()
+    graphed = evaluate.Validator.build(config, plan, source, accelerator, model)
+    eager = evaluate.Validator.build(config, dataclasses.replace(
+        plan, cuda_graphs=dataclasses.replace(plan.cuda_graphs, enabled=False)), source, accelerator, model)
+    for _ in range(3):  # eager warm-up and capture, replay, replay after the weights changed
+        ours, theirs = graphed.run(model, criterion), eager.run(model, criterion)
+        assert [i for i, _ in ours.predictions] == [i for i, _ in theirs.predictions]
+        assert sum(len(d) for _, d in ours.predictions) > 0
+        for (_, a), (_, b) in zip(ours.predictions, theirs.predictions, strict=True):
+            assert a.shape == b.shape
+            torch.testing.assert_close(a[:, :4], b[:, :4], rtol=0, atol=0.5)  # pixels
+            torch.testing.assert_close(a[:, 4:], b[:, 4:], rtol=0, atol=2e-3)  # scores, classes
+        for key in ("map50_95", "map50", "precision", "recall"):
+            assert abs(ours.metrics[key] - theirs.metrics[key]) <= 1e-3, key
+        torch.testing.assert_close(ours.losses, theirs.losses, rtol=1e-3, atol=1e-4)
+        with torch.no_grad():
+            for parameter in model.parameters():
+                parameter.mul_(0.95)
+    assert len(graphed._graphed) == 1 and not eager._graphed
+
+
 def signalled_after(batches: list[dict], count: int):
     """The batches, with SIGTERM sent to this process once ``count`` of them were handed out."""
     for i, batch in enumerate(batches):

@@ -180,3 +180,25 @@ def test_the_nchw_depthwise_path_equals_the_channels_last_conv_forward_and_backw
     (ref_x, ref_w), = [torch.autograd.grad(out.square().sum(), (x, block.conv.weight)) for out in (theirs,)]
     torch.testing.assert_close(grad_x, ref_x, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(grad_w, ref_w, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_a_channels_last_model_on_cuda_runs_its_depthwise_convs_nchw_with_the_same_outputs(monkeypatch):
+    """yolo11n channels_last on CUDA (its 7 depthwise convs NCHW inside) against the same weights NCHW: the same maps
+    and gradients in float32 (cuDNN's algorithms differ by layout: float rounding only)."""
+    import copy
+
+    torch.manual_seed(0)
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)  # full float32 in both layouts
+    nchw = yolo11.create_model("yolo11n", num_classes=6).cuda().train()
+    last = copy.deepcopy(nchw).to(memory_format=torch.channels_last)
+    images = torch.randint(0, 256, (2, 3, 128, 160), dtype=torch.uint8, device="cuda")
+    outs = [model(images.contiguous(memory_format=fmt)) for model, fmt in
+            ((nchw, torch.contiguous_format), (last, torch.channels_last))]
+    for a, b in zip(*outs, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-3, atol=1e-3)
+    for out in outs:
+        sum(o.square().mean() for o in out).backward()
+    for (name, a), b in zip(nchw.named_parameters(), last.parameters(), strict=True):
+        torch.testing.assert_close(a.grad, b.grad, rtol=1e-3, atol=1e-4, msg=name)

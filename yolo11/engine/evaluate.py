@@ -9,7 +9,6 @@ from collections.abc import Callable
 from copy import deepcopy
 
 import torch
-
 from accelerate import Accelerator
 from accelerate.utils import AutocastKwargs, broadcast
 from torch import nn
