@@ -149,3 +149,36 @@ def test_a_cpu_run_computes_on_all_cores_but_one_unless_omp_num_threads_says(dev
     assert (reason == "") == (device != "cpu")
     if env:
         assert "OMP_NUM_THREADS" in reason and env in reason
+
+
+def test_a_cpu_run_in_a_callers_process_gives_its_thread_count_back(tmp_path, monkeypatch):
+    """The trainer computes on all cores but one (``plan.cpu_threads``) and, called in-process (the Python API, a
+    notebook), leaves torch's thread count as it found it."""
+    import torch
+
+    from yolo11.engine import plan as plan_module
+    from yolo11.engine.config import parse_config
+    from yolo11.engine.trainer import train
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(plan_module, "cores_per_process", lambda: 3)  # two compute threads planned
+    seen = []
+    real = plan_module.plan_run
+
+    def spy(*args, **kwargs):
+        made = real(*args, **kwargs)
+        seen.append(made.cpu_threads)
+        return made
+
+    monkeypatch.setattr("yolo11.engine.trainer.plan_run", spy)
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        config = parse_config(["--data", "synthetic:num_images=4,num_val=2,imgsz=64", "--imgsz", "64", "--epochs",
+                               "1", "--batch-size", "2", "--workers", "0", "--plots", "false", "--output-dir",
+                               str(tmp_path), "--cache-dir", str(tmp_path / "cache")])
+        assert train(config) == 0
+        assert seen == [2]
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)

@@ -117,9 +117,11 @@ def train(config: TrainConfig, typed: frozenset[str] | None = None) -> int:
         return 2
     stop = StopSignal(raise_first=True).install()  # until training starts, a signal ends the start-up at once
     held: list[RunLock] = []  # the run folder's lock, held until the run ends
+    threads = torch.get_num_threads()  # a CPU run sets its own (plan.cpu_threads); a caller's process gets it back
     try:
         return _train(config, typed, launch, stop, held)
     finally:
+        torch.set_num_threads(threads)
         for lock in held:
             lock.release()
         stop.uninstall()
