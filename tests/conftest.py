@@ -1,7 +1,21 @@
-"""Fixtures shared by the test files."""
+"""Fixtures shared by the test files, and where their helpers live.
+
+Helpers are modules of ``tests/helpers/`` (``from helpers.engine_helpers import launch``); a test file never imports
+another test file. ``tests/helpers`` is also on ``sys.path``, so that the plain form (``from engine_helpers import
+launch``) names the same files, and a script run by path from that folder imports its neighbours so."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
 
 import pytest
-from engine_helpers import reset_accelerate_state
+
+HELPERS = Path(__file__).resolve().parent / "helpers"
+if str(HELPERS) not in sys.path:
+    sys.path.append(str(HELPERS))
+
+from helpers.engine_helpers import reset_accelerate_state  # noqa: E402
 
 
 @pytest.fixture

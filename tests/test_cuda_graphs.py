@@ -13,7 +13,7 @@ import signal
 import pytest
 import torch
 from accelerate import Accelerator
-from engine_helpers import reset_accelerate_state
+from helpers.engine_helpers import reset_accelerate_state
 
 import yolo11
 from yolo11.engine.build import build_criterion, build_train_step

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from ultralytics_checkpoint import write_ultralytics_checkpoint
+from helpers.ultralytics_checkpoint import write_ultralytics_checkpoint
 
 import yolo11
 from yolo11 import hub

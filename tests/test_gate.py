@@ -12,9 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from engine_helpers import reset_accelerate_state
+from helpers.engine_helpers import reset_accelerate_state
+from helpers.torch_pickles import FOUR_FLOATS, Storage, Tensor, claim_record_size, torch_zip
 from PIL import Image
-from torch_pickles import FOUR_FLOATS, Storage, Tensor, claim_record_size, torch_zip
 
 from yolo11.gate import FileRefusedError
 from yolo11.models.detector import create_model
@@ -126,7 +126,7 @@ def test_bad_pt_archive_is_refused_in_one_line(tmp_path: Path, capsys: pytest.Ca
 
 
 def test_pt_with_nan_weights_is_refused(tmp_path: Path) -> None:
-    from ultralytics_checkpoint import write_ultralytics_checkpoint
+    from helpers.ultralytics_checkpoint import write_ultralytics_checkpoint
 
     model = create_model("yolo11n", num_classes=2)
     with torch.no_grad():
@@ -136,7 +136,7 @@ def test_pt_with_nan_weights_is_refused(tmp_path: Path) -> None:
 
 
 def test_pt_with_int8_weights_is_refused_not_cast(tmp_path: Path) -> None:
-    from ultralytics_checkpoint import write_ultralytics_checkpoint
+    from helpers.ultralytics_checkpoint import write_ultralytics_checkpoint
 
     model = create_model("yolo11n", num_classes=2)
     state = model.state_dict()

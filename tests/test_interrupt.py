@@ -13,7 +13,7 @@ import pytest
 import torch
 import yaml
 from accelerate import Accelerator
-from engine_helpers import ACCELERATE, CONFIGS, ROOT, TINY_FLAGS, checkpoint_model, describe, launch
+from helpers.engine_helpers import ACCELERATE, CONFIGS, ROOT, TINY_FLAGS, checkpoint_model, describe, launch
 
 import yolo11
 from yolo11.engine import checkpoint as ckpt

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from engine_helpers import ACCELERATE, CONFIGS, ROOT, TINY_FLAGS, describe
+from helpers.engine_helpers import ACCELERATE, CONFIGS, ROOT, TINY_FLAGS, describe
 
 FLAGS = [*TINY_FLAGS, "--batch-size", "4", "--epochs", "1"]
 

@@ -9,7 +9,7 @@ import shutil
 import pytest
 import torch
 import yaml
-from engine_helpers import TINY_FLAGS, checkpoint_model, describe, launch, one_error_line
+from helpers.engine_helpers import TINY_FLAGS, checkpoint_model, describe, launch, one_error_line
 from safetensors.torch import load_file
 
 from yolo11.engine.checkpoint import _prune, set_aside_checkpoints

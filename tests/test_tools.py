@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from engine_helpers import launch
+from helpers.engine_helpers import launch
 
 from yolo11 import create_model, predictor
 from yolo11.data.sources.synthetic import SHAPES

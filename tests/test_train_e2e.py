@@ -8,7 +8,7 @@ import time
 
 import pytest
 import torch
-from engine_helpers import ACCELERATE, ROOT, TINY_FLAGS, checkpoint_model, describe, launch
+from helpers.engine_helpers import ACCELERATE, ROOT, TINY_FLAGS, checkpoint_model, describe, launch
 from safetensors.torch import load_file
 
 pytestmark = pytest.mark.slow
@@ -113,7 +113,7 @@ def test_wrong_flag_and_wrong_config_file_get_clear_errors(tmp_path):
 
 def test_failing_rank_ends_every_rank(tmp_path):
     """Rank 1 raises in its third step; both processes must end (no hang) with a non-zero exit."""
-    script = ROOT / "tests" / "faulty_train.py"
+    script = ROOT / "tests" / "helpers" / "faulty_train.py"
     result = launch([*TINY_FLAGS, "--output-dir", str(tmp_path), "--batch-size", "8", "--epochs", "3"],
                     script=script, config="2gpu.yaml", cpu_ddp=True, env={"FAULT_RANK": "1", "FAULT_STEP": "3"},
                     timeout=300)
@@ -123,7 +123,7 @@ def test_failing_rank_ends_every_rank(tmp_path):
 
 def test_killed_rank_ends_every_rank_within_a_minute(tmp_path):
     """Rank 1 is SIGKILLed mid-epoch (no Python exception, no cleanup): the launcher must end rank 0 too."""
-    script = ROOT / "tests" / "faulty_train.py"
+    script = ROOT / "tests" / "helpers" / "faulty_train.py"
     started = time.monotonic()
     result = launch([*TINY_FLAGS, "--output-dir", str(tmp_path), "--batch-size", "8", "--epochs", "3"],
                     script=script, config="2gpu.yaml", cpu_ddp=True,
@@ -135,7 +135,7 @@ def test_killed_rank_ends_every_rank_within_a_minute(tmp_path):
 
 def test_crash_while_saving_leaves_previous_checkpoint_loadable(tmp_path):
     """The second checkpoint write dies half-way; --resume auto still finds the first, complete one."""
-    script = ROOT / "tests" / "faulty_train.py"
+    script = ROOT / "tests" / "helpers" / "faulty_train.py"
     common = [*TINY_FLAGS, "--output-dir", str(tmp_path), "--name", "run", "--batch-size", "8", "--epochs", "3",
               "--save-period", "1"]
     crashed = launch(common, script=script, env={"FAULT_IN_SAVE": "2"})
@@ -150,7 +150,7 @@ def test_crash_while_saving_leaves_previous_checkpoint_loadable(tmp_path):
 def test_a_full_disk_while_saving_is_one_line_and_keeps_the_last_checkpoint(tmp_path):
     """The second checkpoint write finds the disk full: one ``error: cannot write ...`` line naming the file and
     the intact checkpoint, no traceback from the trainer, and ``latest`` still names the first checkpoint."""
-    script = ROOT / "tests" / "faulty_train.py"
+    script = ROOT / "tests" / "helpers" / "faulty_train.py"
     common = [*TINY_FLAGS, "--output-dir", str(tmp_path), "--name", "run", "--batch-size", "8", "--epochs", "3",
               "--save-period", "1"]
     full = launch(common, script=script, env={"FAULT_DISK_FULL": "2"})
@@ -167,7 +167,7 @@ def test_a_full_disk_while_saving_is_one_line_and_keeps_the_last_checkpoint(tmp_
 def test_wandb_offline_one_run_under_ddp_continued_on_resume(tmp_path):
     """2 CPU processes, --report-to wandb without an API key: one offline run, with per-step and per-epoch keys
     and validation images; --resume continues the same W&B run id."""
-    import wandb_reader
+    from helpers import wandb_reader
 
     env = {"HOME": str(tmp_path), "WANDB_SILENT": "true", "WANDB_API_KEY": None, "WANDB_MODE": None}
     common = [*TINY_FLAGS, "--output-dir", str(tmp_path), "--name", "run", "--batch-size", "8", "--epochs", "2",

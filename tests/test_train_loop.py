@@ -7,7 +7,7 @@ import copy
 import pytest
 import torch
 from accelerate import Accelerator
-from engine_helpers import reset_accelerate_state
+from helpers.engine_helpers import reset_accelerate_state
 
 import yolo11
 from yolo11.engine.build import build_train_step

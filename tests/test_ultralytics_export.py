@@ -130,9 +130,9 @@ def test_ultralytics_runtime_predicts_and_validates_our_pt_and_onnx_as_the_origi
     env = os.environ | {"YOLO_OFFLINE": "1", "YOLO_CONFIG_DIR": str(tmp_path / "cfg"),
                         "PYTHONPATH": os.pathsep.join([str(ultralytics_path()), str(ROOT)])}
     models = [str(CHECKPOINT), str(tmp_path / "ours.pt"), str(tmp_path / "ours.onnx")]
-    done = subprocess.run([sys.executable, str(ROOT / "tests" / "ultralytics_runtime.py"), str(data), str(image),
-                           str(imgsz), str(tmp_path / "runs"), *models], env=env, capture_output=True, text=True,
-                          timeout=600, cwd=tmp_path)
+    script = ROOT / "tests" / "helpers" / "ultralytics_runtime.py"
+    done = subprocess.run([sys.executable, str(script), str(data), str(image), str(imgsz), str(tmp_path / "runs"),
+                           *models], env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(done.stdout.strip().splitlines()[-1])
     original, pt, onnx = (report[m] for m in models)

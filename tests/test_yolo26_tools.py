@@ -2,7 +2,7 @@
 Hub card and the official names; the head switch (``--nms`` / ``nms=``, Ultralytics 8.4.190's ``nms`` argument).
 
 The live comparisons run Ultralytics 8.4.190 (PYTHONPATH=/work/ultra) in a subprocess
-(``tests/ultralytics_yolo26_predict.py``) on a yolo26n it builds from its own ``yolo26n.yaml`` and saves as a
+(``tests/helpers/ultralytics_yolo26_predict.py``) on a yolo26n it builds from its own ``yolo26n.yaml`` and saves as a
 ``.pt``; they skip when it is not importable.
 """
 
@@ -41,10 +41,10 @@ needs_coco8 = pytest.mark.skipif(not COCO8.is_file(), reason="shared/data/coco8.
 
 
 def run_ultralytics(out: Path, model: str, rect: bool = True) -> dict:
-    """``tests/ultralytics_yolo26_predict.py`` in a subprocess; its JSON report."""
+    """``tests/helpers/ultralytics_yolo26_predict.py`` in a subprocess; its JSON report."""
     env = os.environ | {"YOLO_OFFLINE": "1", "YOLO_CONFIG_DIR": str(out.parent / "ultralytics-cfg"),
                         "PYTHONPATH": str(Path(ULTRALYTICS.origin).parents[1])}
-    done = subprocess.run([sys.executable, str(ROOT / "tests" / "ultralytics_yolo26_predict.py"), str(out),
+    done = subprocess.run([sys.executable, str(ROOT / "tests" / "helpers" / "ultralytics_yolo26_predict.py"), str(out),
                            str(IMGSZ), str(CONF), "rect" if rect else "square", model, *map(str, IMAGES)],
                           env=env, capture_output=True, text=True, timeout=300, cwd=out.parent)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -236,7 +236,7 @@ def test_detector_refuses_nms_false_for_yolo11_and_the_flag_takes_only_booleans(
 
 
 def yolo26_checkpoint(tmp_path: Path) -> tuple[torch.nn.Module, Path]:
-    from ultralytics_checkpoint import write_ultralytics_checkpoint
+    from helpers.ultralytics_checkpoint import write_ultralytics_checkpoint
 
     torch.manual_seed(0)
     model = yolo11.create_model("yolo26n", num_classes=2, names=["ant", "bee"]).eval()

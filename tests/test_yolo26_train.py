@@ -8,7 +8,7 @@ import types
 
 import pytest
 import torch
-from engine_helpers import checkpoint_model, describe, launch
+from helpers.engine_helpers import checkpoint_model, describe, launch
 from safetensors.torch import load_file
 
 import yolo11
@@ -125,7 +125,7 @@ def test_musgd_gives_both_class_branches_three_times_the_lr():
 def test_weights_of_yolo26_build_the_training_model(tmp_path):
     """``--weights`` of a YOLO26 ``.pt`` (Ultralytics' structure), of our ``.safetensors`` and of a
     ``save_pretrained`` folder build a YOLO26Detector with every tensor; the gate checks reg_max per family."""
-    from ultralytics_checkpoint import write_ultralytics_checkpoint
+    from helpers.ultralytics_checkpoint import write_ultralytics_checkpoint
 
     from yolo11.engine.build import build_model
     from yolo11.engine.config import ModelConfig

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from safetensors.torch import load_file
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = ROOT / "accelerate_configs"
 ACCELERATE = str(Path(sys.executable).with_name("accelerate"))
 
