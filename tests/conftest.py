@@ -24,3 +24,18 @@ def fresh_accelerate_state():
     for it on every test with ``pytestmark = pytest.mark.usefixtures("fresh_accelerate_state")``)."""
     yield
     reset_accelerate_state()
+
+
+@pytest.fixture
+def fake_hub(tmp_path, monkeypatch):
+    """``huggingface_hub.HfApi`` replaced by ``FakeHfApi`` (uploads land in ``tmp_path / "remote"``) and the Hub
+    reachable; returns the class, whose ``calls`` and ``remote`` the test reads."""
+    from helpers.fake_hub import FakeHfApi
+
+    from yolo11 import hub
+
+    FakeHfApi.remote, FakeHfApi.calls = tmp_path / "remote", []
+    monkeypatch.setattr(hub, "HfApi", FakeHfApi)
+    monkeypatch.setattr(hub, "hub_reachable", lambda: True)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    return FakeHfApi

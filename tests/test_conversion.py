@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from helpers.engine_helpers import ROOT, describe, launch
-from test_bad_inputs import corrupt_middle, make_dataset, write_image
+from helpers.yolo_folders import corrupt_middle, make_dataset, write_image
 
 from yolo11.data import DataSourceError, load_source
 

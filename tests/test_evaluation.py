@@ -9,49 +9,14 @@ import sys
 import textwrap
 from pathlib import Path
 
-import datasets
 import numpy as np
 import pytest
 import torch
+from helpers.coco_cases import CLASS_NAMES, IMAGES, REFERENCE, hub_dataset, perfect_predictions, reference_dataset
 
 from yolo11.evaluation import STAT_NAMES, CocoEvaluator, coco_ground_truth, gather_predictions
 
 ROOT = Path(__file__).resolve().parents[1]
-REFERENCE = ROOT.parent / "shared" / "data" / "reference"
-CLASS_NAMES = ["cat", "dog", "bird"]
-
-
-def hub_dataset(images: list[tuple[int, int, int, list[list[float]], list[int]]]) -> datasets.Dataset:
-    """A Hub-schema dataset without pixels: (image_id, width, height, xywh boxes, classes) per image."""
-    rows = [{"image_id": image_id, "width": w, "height": h,
-             "objects": {"id": list(range(len(boxes))), "area": [b[2] * b[3] for b in boxes], "bbox": boxes,
-                         "category": classes}}
-            for image_id, w, h, boxes, classes in images]
-    features = datasets.Features({
-        "image_id": datasets.Value("int64"), "width": datasets.Value("int32"), "height": datasets.Value("int32"),
-        "objects": {"id": datasets.List(datasets.Value("int64")), "area": datasets.List(datasets.Value("float32")),
-                    "bbox": datasets.List(datasets.List(datasets.Value("float32"), length=4)),
-                    "category": datasets.List(datasets.ClassLabel(names=CLASS_NAMES))},
-    })
-    return datasets.Dataset.from_list(rows, features=features)
-
-
-IMAGES = [
-    (7, 320, 240, [[10, 20, 50, 40], [100, 100, 120, 80]], [0, 1]),
-    (3, 200, 300, [[5, 5, 30, 30]], [2]),
-    (11, 640, 480, [], []),  # a background image
-    (4, 256, 256, [[60, 60, 100, 150], [0, 0, 20, 20]], [0, 0]),
-]
-
-
-def perfect_predictions(images, score: float = 0.9) -> list[tuple[int, torch.Tensor]]:
-    out = []
-    for image_id, _, _, boxes, classes in images:
-        xywh = torch.tensor(boxes, dtype=torch.float32).reshape(-1, 4)
-        xyxy = torch.cat((xywh[:, :2], xywh[:, :2] + xywh[:, 2:]), dim=1)
-        rows = torch.cat((xyxy, torch.full((len(boxes), 1), score), torch.tensor(classes).reshape(-1, 1)), dim=1)
-        out.append((image_id, rows))
-    return out
 
 
 def test_ground_truth_ids_from_one_and_category_is_class_plus_one():
@@ -151,26 +116,12 @@ def test_unknown_image_id_raises():
         CocoEvaluator(hub_dataset(IMAGES), CLASS_NAMES).compute([(999, torch.zeros(0, 6))])
 
 
-def _reference_dataset() -> tuple[datasets.Dataset, list[str]]:
-    gt = json.loads((REFERENCE / "coco128_instances.json").read_text())
-    by_image: dict[int, list[dict]] = {}
-    for ann in gt["annotations"]:
-        by_image.setdefault(ann["image_id"], []).append(ann)
-    images = [(im["id"], im["width"], im["height"], [a["bbox"] for a in by_image.get(im["id"], [])],
-               [a["category_id"] - 1 for a in by_image.get(im["id"], [])]) for im in gt["images"]]
-    names = [c["name"] for c in gt["categories"]]
-    rows = [{"image_id": i, "width": w, "height": h,
-             "objects": {"id": list(range(len(b))), "area": [x[2] * x[3] for x in b], "bbox": b, "category": c}}
-            for i, w, h, b, c in images]
-    return datasets.Dataset.from_list(rows), names
-
-
 @pytest.mark.skipif(not (REFERENCE / "coco128_instances.json").is_file(), reason="shared/data/reference absent")
 @pytest.mark.parametrize("backend", ["fast", "pycocotools", "faster_coco_eval"])
 def test_reproduces_pycocotools_on_ultralytics_predictions(backend):
     expected = json.loads((REFERENCE / "yolo11n_coco128_meta.json").read_text())[
         "pycocotools_on_ultralytics_predictions"]
-    dataset, names = _reference_dataset()
+    dataset, names = reference_dataset()
     per_image: dict[int, list[list[float]]] = {}
     for p in json.loads((REFERENCE / "yolo11n_coco128_predictions.json").read_text()):
         x, y, w, h = p["bbox"]
@@ -199,7 +150,7 @@ DISTRIBUTED_SCRIPT = textwrap.dedent("""
     from accelerate import Accelerator
     from torch.utils.data import DataLoader
     sys.path.insert(0, {tests!r})
-    from test_evaluation import IMAGES, CLASS_NAMES, hub_dataset, perfect_predictions
+    from helpers.coco_cases import IMAGES, CLASS_NAMES, hub_dataset, perfect_predictions
     from yolo11.evaluation import CocoEvaluator, gather_predictions
 
     accelerator = Accelerator()

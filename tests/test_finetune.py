@@ -94,22 +94,16 @@ def test_model_flag_given_a_weights_file_says_to_use_weights(capsys):
 
 
 @pytest.mark.skipif(not COCO8.is_file(), reason=f"coco8 not found at {COCO8}")
-def test_ultralytics_checkpoint_to_finetuned_hub_model(tmp_path, monkeypatch, capsys):
+def test_ultralytics_checkpoint_to_finetuned_hub_model(tmp_path, fake_hub, capsys):
     """Ultralytics .pt (5 classes) -> fine-tune on coco8 with --weights only -> best.safetensors with coco8's names
     -> yolo11-predict names its boxes -> ONNX with names in its metadata -> --push-to-hub folder ->
     from_pretrained gives the outputs of best.safetensors."""
-    from test_hub import FakeHfApi
-
     from yolo11 import train
     from yolo11.tools import export, predict
 
     coco8_names = [yaml.safe_load(COCO8.read_text())["names"][k] for k in range(80)]
     source = _trained_like("yolo11n", 5)
     checkpoint = write_ultralytics_checkpoint(source, ["ant", "bee", "cow", "dog", "eel"], tmp_path / "custom.pt")
-    FakeHfApi.remote, FakeHfApi.calls = tmp_path / "remote", []
-    monkeypatch.setattr(hub, "HfApi", FakeHfApi)
-    monkeypatch.setattr(hub, "hub_reachable", lambda: True)
-    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
 
     assert train.main(["--weights", str(checkpoint), "--data", str(COCO8), "--imgsz", "64", "--epochs", "1",
                        "--batch-size", "4", "--nominal-batch", "4", "--workers", "0", "--plots", "false",
@@ -140,8 +134,8 @@ def test_ultralytics_checkpoint_to_finetuned_hub_model(tmp_path, monkeypatch, ca
     assert props["task"] == "detect" and props["stride"] == "32" and ast.literal_eval(props["imgsz"]) == [64, 64]
     assert props["author"] and props["version"]
 
-    uploaded = FakeHfApi.remote / "me" / "yolo11n-coco8"
-    assert [c[0] for c in FakeHfApi.calls] == ["create_repo", "upload_folder"]
+    uploaded = fake_hub.remote / "me" / "yolo11n-coco8"
+    assert [c[0] for c in fake_hub.calls] == ["create_repo", "upload_folder"]
     assert sorted(p.name for p in uploaded.iterdir()) == ["README.md", "config.json", "model.safetensors"]
     card = (uploaded / "README.md").read_text()
     assert "mAP50-95" in card and "0: person, 1: bicycle" in card
