@@ -39,3 +39,28 @@ def fake_hub(tmp_path, monkeypatch):
     monkeypatch.setattr(hub, "hub_reachable", lambda: True)
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     return FakeHfApi
+
+
+@pytest.fixture(scope="module")
+def resumable(tmp_path_factory: pytest.TempPathFactory):
+    """A prepared yolo11n, its SGD optimizer after one step, an EMA and a checkpoint of them (a template to copy),
+    for the module: ``(accelerator, model, optimizer, ema, checkpoint folder)``."""
+    import torch
+    from accelerate import Accelerator
+
+    from yolo11.engine.checkpoint import TrainState, save_checkpoint
+    from yolo11.engine.ema import ModelEMA
+    from yolo11.models.detector import create_model
+
+    accelerator = Accelerator(cpu=True)
+    model = create_model("yolo11n", num_classes=2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-6, momentum=0.9)
+    model, optimizer = accelerator.prepare(model, optimizer)
+    sum(o.mean() for o in model(torch.rand(2, 3, 64, 64))).backward()
+    optimizer.step()
+    ema = ModelEMA(model, updates=3)
+    root = tmp_path_factory.mktemp("resume")
+    folder = save_checkpoint(accelerator, root, TrainState(epoch=2, iteration=5, optimizer_steps=5), keep=1,
+                             model=model, ema=ema, config={"train": {"lr0": 0.01}})
+    yield accelerator, model, optimizer, ema, folder
+    reset_accelerate_state()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import io
 import json
 import shutil
 
@@ -10,12 +9,11 @@ import pytest
 import torch
 import yaml
 from helpers.engine_helpers import TINY_FLAGS, checkpoint_model, describe, launch, one_error_line
+from helpers.run_folders import checkpoint_folders
 from safetensors.torch import load_file
 
-from yolo11.engine.checkpoint import _prune, set_aside_checkpoints
 from yolo11.engine.config import parse_command_line
 from yolo11.engine.resume import locate_resume, owning_run, prepare_resume
-from yolo11.engine.resume_check import CheckpointError, RunBounds, check_train_state
 
 COMMON = [*TINY_FLAGS, "--batch-size", "4", "--nominal-batch", "4", "--epochs", "2"]
 
@@ -128,80 +126,6 @@ def test_one_line_resume_of_a_run_ends_bitwise_as_the_straight_run(tmp_path):
     assert typed.returncode != 0 and "--epochs: 2 in the checkpoint, 3 now" in typed.stderr, describe(typed)
 
 
-@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
-    not torch.cuda.is_available(), reason="needs a CUDA device"))])
-@pytest.mark.parametrize("name", ["SGD", "AdamW"])
-def test_optimizer_state_read_back_takes_its_channels_last_parameter_layout(name, device):
-    """Checkpoints hold the optimizer state contiguous; after ``match_parameter_layouts`` the fused optimizer's
-    next steps equal those of the optimizer that never left memory (without it the CPU kernels mixed elements and
-    the CUDA ones refuse mismatched strides)."""
-    from yolo11.engine.build import _optimizer_state_to_host
-    from yolo11.engine.checkpoint import match_parameter_layouts
-
-    def optimizer_for(param):
-        if name == "SGD":
-            return torch.optim.SGD([param], lr=0.1, momentum=0.9, nesterov=True, fused=True)
-        return torch.optim.AdamW([param], lr=0.01, fused=True)
-
-    torch.manual_seed(0)
-    weight = torch.nn.Parameter(torch.randn(8, 4, 3, 3, device=device).contiguous(memory_format=torch.channels_last))
-    grads = [torch.randn(8, 4, 3, 3, device=device).contiguous(memory_format=torch.channels_last) for _ in range(3)]
-    live = optimizer_for(weight)
-    weight.grad = grads[0]
-    live.step()
-    file = io.BytesIO()
-    torch.save(_optimizer_state_to_host(live, live.state_dict()), file)  # as save_state writes it
-    on_disk = torch.load(io.BytesIO(file.getvalue()), weights_only=True)  # on the CPU; loading moves it
-    assert all(v.is_contiguous() for v in on_disk["state"][0].values() if v.dim() == 4)
-    resumed_weight = torch.nn.Parameter(weight.detach().clone(memory_format=torch.preserve_format))
-    resumed = optimizer_for(resumed_weight)
-    resumed.load_state_dict(on_disk)
-    match_parameter_layouts(resumed)
-    for grad in grads[1:]:
-        weight.grad, resumed_weight.grad = grad.clone(), grad.clone()
-        live.step()
-        resumed.step()
-    assert torch.equal(weight, resumed_weight)
-    assert all(v.stride() == resumed_weight.stride() for v in resumed.state[resumed_weight].values() if v.dim() == 4)
-
-
-def checkpoint_folders(root, *iterations):
-    for iteration in iterations:
-        (root / f"checkpoint-{iteration:08d}").mkdir(parents=True)
-        (root / f"checkpoint-{iteration:08d}" / "train_state.json").write_text("{}\n")
-    (root / "latest").write_text(f"checkpoint-{max(iterations):08d}")
-
-
-def test_pruning_never_deletes_the_checkpoint_just_written(tmp_path):
-    """An older run's checkpoint-00001000 sorts after this run's checkpoint-00000020: pruning to 1 kept it and
-    deleted the new one, which ``latest`` then named."""
-    root = tmp_path / "checkpoints"
-    checkpoint_folders(root, 10, 20, 1000)
-    _prune(root, 1, "checkpoint-00000020")
-    assert sorted(p.name for p in root.glob("checkpoint-*")) == ["checkpoint-00000020", "checkpoint-00001000"]
-
-
-def test_a_new_run_sets_aside_an_earlier_runs_checkpoints(tmp_path):
-    run = tmp_path / "run"
-    checkpoint_folders(run / "checkpoints", 500, 1000)
-    aside, names = set_aside_checkpoints(run, None)
-    assert names == ["checkpoint-00000500", "checkpoint-00001000"] and aside.name.startswith("checkpoints.old-")
-    assert (aside / "latest").read_text() == "checkpoint-00001000" and (aside / "checkpoint-00001000").is_dir()
-    assert list((run / "checkpoints").iterdir()) == []  # no `latest` naming a folder that is gone
-    assert set_aside_checkpoints(run, None) is None
-
-
-def test_a_resume_of_an_earlier_checkpoint_sets_aside_the_later_ones(tmp_path):
-    run = tmp_path / "run"
-    root = run / "checkpoints"
-    checkpoint_folders(root, 10, 20, 30)
-    aside, names = set_aside_checkpoints(run, root / "checkpoint-00000020")
-    assert names == ["checkpoint-00000030"] and (aside / "checkpoint-00000030").is_dir()
-    assert sorted(p.name for p in root.iterdir()) == ["checkpoint-00000010", "checkpoint-00000020", "latest"]
-    assert (root / "latest").read_text() == "checkpoint-00000020"
-    assert set_aside_checkpoints(run, root / "checkpoint-00000020") is None
-
-
 @pytest.mark.slow
 def test_a_new_run_into_an_older_runs_folder_keeps_its_checkpoint_and_sets_the_older_ones_aside(tmp_path):
     """``--exist-ok`` into a folder whose run reached iteration 1000: the new run's checkpoint is kept (``latest``
@@ -216,47 +140,6 @@ def test_a_new_run_into_an_older_runs_folder_keeps_its_checkpoint_and_sets_the_o
     aside = list(root.parent.glob("checkpoints.old-*"))
     assert len(aside) == 1 and (aside[0] / "checkpoint-00001000" / "train_state.json").is_file()
     assert f"moved to {aside[0]} (not deleted" in result.stdout, describe(result)
-
-
-STATE = {"epoch": 1, "batches_in_epoch": 2, "iteration": 8, "optimizer_steps": 8, "loss_sum": [1.0, 2.0, 3.0],
-         "loss_batches": 2, "best_fitness": 0.25, "best_epoch": 0, "tracker_run_id": None}
-BOUNDS = RunBounds(epochs=3, batches_per_epoch=6)
-
-
-def test_a_consistent_training_state_passes(tmp_path):
-    assert check_train_state(tmp_path / "train_state.json", dict(STATE), BOUNDS) == STATE
-    finished = STATE | {"epoch": 3, "batches_in_epoch": 0, "iteration": 18, "loss_sum": None, "loss_batches": 0}
-    check_train_state(tmp_path / "train_state.json", finished, BOUNDS)
-
-
-@pytest.mark.parametrize("change", [
-    {"epoch": 4, "iteration": 26},  # beyond --epochs 3: nothing would train
-    {"epoch": -1},
-    {"batches_in_epoch": 7, "iteration": 13},  # more than an epoch holds: the epoch's skip crashed
-    {"batches_in_epoch": 2, "epoch": 3, "iteration": 20},  # after the last epoch
-    {"iteration": 9},  # not where 1 epoch of 6 batches + 2 put it
-    {"iteration": 2, "optimizer_steps": 2},  # fewer batches than the finished epoch and this one hold
-    {"iteration": "8"},
-    {"optimizer_steps": 9},
-    {"loss_batches": 3},
-    {"loss_sum": None},
-    {"loss_sum": [1.0, float("inf"), 3.0]},
-    {"best_fitness": float("nan")},
-    {"best_fitness": 7.0},
-    {"best_epoch": 1},  # the epoch in progress cannot be the best one
-    {"best_epoch": -2},
-])
-def test_training_state_values_out_of_range_are_refused_naming_the_key(tmp_path, change):
-    path = tmp_path / "train_state.json"
-    key = next(iter(change))
-    with pytest.raises(CheckpointError, match=rf"^{path}: {key} is "):
-        check_train_state(path, STATE | change, BOUNDS)
-
-
-def test_an_iteration_off_the_epochs_passes_with_allow_changes(tmp_path):
-    """A batch size changed by an earlier resume (--allow-changes) leaves the iteration where the old epochs put
-    it: not derivable, so allowed then."""
-    check_train_state(tmp_path / "train_state.json", STATE | {"iteration": 9}, BOUNDS, allow_changes=True)
 
 
 @pytest.mark.slow
