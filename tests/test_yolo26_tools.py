@@ -172,7 +172,8 @@ def test_end2end_onnx_equals_pytorch_without_ultralytics(tmp_path, capsys):
 
 
 @needs_coco8
-def test_val_on_coco8_scores_each_head_and_says_which(tmp_path, capsys):
+def test_val_on_coco8_scores_each_head_and_says_which(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the tool's run folders, runs/val/exp*, land here rather than in the checkout
     torch.manual_seed(0)
     model = yolo11.create_model("yolo26n", num_classes=80).eval()
     with torch.no_grad():  # a fresh head scores every class ~1e-4, under the 0.001 threshold: raise it
