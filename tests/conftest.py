@@ -6,6 +6,7 @@ launch``) names the same files, and a script run by path from that folder import
 
 from __future__ import annotations
 
+import shutil
 import sys
 from pathlib import Path
 
@@ -15,7 +16,7 @@ HELPERS = Path(__file__).resolve().parent / "helpers"
 if str(HELPERS) not in sys.path:
     sys.path.append(str(HELPERS))
 
-from helpers.engine_helpers import reset_accelerate_state  # noqa: E402
+from helpers.engine_helpers import TINY_RUN_FLAGS, describe, launch, reset_accelerate_state  # noqa: E402
 
 
 @pytest.fixture
@@ -64,3 +65,21 @@ def resumable(tmp_path_factory: pytest.TempPathFactory):
                              model=model, ema=ema, config={"train": {"lr0": 0.01}})
     yield accelerator, model, optimizer, ema, folder
     reset_accelerate_state()
+
+
+@pytest.fixture(scope="session")
+def tiny_trained_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The run folder of ONE tiny training run, made once for the session through ``accelerate launch`` on the CPU
+    (``TINY_RUN_FLAGS``: synthetic 64 px data, 2 epochs of 6 steps, a checkpoint after each): config, weights,
+    results.csv, checkpoints. For tests that read a finished run or compare with the uninterrupted one; a test that
+    changes the folder takes ``tiny_run_copy``."""
+    root = tmp_path_factory.mktemp("tiny-run")
+    result = launch([*TINY_RUN_FLAGS, "--output-dir", str(root), "--name", "run"])
+    assert result.returncode == 0, describe(result)
+    return root / "run"
+
+
+@pytest.fixture
+def tiny_run_copy(tiny_trained_run: Path, tmp_path: Path) -> Path:
+    """A copy of ``tiny_trained_run`` at ``tmp_path / "run"``, the test's own to resume, break or extend."""
+    return Path(shutil.copytree(tiny_trained_run, tmp_path / "run", symlinks=True))

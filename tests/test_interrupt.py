@@ -16,6 +16,7 @@ from helpers.engine_helpers import (
     CONFIGS,
     ROOT,
     TINY_FLAGS,
+    TINY_RUN_FLAGS,
     checkpoint_model,
     describe,
     launch,
@@ -59,13 +60,11 @@ COMMON = [*TINY_FLAGS, "--batch-size", "4", "--nominal-batch", "4", "--epochs", 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
-def test_signal_in_the_first_epoch_saves_and_resume_is_bitwise(tmp_path, signum):
+def test_signal_in_the_first_epoch_saves_and_resume_is_bitwise(tmp_path, tiny_trained_run, signum):
     """Ctrl-C to a single-process ``accelerate launch`` (SIGINT, then the launcher's SIGTERM), or a
     preemption's SIGTERM, in the first epoch: a checkpoint at a step boundary, and the resumed run ends with
-    weights bitwise equal to the run that was never interrupted."""
+    weights bitwise equal to the run that was never interrupted (the session's tiny run: the same flags)."""
     common = [*COMMON, "--output-dir", str(tmp_path)]
-    straight = launch([*common, "--name", "straight"])
-    assert straight.returncode == 0, describe(straight)
     interrupted = signal_after_step(start_in_own_group([*common, "--name", "run"]), 2, signum)
     assert "stopped by a signal at step" in interrupted, interrupted[-3000:]
     latest = (tmp_path / "run" / "checkpoints" / "latest").read_text().strip()
@@ -75,7 +74,7 @@ def test_signal_in_the_first_epoch_saves_and_resume_is_bitwise(tmp_path, signum)
     assert state.epoch == 0 and 2 <= state.optimizer_steps < 6  # inside the first epoch (6 steps)
     resumed = launch([*common, "--name", "run", "--resume", "auto"])
     assert resumed.returncode == 0, describe(resumed)
-    expected, got = checkpoint_model(tmp_path / "straight"), checkpoint_model(tmp_path / "run")
+    expected, got = checkpoint_model(tiny_trained_run), checkpoint_model(tmp_path / "run")
     assert expected.keys() == got.keys()
     assert all(torch.equal(expected[k], got[k]) for k in expected)
 
@@ -95,10 +94,8 @@ def test_ctrl_c_on_two_gloo_processes_saves_together_and_resumes_bitwise(tmp_pat
 
 
 @pytest.mark.slow
-def test_crafted_checkpoint_folder_is_refused_by_the_trainer(tmp_path):
-    common = [*TINY_FLAGS, "--batch-size", "4", "--epochs", "1", "--output-dir", str(tmp_path), "--name", "run"]
-    first = launch([*common, "--max-steps", "1"])
-    assert first.returncode == 0, describe(first)
+def test_crafted_checkpoint_folder_is_refused_by_the_trainer(tmp_path, tiny_run_copy):
+    common = [*TINY_RUN_FLAGS, "--output-dir", str(tmp_path), "--name", "run"]  # the run tiny_run_copy holds
     latest = tmp_path / "run" / "checkpoints" / (tmp_path / "run" / "checkpoints" / "latest").read_text().strip()
     marker = tmp_path / "pwned"
     payload = f"cos\nsystem\n(S'touch {marker}'\ntR.".encode()  # a protocol-0 pickle calling os.system
@@ -158,10 +155,10 @@ def test_weights_files_refuse_non_finite_tensors(tmp_path):
 
 
 @pytest.mark.slow
-def test_resume_with_flags_that_change_the_run_is_refused_unless_allowed(tmp_path):
-    common = [*TINY_FLAGS, "--batch-size", "4", "--epochs", "1", "--output-dir", str(tmp_path), "--name", "run"]
-    first = launch([*common, "--max-steps", "1"])
-    assert first.returncode == 0, describe(first)
+def test_resume_with_flags_that_change_the_run_is_refused_unless_allowed(tmp_path, tiny_run_copy):
+    """Each resume is compared with the checkpoint's flags before anything trains (the copy's run is finished: an
+    accepted resume has nothing left to train)."""
+    common = [*TINY_RUN_FLAGS, "--output-dir", str(tmp_path), "--name", "run"]  # the run tiny_run_copy holds
     # --model was left out: the run records the architecture it built, so that a resume compares like with like
     assert yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())["model"]["model"] == "yolo11n"
     other = launch([*common, "--resume", "auto", "--model", "yolo11s"])

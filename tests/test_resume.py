@@ -83,15 +83,12 @@ def test_ultralytics_resume_model_form_names_the_run(tmp_path):
 
 
 @pytest.mark.slow
-def test_resume_from_a_copied_checkpoint_writes_the_named_run_never_next_to_the_copy(tmp_path):
+def test_resume_from_a_copied_checkpoint_writes_the_named_run_never_next_to_the_copy(tmp_path, tiny_trained_run):
     """A checkpoint copied to <dir>/ck: the resumed run writes --output-dir/--name, and nothing lands in (or is
     pruned from) the copy's parent folders."""
-    first = launch([*COMMON, "--output-dir", str(tmp_path / "runs"), "--name", "orig", "--max-steps", "2"])
-    assert first.returncode == 0, describe(first)
-    latest = tmp_path / "runs" / "orig" / "checkpoints" / (tmp_path / "runs/orig/checkpoints/latest").read_text()
     outside = tmp_path / "outside"
     copy = outside / "dir" / "ck"
-    shutil.copytree(latest.parent / latest.name.strip(), copy)
+    shutil.copytree(tiny_trained_run / "checkpoints" / "checkpoint-00000006", copy)  # after epoch 1 of 2
     (outside / "checkpoint-00000001").mkdir()  # a folder of the user's that pruning must not touch
     before = sorted(p.relative_to(tmp_path) for p in outside.rglob("*"))
     resumed = launch([*COMMON, "--resume", str(copy), "--output-dir", str(tmp_path / "out"), "--name", "cont",
@@ -104,12 +101,11 @@ def test_resume_from_a_copied_checkpoint_writes_the_named_run_never_next_to_the_
 
 
 @pytest.mark.slow
-def test_one_line_resume_of_a_run_ends_bitwise_as_the_straight_run(tmp_path):
+def test_one_line_resume_of_a_run_ends_bitwise_as_the_straight_run(tmp_path, tiny_trained_run):
     """``--resume <run>`` alone (and Ultralytics' ``resume model=<run>/weights/last.safetensors``) continues the
-    run with its own flags to the weights of the uninterrupted run."""
+    run with its own flags to the weights of the uninterrupted run (the session's tiny run: the same flags)."""
     common = [*COMMON, "--output-dir", str(tmp_path)]
-    straight = launch([*common, "--name", "straight"])
-    assert straight.returncode == 0, describe(straight)
+    straight = tiny_trained_run
     first = launch([*common, "--name", "run", "--max-steps", "5"])
     assert first.returncode == 0, describe(first)
     second = launch(["--resume", str(tmp_path / "run"), "--max-steps", "8"])
@@ -117,11 +113,10 @@ def test_one_line_resume_of_a_run_ends_bitwise_as_the_straight_run(tmp_path):
     assert "flags that change the run" not in second.stderr
     third = launch(["resume", f"model={tmp_path / 'run' / 'weights' / 'last.safetensors'}"])
     assert third.returncode == 0, describe(third)
-    expected, got = checkpoint_model(tmp_path / "straight"), checkpoint_model(tmp_path / "run")
+    expected, got = checkpoint_model(straight), checkpoint_model(tmp_path / "run")
     assert expected.keys() == got.keys() and all(torch.equal(expected[k], got[k]) for k in expected)
     final = load_file(tmp_path / "run" / "weights" / "last.safetensors")
-    assert all(torch.equal(v, load_file(tmp_path / "straight" / "weights" / "last.safetensors")[k])
-               for k, v in final.items())
+    assert all(torch.equal(v, load_file(straight / "weights" / "last.safetensors")[k]) for k, v in final.items())
     typed = launch(["--resume", str(tmp_path / "run"), "--epochs", "3"])  # typed and different: refused
     assert typed.returncode != 0 and "--epochs: 2 in the checkpoint, 3 now" in typed.stderr, describe(typed)
 
@@ -143,16 +138,14 @@ def test_a_new_run_into_an_older_runs_folder_keeps_its_checkpoint_and_sets_the_o
 
 
 @pytest.mark.slow
-def test_a_crafted_training_state_is_refused_in_one_line_before_anything_trains(tmp_path):
+def test_a_crafted_training_state_is_refused_in_one_line_before_anything_trains(tiny_run_copy):
     """``batches_in_epoch`` beyond the epoch crashed the resumed epoch's skip (a traceback), ``epoch`` beyond
     ``--epochs`` trained nothing and exited 0: both are refused naming the file and the key, exit 2."""
-    first = launch([*COMMON, "--output-dir", str(tmp_path), "--name", "run", "--max-steps", "2"])
-    assert first.returncode == 0, describe(first)
-    state_file = tmp_path / "run" / "checkpoints" / "checkpoint-00000002" / "train_state.json"
+    state_file = tiny_run_copy / "checkpoints" / "checkpoint-00000012" / "train_state.json"  # epoch 2 of 2 done
     saved = json.loads(state_file.read_text())
-    for change, key in (({"batches_in_epoch": 99, "iteration": 99}, "batches_in_epoch"),
+    for change, key in (({"batches_in_epoch": 99, "iteration": 2 * 6 + 99}, "batches_in_epoch"),
                         ({"epoch": 5, "iteration": 32}, "epoch")):  # 6 batches per epoch
         state_file.write_text(json.dumps(saved | change))
-        resumed = launch(["--resume", str(tmp_path / "run")], wrapper=True)
+        resumed = launch(["--resume", str(tiny_run_copy)], wrapper=True)
         assert resumed.returncode == 2, describe(resumed)
         assert f"error: {state_file}: {key} is {change[key]}" in one_error_line(resumed)

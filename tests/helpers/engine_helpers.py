@@ -17,6 +17,10 @@ ACCELERATE = str(Path(sys.executable).with_name("accelerate"))
 TINY_DATA = "synthetic:num_images=24,imgsz=64"
 TINY_FLAGS = ["--data", TINY_DATA, "--imgsz", "64", "--workers", "0", "--plots", "false", "--optimizer", "SGD",
               "--warmup-epochs", "0", "--log-interval", "1"]
+# The session's one tiny run (conftest.py's ``tiny_trained_run``): 2 epochs of 6 optimizer steps, a checkpoint after
+# each (checkpoint-00000006, checkpoint-00000012). The checkpoint flags change no value (test_main_job.py).
+TINY_RUN_FLAGS = [*TINY_FLAGS, "--batch-size", "4", "--nominal-batch", "4", "--epochs", "2", "--save-period", "1",
+                  "--keep-checkpoints", "5"]
 
 
 def launch(args: list[str], *, config: str = "cpu.yaml", script: Path = ROOT / "train_accelerate.py",
