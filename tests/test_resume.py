@@ -8,7 +8,14 @@ import shutil
 import pytest
 import torch
 import yaml
-from helpers.engine_helpers import TINY_FLAGS, checkpoint_model, describe, launch, one_error_line
+from helpers.engine_helpers import (
+    TINY_FLAGS,
+    checkpoint_model,
+    describe,
+    launch,
+    one_error_line,
+    reset_accelerate_state,
+)
 from helpers.run_folders import checkpoint_folders
 from safetensors.torch import load_file
 
@@ -149,3 +156,20 @@ def test_a_crafted_training_state_is_refused_in_one_line_before_anything_trains(
         resumed = launch(["--resume", str(tiny_run_copy)], wrapper=True)
         assert resumed.returncode == 2, describe(resumed)
         assert f"error: {state_file}: {key} is {change[key]}" in one_error_line(resumed)
+
+
+@pytest.mark.slow  # the trainer in this process, up to the resume
+def test_the_trainer_in_process_refuses_a_crafted_training_state_in_one_line(tiny_run_copy, capsys):
+    """The trainer passes its model and optimizer to the gate (``resume_check``): a checkpoint whose epoch is -5
+    stops the resume with one line and exit 2 (it used to "resume at epoch -4", then fail with a traceback)."""
+    from yolo11 import train
+
+    checkpoints = tiny_run_copy / "checkpoints"
+    state_file = checkpoints / (checkpoints / "latest").read_text().strip() / "train_state.json"
+    state_file.write_text(json.dumps(json.loads(state_file.read_text()) | {"epoch": -5}))
+    try:
+        assert train.main(["--resume", str(tiny_run_copy)]) == 2
+        (line,) = capsys.readouterr().err.strip().splitlines()
+        assert line == f"error: {state_file}: epoch is -5, expected an integer >= 0"
+    finally:
+        reset_accelerate_state()
