@@ -155,7 +155,7 @@ def test_errors_raise_with_the_command_line_message(trained, capsys):
     """A wrong key, path or value raises (``UsageError``, a ValueError, or the tools' FileNotFoundError) with the
     CLI's one-line message; argparse's usage text is not printed."""
     model = trained[0]
-    with pytest.raises(UsageError, match=r"unknown key 'epoch' \(did you mean epochs\?\)"):
+    with pytest.raises(UsageError, match=r"unknown argument 'epoch'; did you mean 'epochs'\?"):
         model.train(epoch=3)
     with pytest.raises(UsageError, match="--data missing.yaml: no such file or folder"):
         model.train(data="missing.yaml")

@@ -47,7 +47,7 @@ def test_invalid_flags_exit_with_message(argv, message, capsys):
     ("--warmup-bias-lr", "-0.1"), ("--patience", "-1"), ("--close-mosaic", "-1"), ("--save-period", "-1"),
     ("--val-interval", "-1"), ("--log-interval", "0"), ("--epochs", "0"), ("--batch-size", "0"),
     ("--val-batch-size", "0"), ("--workers", "-1"), ("--clip-grad", "-1"), ("--clip-grad", "nan"),
-    ("--keep-checkpoints", "0"), ("--nominal-batch", "0"), ("--grad-accum", "0"), ("--max-steps", "0"),
+    ("--keep-checkpoints", "-1"), ("--nominal-batch", "0"), ("--grad-accum", "0"), ("--max-steps", "0"),
     ("--seed", "-1"), ("--val-images", "-1"),
     ("--mosaic", "nan"), ("--mixup", "2"), ("--fliplr", "-0.5"), ("--flipud", "inf"),
     ("--translate", "1.5"), ("--scale", "-0.5"), ("--scale", "nan"), ("--perspective", "2"),

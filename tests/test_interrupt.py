@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -12,47 +11,21 @@ import pytest
 import torch
 import yaml
 from helpers.engine_helpers import (
-    ACCELERATE,
-    CONFIGS,
     ROOT,
     TINY_FLAGS,
     TINY_RUN_FLAGS,
     checkpoint_model,
     describe,
     launch,
+    signal_after_step,
+    start_in_own_group,
 )
+from helpers.run_folders import rewind
 
 import yolo11
 from yolo11.engine.checkpoint import TrainState
 
 pytestmark = pytest.mark.usefixtures("fresh_accelerate_state")
-
-
-def start_in_own_group(args: list[str], config: str = "cpu.yaml", cpu_ddp: bool = False) -> subprocess.Popen:
-    """``accelerate launch`` in a process group of its own, as a shell starts a foreground job."""
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
-    env.pop("ACCELERATE_USE_CPU", None)
-    if cpu_ddp:
-        env["ACCELERATE_USE_CPU"] = "1"
-    command = [ACCELERATE, "launch", "--config_file", str(CONFIGS / config), str(ROOT / "train_accelerate.py"),
-               *args]
-    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-                            cwd=ROOT, start_new_session=True)
-
-
-def signal_after_step(process: subprocess.Popen, step: int, signum: int, timeout: float = 300) -> str:
-    """Send ``signum`` to the whole process group once a progress line for ``step`` is printed (a terminal's
-    Ctrl-C, or a scheduler's preemption); returns everything the job printed."""
-    lines, deadline = [], time.monotonic() + timeout
-    for line in process.stdout:
-        lines.append(line)
-        if line.startswith("epoch ") and f" step {step} " in line:
-            os.killpg(process.pid, signum)
-            break
-        assert time.monotonic() < deadline, "".join(lines[-20:])
-    lines.extend(process.stdout)
-    process.wait(timeout=120)
-    return "".join(lines)
 
 
 COMMON = [*TINY_FLAGS, "--batch-size", "4", "--nominal-batch", "4", "--epochs", "2", "--keep-checkpoints", "5"]
@@ -134,8 +107,9 @@ def test_before_training_a_signal_ends_the_start_at_once():
 
 @pytest.mark.slow
 def test_resume_auto_without_a_checkpoint_starts_fresh_as_a_requeued_job_needs(tmp_path):
-    common = [*TINY_FLAGS, "--batch-size", "4", "--epochs", "1", "--output-dir", str(tmp_path), "--name", "job",
-              "--resume", "auto", "--max-steps", "2"]
+    # a step a batch (--nominal-batch 4): --max-steps 2 stops inside the epoch, so the run is left unfinished
+    common = [*TINY_FLAGS, "--batch-size", "4", "--nominal-batch", "4", "--epochs", "1", "--output-dir",
+              str(tmp_path), "--name", "job", "--resume", "auto", "--max-steps", "2"]
     first = launch(common)
     assert first.returncode == 0 and "no checkpoint in" in first.stdout, describe(first)
     assert (tmp_path / "job" / "checkpoints" / "latest").is_file() and not (tmp_path / "job2").exists()
@@ -156,8 +130,10 @@ def test_weights_files_refuse_non_finite_tensors(tmp_path):
 
 @pytest.mark.slow
 def test_resume_with_flags_that_change_the_run_is_refused_unless_allowed(tmp_path, tiny_run_copy):
-    """Each resume is compared with the checkpoint's flags before anything trains (the copy's run is finished: an
-    accepted resume has nothing left to train)."""
+    """Each resume is compared with the checkpoint's flags before anything trains. The copy is taken back to its
+    checkpoint after epoch 1 of 2 (a finished run is not resumable): --max-steps 2 stops inside epoch 2, leaving
+    the run unfinished until the last resume."""
+    rewind(tiny_run_copy, "checkpoint-00000006")
     common = [*TINY_RUN_FLAGS, "--output-dir", str(tmp_path), "--name", "run"]  # the run tiny_run_copy holds
     # --model was left out: the run records the architecture it built, so that a resume compares like with like
     assert yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())["model"]["model"] == "yolo11n"

@@ -49,7 +49,7 @@ def test_training_values_do_not_depend_on_load_dependent_choices(tmp_path):
               "--epochs", "2", "--batch-size", "8", "--nominal-batch", "16", "--plots", "false", "--val-images", "0",
               "--output-dir", str(tmp_path)]
     variants = {"a": ["--workers", "0", "--cache-images", "false"],  # --save-period auto: no save before the end
-                "b": ["--workers", "2", "--cache-images", "true", "--save-period", "1"]}
+                "b": ["--workers", "2", "--cache-images", "true", "--save-period", "1", "--keep-checkpoints", "2"]}
     rows = {}
     for name, flags in variants.items():
         result = launch([*common, *flags, "--name", name], env={"OMP_NUM_THREADS": "2"}, timeout=1800)

@@ -221,3 +221,4 @@ def test_checkpointed_optimizer_state_comes_to_the_cpu_and_loads_back(device):
         step(m, o)
     for a, b in zip(model.parameters(), resumed_model.parameters(), strict=True):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
+

@@ -84,15 +84,44 @@ def test_cache_images_auto_caches_when_the_images_fit_in_half_the_ram(monkeypatc
     assert decide_cache(None, 4 * gib, 10 * gib)[0]
     cached, reason = decide_cache(None, 6 * gib, 10 * gib)
     assert not cached and "do not fit" in reason and "6.00 GiB" in reason
-    monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")  # every process of the machine holds its own copy
-    assert not decide_cache(None, 2 * gib, 10 * gib)[0]
-    assert decide_cache(True, 6 * gib, 10 * gib) == (True, "images cached in RAM: yes (--cache-images True)")
+    assert not decide_cache(None, 2 * gib, 10 * gib, processes=4)[0]  # every process of the machine has a copy
+    assert decide_cache(True, 4 * gib, 10 * gib) == (True, "images cached in RAM: yes (--cache-images True)")
+    with pytest.raises(ValueError, match="--cache-images true needs"):  # the same rule refuses a forced cache
+        decide_cache(True, 6 * gib, 10 * gib)
     assert not decide_cache(None, 1, None)[0]  # RAM unknown: not without asking
     config = parse_config(["--cache-images", "auto"])
     assert config.data.cache_images is None
     assert plan_run(config, 1, 100, 80, cache_bytes=gib, available_ram=100 * gib).cache_images
     assert not plan_run(parse_config(["--cache-images", "false"]), 1, 100, 80, cache_bytes=1,
                         available_ram=100 * gib).cache_images
+
+
+def test_the_plan_decides_from_explicit_inputs_only(monkeypatch):
+    """The launch's facts come in as arguments: the environment Accelerate's launcher sets is not read by the plan
+    (the trainer reads it once); the execution choices the engine used to make itself are in the plan."""
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "8")
+    monkeypatch.setenv("ACCELERATE_MIXED_PRECISION", "fp16")
+    gib = 2**30
+    config = parse_config(["--batch-size", "16"])
+    cuda = plan_run(config, 1, 500, 80, "cuda", cache_bytes=gib, available_ram=10 * gib, mixed_precision="bf16",
+                    num_val_images=5000)
+    assert cuda.cuda_graphs.enabled  # fp16 from the environment would have turned graphs off
+    assert cuda.cache_images  # 1 GiB of 10 fits: 8 processes from the environment would not
+    assert (cuda.fused_optimizer, cuda.fast_layers, cuda.pin_memory, cuda.eval_device) == (True, True, True, "cuda")
+    small = plan_run(config, 1, 1000, 80, "cuda", mixed_precision="bf16", num_val_images=128)
+    assert small.eval_device == "cpu"  # a few images score faster on the CPU
+    cpu = plan_run(config, 1, 1000, 80, "cpu")
+    assert (cpu.fused_optimizer, cpu.fast_layers, cpu.pin_memory, cpu.eval_device) == (True, False, False, "cpu")
+    assert not plan_run(config, 1, 500, 80, "cuda", mixed_precision="bf16",
+                        distributed_type="DEEPSPEED").cuda_graphs.enabled
+
+
+def test_forced_image_cache_beyond_the_ram_rule_is_refused_before_decoding():
+    gib = 2**30
+    forced = parse_config(["--cache-images", "true"])
+    assert plan_run(forced, 1, 100, 80, cache_bytes=gib, available_ram=10 * gib).cache_images
+    with pytest.raises(ValueError, match=r"--cache-images true needs about 6\.00 GiB .* more than 50% of the 10\.0"):
+        plan_run(forced, 2, 100, 80, cache_bytes=3 * gib, available_ram=10 * gib, local_processes=2)
 
 
 def test_compile_auto_compiles_long_cuda_runs_only_and_says_why():

@@ -59,15 +59,52 @@ def test_a_terminal_gets_a_bar_instead_of_lines(capsys):
     assert "box 1.0000 cls 2.0000 dfl 3.0000" in final and "img/s" in final and "data 0%" in final
 
 
-def test_summary_gives_training_throughput_apart_from_validation(capsys):
-    print_summary(Accelerator(cpu=True), seconds=70.0, train_seconds=40.0, val_seconds=25.0, images=400,
-                  best={"epoch": 3, "fitness": 0.5}, startup_seconds=6.0, saving_seconds=3.0, plot_seconds=1.5,
-                  score_seconds=10.0, val_data_seconds=2.5)
+class FakeTime:
+    """``time.time`` and ``time.perf_counter`` that move only when told to."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def time(self) -> float:
+        return self.now
+
+    def perf_counter(self) -> float:
+        return self.now
+
+
+def test_summary_gives_training_throughput_apart_from_validation(capsys, monkeypatch):
+    from yolo11.engine import run_clock
+
+    fake = FakeTime()
+    monkeypatch.setattr(run_clock, "time", fake)
+    clock = run_clock.RunClock(started=fake.now - 6.0)  # the process started 6 s ago
+    clock.end_startup()
+    for phase, seconds in (("training", 40.0), ("validation", 25.0), ("saving", 3.0), ("plots", 1.5)):
+        with clock(phase):
+            fake.now += seconds
+    clock.add("scoring", 10.0)
+    clock.add("validation data", 2.5)
+    fake.now += 0.5  # time in no phase: "other"
+    print_summary(Accelerator(cpu=True), clock, images=400, best={"epoch": 3, "fitness": 0.5})
     out = capsys.readouterr().out
     assert "finished in 0:01:10 | training 0:00:40 at 10.0 img/s | validation 0:00:25" in out
     assert ("time: start-up 6.0 s, training 40.0 s, validation 25.0 s (data 2.5 s, scoring 10.0 s), saving 3.0 s, "
             "plots 1.5 s, other 0.5 s") in out
     assert "best: epoch 3, fitness 0.5000" in out
+
+
+def test_run_clock_refuses_an_unknown_phase_and_counts_start_up_from_the_launch(monkeypatch):
+    from yolo11.engine import run_clock
+
+    fake = FakeTime()
+    monkeypatch.setattr(run_clock, "time", fake)
+    clock = run_clock.RunClock(started=fake.now - 4.0)
+    fake.now += 1.0
+    with clock("training"):  # the first phase ends start-up: launch to here
+        fake.now += 2.0
+    assert clock.seconds("start-up") == 5.0 and clock.seconds("training") == 2.0 and clock.since_start() == 2.0
+    with pytest.raises(KeyError, match="unknown run phase 'train'"):
+        clock.add("train", 1.0)
 
 
 def test_log_lines_fit_120_columns(capsys):

@@ -147,11 +147,12 @@ def test_a_new_run_into_an_older_runs_folder_keeps_its_checkpoint_and_sets_the_o
 @pytest.mark.slow
 def test_a_crafted_training_state_is_refused_in_one_line_before_anything_trains(tiny_run_copy):
     """``batches_in_epoch`` beyond the epoch crashed the resumed epoch's skip (a traceback), ``epoch`` beyond
-    ``--epochs`` trained nothing and exited 0: both are refused naming the file and the key, exit 2."""
+    ``--epochs`` trained nothing and exited 0: both are refused naming the file and the key, exit 2. Each crafted
+    state is inside an epoch: a state at an epoch's end beyond --epochs is a finished run, refused as such first."""
     state_file = tiny_run_copy / "checkpoints" / "checkpoint-00000012" / "train_state.json"  # epoch 2 of 2 done
     saved = json.loads(state_file.read_text())
     for change, key in (({"batches_in_epoch": 99, "iteration": 2 * 6 + 99}, "batches_in_epoch"),
-                        ({"epoch": 5, "iteration": 32}, "epoch")):  # 6 batches per epoch
+                        ({"epoch": 5, "batches_in_epoch": 2, "iteration": 5 * 6 + 2}, "epoch")):  # 6 batches an epoch
         state_file.write_text(json.dumps(saved | change))
         resumed = launch(["--resume", str(tiny_run_copy)], wrapper=True)
         assert resumed.returncode == 2, describe(resumed)

@@ -116,7 +116,9 @@ def test_weights_are_the_epochs_even_when_training_goes_on_while_they_are_writte
     outputs.wait_for_writes()
     written = load_file(tmp_path / "weights" / "last.safetensors")
     assert written.keys() == expected.keys()
-    assert all(torch.equal(written[k], expected[k]) for k in expected)
+    # float16, as Ultralytics' weights (tests/test_checkpoint_size.py)
+    assert all(torch.equal(written[k], expected[k].half() if expected[k].is_floating_point() else expected[k])
+               for k in expected)
 
 
 def test_best_weights_are_those_of_the_best_epoch_and_last_of_the_latest(tmp_path):
@@ -134,8 +136,9 @@ def test_best_weights_are_those_of_the_best_epoch_and_last_of_the_latest(tmp_pat
         assert (outcome.best_epoch, outcome.best_fitness) == (0, 0.2)
     outputs.wait_for_writes()
     first = next(iter(model.state_dict()))
-    assert torch.equal(load_file(tmp_path / "weights" / "best.safetensors")[first], weights[0])
-    assert torch.equal(load_file(tmp_path / "weights" / "last.safetensors")[first], weights[1])
+    # float16, as Ultralytics' weights: each epoch's values rounded (the epochs differ by 1.0, far beyond it)
+    assert torch.equal(load_file(tmp_path / "weights" / "best.safetensors")[first], weights[0].half())
+    assert torch.equal(load_file(tmp_path / "weights" / "last.safetensors")[first], weights[1].half())
     assert outputs.best_summary() == {"epoch": 1, "fitness": 0.2, "map50_95": 0.2, "map50": 0.4}
 
 

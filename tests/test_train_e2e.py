@@ -171,7 +171,7 @@ def test_wandb_offline_one_run_under_ddp_continued_on_resume(tmp_path):
 
     env = {"HOME": str(tmp_path), "WANDB_SILENT": "true", "WANDB_API_KEY": None, "WANDB_MODE": None}
     common = [*TINY_FLAGS, "--output-dir", str(tmp_path), "--name", "run", "--batch-size", "8", "--epochs", "2",
-              "--report-to", "wandb", "--val-images", "2"]
+              "--nominal-batch", "8", "--report-to", "wandb", "--val-images", "2"]  # 3 steps an epoch: 4 stops in 2
     first = launch([*common, "--max-steps", "4"], config="2gpu.yaml", cpu_ddp=True, env=env,
                    launch_args=("--mixed_precision", "no"))
     assert first.returncode == 0, describe(first)
@@ -198,7 +198,9 @@ def test_resume_on_a_different_process_count(tmp_path):
     first = launch([*common, "--max-steps", "4"], config="2gpu.yaml", cpu_ddp=True,
                    launch_args=("--mixed_precision", "no"))
     assert first.returncode == 0, describe(first)
-    second = launch([*common, "--resume", "auto"])
+    second = launch([*common, "--resume", "auto"])  # another process count: refused, saying what changed
+    assert second.returncode != 0 and "--allow-changes true" in second.stderr, describe(second)  # launcher: 1
+    second = launch([*common, "--resume", "auto", "--allow-changes", "true"])
     assert second.returncode == 0, describe(second)
     assert "1 process(es) x batch 8" in second.stdout and "at epoch 2, batch 1" in second.stdout
     rows = read_results(tmp_path / "run")

@@ -183,3 +183,23 @@ def test_format_corpus_trains_a_step_and_validates_on_every_image(corpus, tmp_pa
     assert f"| {len(images) - len(val)} train / {len(val)} val images |" in out, out[-3000:]
     instances = sum(len(user_data.label_boxes(i.label_text, 1, 1)[0]) for i in val)
     assert re.search(rf"^\s+all\s+{len(val)}\s+{instances}\s", out, re.M), out[-3000:]  # scored on every val image
+
+
+@pytest.mark.parametrize("layout", ["roboflow yolo folder", "label studio", "cvat yolo 1.1", "labelimg",
+                                    "roboflow coco"])
+def test_exported_layouts_train_a_step_and_validate_on_every_image(layout: str, tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture) -> None:
+    """``--data <the export folder>`` as the tool wrote it: one optimizer step (one batch holds the training split),
+    then validation on every image of the validation split."""
+    from yolo11 import train
+
+    make, _, counts = LAYOUTS[layout]
+    folder = make(tmp_path / "export")
+    assert train.main(["--data", os.fspath(folder), "--imgsz", "64", "--epochs", "1", "--batch-size", "8",
+                       "--nominal-batch", "8", "--workers", "0", "--plots", "false", "--val-images", "0",
+                       "--optimizer", "SGD", "--warmup-epochs", "0", "--cache-dir", os.fspath(tmp_path / "cache"),
+                       "--output-dir", os.fspath(tmp_path / "runs"), "--name", "x"]) == 0
+    out = capsys.readouterr().out
+    assert f"| {counts['train']} train / {counts['val']} val images |" in out, out[-3000:]
+    assert re.search(rf"^\s+all\s+{counts['val']}\s+\d+\s", out, re.M), out[-3000:]
+    assert "epoch 1/1 batch 1/1 step 1" in out or "step 1 |" in out, out[-3000:]

@@ -79,7 +79,10 @@ def _fake_run(criterion, epochs: int, epoch: int = 0, batches_in_epoch: int = 0)
                                                                                         max_steps=None)),
                                  state=state, step=step, train_loader=loader,
                                  plan=types.SimpleNamespace(batches_per_epoch=2),
-                                 stop=types.SimpleNamespace(enter=lambda *a: None), train_seconds=0.0)
+                                 stop=types.SimpleNamespace(enter=lambda *a: None), clock=RunClock())
+
+
+from yolo11.engine.run_clock import RunClock  # noqa: E402 - beside the fake run that holds one
 
 
 @pytest.mark.parametrize("resume_at", [None, (2, 1)])

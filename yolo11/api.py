@@ -255,10 +255,15 @@ class YOLO:
                 args = val_tool.parse_args([self._weights_argument(), *calls.tool_tokens(kwargs)])
             except SystemExit as exit_:
                 raise UsageError(errors.last or f"val arguments refused (exit {exit_.code})") from None
+        try:  # split, image folder, box format: given, else the run's, else the tool's defaults (`yolo11 val`'s)
+            settings, _ = val_tool.resolve_settings(args)
+        except (ValueError, FileNotFoundError) as err:
+            raise UsageError(str(err)) from None
         metrics, predictions, class_names = self._validate(
-            data=args.data, split=args.split, images=args.images, bbox_format=args.bbox_format,
-            cache_dir=args.cache_dir, imgsz=args.imgsz, batch=args.batch, workers=args.workers, conf=args.conf,
-            iou=args.iou, max_det=args.max_det, rect=args.rect, backend=args.backend, nms=args.nms)
+            data=settings["data"], split=settings["split"], images=settings["images"],
+            bbox_format=settings["bbox_format"], cache_dir=args.cache_dir, imgsz=settings["imgsz"], batch=args.batch,
+            workers=args.workers, conf=args.conf, iou=args.iou, max_det=args.max_det, rect=args.rect,
+            backend=args.backend, nms=settings["nms"])
         if calls.is_main_process():
             _write_val_outputs(args, metrics, predictions, class_names)
         self.metrics = metrics
@@ -469,6 +474,8 @@ def _run_folder(config: TrainConfig, started: float) -> Path:
     if run.resume and run.resume != "auto":  # a run folder, one of its checkpoints, or its weights/last.safetensors
         target = Path(run.resume)
         candidates += [target, target.parent, target.parent.parent]
+    elif run.resume == "auto" and base.parent.is_dir():  # the newest unfinished run of the folder
+        candidates += [folder for folder in base.parent.iterdir() if folder.is_dir()]
     written = [((folder / "config.yaml").stat().st_mtime, folder) for folder in candidates
                if (folder / "config.yaml").is_file()]
     fresh = [item for item in written if item[0] >= started - 2.0]  # 2 s: file-system timestamps may round

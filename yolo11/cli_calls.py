@@ -99,15 +99,15 @@ def process_group() -> Iterator[None]:
     made = False
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         import torch.distributed as dist
-        from accelerate import PartialState
-        from accelerate.utils import parse_flag_from_env
 
-        state = PartialState(cpu=parse_flag_from_env("ACCELERATE_USE_CPU"))  # the trainer's; the first makes the group
+        from yolo11.engine.process_group import COLLECTIVE_TIMEOUT, launch_state
+
+        state = launch_state()  # the trainer's; the first makes the group
         if not dist.is_initialized():
             # under a fresh key prefix: the launcher's store keeps the first group's addresses under the default one
             store, rank, world_size = next(dist.rendezvous("env://"))
             dist.init_process_group(state.backend, store=dist.PrefixStore(f"yolo11-api-{next(_GROUPS)}", store),
-                                    rank=rank, world_size=world_size)
+                                    rank=rank, world_size=world_size, timeout=COLLECTIVE_TIMEOUT)
             made = True
     try:
         yield

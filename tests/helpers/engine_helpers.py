@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from safetensors.torch import load_file
@@ -37,6 +38,39 @@ def launch(args: list[str], *, config: str = "cpu.yaml", script: Path = ROOT / "
     command = [*launcher, "--config_file", str(CONFIGS / config if "/" not in config else config),
                *launch_args, str(script), *args]
     return subprocess.run(command, capture_output=True, text=True, env=environment, timeout=timeout, cwd=ROOT)
+
+
+def start_in_own_group(args: list[str], config: str = "cpu.yaml", cpu_ddp: bool = False, env: dict | None = None,
+                       script: Path = ROOT / "train_accelerate.py") -> subprocess.Popen:
+    """``accelerate launch`` in a process group of its own, as a shell starts a foreground job."""
+    environment = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1", **(env or {})}
+    environment = {k: v for k, v in environment.items() if v is not None}  # None in `env` removes a variable
+    environment.pop("ACCELERATE_USE_CPU", None)
+    if cpu_ddp:
+        environment["ACCELERATE_USE_CPU"] = "1"
+    command = [ACCELERATE, "launch", "--config_file", str(CONFIGS / config), str(script), *args]
+    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=environment,
+                            cwd=ROOT, start_new_session=True)
+
+
+def signal_after_step(process: subprocess.Popen, step: int, signum: int, timeout: float = 300,
+                      whole_group: bool = True) -> str:
+    """Send ``signum`` to the whole process group once a progress line for ``step`` is printed (a terminal's
+    Ctrl-C, or a scheduler's preemption), or to the launcher alone (``whole_group`` false); returns everything the
+    job printed."""
+    lines, deadline = [], time.monotonic() + timeout
+    for line in process.stdout:
+        lines.append(line)
+        if line.startswith("epoch ") and f" step {step} " in line:
+            if whole_group:
+                os.killpg(process.pid, signum)
+            else:
+                os.kill(process.pid, signum)
+            break
+        assert time.monotonic() < deadline, "".join(lines[-20:])
+    lines.extend(process.stdout)
+    process.wait(timeout=120)
+    return "".join(lines)
 
 
 def checkpoint_model(run_dir: Path) -> dict:

@@ -33,6 +33,9 @@ from yolo11.data.transforms import (
 )
 
 LOGGER = logging.getLogger("yolo11.data")
+# The one RAM rule of --cache-images: every process of the machine caches its copy, and all copies must fit in this
+# share of the RAM available (the run plan decides and refuses by it; a dataset built outside a run checks it too).
+CACHE_RAM_SHARE = 0.5
 MAX_DECODE_FALLBACKS = 16
 
 
@@ -155,7 +158,7 @@ class DetectionDataset(torch.utils.data.Dataset):
         needed = int(ImageCache.resized_bytes(self.orig_sizes, self.imgsz).sum())
         processes = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))  # every training process of this machine caches
         available = _available_memory()
-        if available is not None and needed * processes > 0.7 * available:
+        if available is not None and needed * processes > CACHE_RAM_SHARE * available:
             raise MemoryError(f"--cache-images needs about {needed / 2**30:.1f} GiB for {len(self)} images at "
                               f"{self.imgsz} px in each of {processes} process(es), but only "
                               f"{available / 2**30:.1f} GiB of RAM is available: train without it, or at a "

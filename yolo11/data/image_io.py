@@ -21,7 +21,7 @@ import cv2
 import numpy as np
 from PIL import Image
 
-from yolo11.gate import FileRefusedError, open_regular
+from yolo11.gate import FileRefusedError, read_regular
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff")
 MAX_IMAGE_BYTES = 1 << 30  # a 1 GB image file is a scan or a crafted file, not a training image
@@ -36,14 +36,10 @@ DECODER_CORRUPTION = ("Corrupt JPEG data", "Premature end of JPEG file", "libpng
 
 def read_regular_file(path: str | os.PathLike, max_bytes: int) -> bytes:
     """The bytes of a regular file of at most ``max_bytes``; ``ValueError`` saying why otherwise (the message
-    without the path: callers name the file). Opened through the gate's ``open_regular``: a FIFO named ``x.jpg``
-    would block a plain read forever, and ``/dev/zero`` would never end."""
+    without the path: callers name the file). Read by the gate's ``read_regular``: a FIFO named ``x.jpg`` would
+    block a plain read forever, and ``/dev/zero`` would never end."""
     try:
-        with open_regular(path) as file:
-            size = os.fstat(file.fileno()).st_size
-            if size > max_bytes:
-                raise ValueError(f"{size} bytes: larger than the {max_bytes}-byte limit for this file")
-            return file.read(max_bytes + 1)
+        return read_regular(path, max_bytes)
     except FileRefusedError as err:
         raise ValueError(err.problem) from None
 

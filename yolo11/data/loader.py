@@ -44,6 +44,7 @@ class LoaderConfig:
     cache_images: bool = False
     hsv_on_device: bool = False
     full_batches: bool = False
+    pin_memory: bool | None = None  # batches in pinned memory (the run plan's choice; None: when CUDA is there)
 
 
 class DetectionDataLoader(DataLoader):
@@ -146,7 +147,7 @@ def _loader(dataset: DetectionDataset, batch_sampler, config: LoaderConfig, same
     """``stream``: iterated once, so its workers need not persist; they stop with the iterator (a persistent
     loader would hold its iterator, and the batches built ahead, until the interpreter's exit)."""
     workers = usable_workers(config.workers)
-    pin_memory = torch.cuda.is_available()
+    pin_memory = torch.cuda.is_available() if config.pin_memory is None else config.pin_memory
     # Training batches are all the same size: each worker reuses a few shared buffers (BatchRing), handed back
     # by the pin-memory thread. One more than the batches a worker may have queued (prefetch_factor, 2).
     ring_slots = 3 if same_size and pin_memory and workers > 0 else 0

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import warnings
-from datetime import timedelta
 from pathlib import Path
 
 import torch
@@ -27,8 +26,10 @@ from yolo11.engine.interrupt import StopAgreement
 from yolo11.engine.loop import Accumulation, TrainStep
 from yolo11.engine.optim import WarmupSchedule, lr_lambda
 from yolo11.engine.plan import RunPlan
+from yolo11.engine.process_group import COLLECTIVE_TIMEOUT
 from yolo11.engine.profiling import StepProfiler
 from yolo11.engine.progress import Progress
+from yolo11.engine.weight_trace import WeightTrace
 from yolo11.loss import DetectionLoss, End2EndLoss
 from yolo11.models import YOLO11Detector, create_model
 from yolo11.weights import load_weights
@@ -93,12 +94,13 @@ def build_accelerator(plan: RunPlan, run_dir: Path, log_with: list[str]) -> Acce
         gradient_accumulation_steps=plan.accumulation_steps if deepspeed else 1,
         log_with=log_with or None,
         project_config=ProjectConfiguration(project_dir=str(run_dir), logging_dir=str(run_dir)),
-        dataloader_config=DataLoaderConfiguration(non_blocking=torch.cuda.is_available()),
+        dataloader_config=DataLoaderConfiguration(non_blocking=plan.pin_memory),  # pinned batches: async copies
         kwargs_handlers=[
             # The DFL conv is frozen; every other parameter gets a gradient every step.
             DistributedDataParallelKwargs(find_unused_parameters=False),
             # A rank that dies is caught by the launcher; a slow one (rank-0 evaluation) must not time out others.
-            InitProcessGroupKwargs(timeout=timedelta(minutes=30)),
+            # Applies only where no PartialState made the group before: the trainer's (launch_state) has it already.
+            InitProcessGroupKwargs(timeout=COLLECTIVE_TIMEOUT),
         ],
     )
     accelerator.register_save_state_pre_hook(_weights_to_host)
@@ -164,12 +166,13 @@ def build_train_step(accelerator: Accelerator, model: nn.Module, optimizer: torc
                      accumulation: int = 1, warmup_iters: int = -1, clip_grad: float = 10.0,
                      channels_last: bool = False, cuda_graphs: bool = False, batch_hsv: nn.Module | None = None,
                      progress: Progress | None = None, profiler: StepProfiler | None = None,
-                     stop: StopAgreement | None = None) -> TrainStep:
+                     stop: StopAgreement | None = None, trace: WeightTrace | None = None) -> TrainStep:
     """The training step as the trainer runs it, for the trainer, the tests and the benchmarks alike.
 
     ``model`` and ``optimizer`` are prepared already (``accelerator.prepare``). Left out: ``criterion`` is the
     model's loss (``build_criterion``), ``batch_hsv`` a ``BatchHSV`` on the device, ``progress`` silent.
     ``accumulation``: micro-batches per optimizer step, ramped from 1 over ``warmup_iters`` batches (-1: none).
+    ``trace``: a ``WeightTrace`` (``YOLO11_WEIGHT_TRACE``) to record each rank's weights after every step.
     """
     device = accelerator.device
     if criterion is None:
@@ -179,7 +182,7 @@ def build_train_step(accelerator: Accelerator, model: nn.Module, optimizer: torc
                      schedule=schedule, ema=ema, accumulation=Accumulation(accumulation, warmup_iters),
                      clip_grad=clip_grad, channels_last=channels_last,
                      batch_hsv=batch_hsv if batch_hsv is not None else BatchHSV().to(device), progress=progress,
-                     profiler=profiler, stop=stop, cuda_graphs=cuda_graphs)
+                     profiler=profiler, stop=stop, cuda_graphs=cuda_graphs, trace=trace)
 
 
 def set_loss_epoch(criterion: nn.Module, epoch: int, epochs: int) -> None:
@@ -239,7 +242,8 @@ def build_train_loader_config(config: TrainConfig, plan: RunPlan) -> LoaderConfi
     return LoaderConfig(imgsz=data.imgsz, batch_size=plan.per_process_batch, workers=plan.workers, augment=True,
                         epochs=config.run.epochs, close_mosaic=data.close_mosaic, seed=config.run.seed, hyp=hyp,
                         max_boxes=data.max_boxes, cache_images=plan.cache_images, hsv_on_device=plan.hsv_on_device,
-                        full_batches=plan.compile.model)  # one batch shape for the compiled graph
+                        full_batches=plan.compile.model,  # one batch shape for the compiled graph
+                        pin_memory=plan.pin_memory)
 
 
 def build_train_stream_loader(config: TrainConfig, plan: RunPlan, source: DetectionSource,

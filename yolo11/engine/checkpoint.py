@@ -223,8 +223,19 @@ def _prune(root: Path, keep: int, current: str) -> None:
     ordered after it are not this run's (``set_aside_checkpoints`` moves them away at the start) and are left."""
     upto = _checkpoint_order(root / current)
     ours = sorted((p for p in _checkpoints(root) if _checkpoint_order(p) <= upto), key=_checkpoint_order)
-    for old in ours[:-keep]:
+    for old in ours[:-max(keep, 1)]:  # --keep-checkpoints 0 keeps the newest until the run finishes
         shutil.rmtree(old, ignore_errors=True)
+
+
+def remove_checkpoints(run_dir: Path) -> list[str]:
+    """Delete the run's checkpoints (``--keep-checkpoints 0`` once the run is finished); returns their names. The
+    folders set aside from other runs (``checkpoints.old-*``) are not touched."""
+    root = checkpoint_root(run_dir)
+    names = sorted(p.name for p in _checkpoints(root))
+    (root / "latest").unlink(missing_ok=True)  # first: a crash half-way leaves no `latest` naming a deleted folder
+    for name in names:
+        shutil.rmtree(root / name, ignore_errors=True)
+    return names
 
 
 def _checkpoints(root: Path) -> list[Path]:

@@ -237,7 +237,10 @@ class RunConfig(_SelfValidating):
     save_period: int | None = _free(None, "save a resumable checkpoint every N epochs; default auto: at the end of "
                                          "every epoch that ends a minute or more after the last checkpoint (every "
                                          "epoch, unless epochs are short); the last epoch and stop signals always")
-    keep_checkpoints: int = _free(2, "how many resumable checkpoints to keep")
+    keep_checkpoints: int = _free(1, "how many resumable checkpoints to keep, the newest (each holds the model, "
+                                    "optimizer state and EMA in float32: a resume is bitwise); 0: the newest while "
+                                    "the run trains, none once it is finished (it cannot be trained longer then; "
+                                    "weights/ stays, as Ultralytics' stripped last.pt)")
     val_interval: int = _free(1, "validate every N epochs and after the last (0: never, for benchmarks)")
     patience: int = _fixed(100, "stop after N epochs without a better fitness (0 disables)")
     max_steps: int | None = _local(None, "stop after this many optimizer steps (smoke runs); state is saved")
@@ -275,10 +278,9 @@ class RunConfig(_SelfValidating):
     def _check(self) -> None:
         if self.push_to_hub is not None and not _HUB_REPO.fullmatch(self.push_to_hub):
             raise ValueError(f"--push-to-hub expects a Hub repo id owner/name, got {self.push_to_hub!r}")
-        for name in ("epochs", "batch_size", "max_steps", "save_period", "keep_checkpoints", "log_interval",
-                     "max_det", "val_batch_size"):
+        for name in ("epochs", "batch_size", "max_steps", "save_period", "log_interval", "max_det", "val_batch_size"):
             _require(self, name, 1)
-        for name in ("seed", "val_interval", "patience", "val_images"):  # numpy seeds must be >= 0
+        for name in ("seed", "val_interval", "patience", "val_images", "keep_checkpoints"):  # numpy seeds: >= 0
             _require(self, name, 0)
         _require(self, "val_conf", 0, 1)
         _require(self, "val_iou", 0, 1)

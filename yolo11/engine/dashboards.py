@@ -1,7 +1,7 @@
 """What the W&B and TensorBoard dashboards show beyond the per-epoch scalars (``tracking.py`` starts the trackers).
 
-- at the start: model info (parameters, GFLOPs at the training size), in the W&B config and summary and as
-  TensorBoard text;
+- at the start: model info (parameters, GFLOPs at the training size, as Ultralytics logs them), in the W&B
+  config and summary and as TensorBoard text;
 - every validation: a W&B table ``val/predictions`` (epoch, image with interactive ground-truth and predicted
   boxes, box counts, best score), beside the ``val/images`` panels of ``tracking.log_validation_images``;
 - at the end, from the final validation: the PR curve and the F1/P/R-confidence curves as W&B line plots
@@ -36,15 +36,18 @@ def _active(accelerator: Accelerator) -> tuple[object | None, object | None]:
 
 
 def model_info(model: torch.nn.Module, imgsz: int) -> dict:
-    """``{"model/parameters", "model/GFLOPs"}`` (Ultralytics' count at ``imgsz``), counted on a copy built on the
-    meta device: no forward pass through the training model (its BatchNorm statistics stay untouched)."""
+    """``{"model/parameters", "model/GFLOPs"}`` as Ultralytics 8.4.190's loggers have them
+    (``model_info_for_loggers``: ``get_flops`` at the training ``imgsz``, by ultralytics-thop 2.2's rules, which
+    ``summary_gflops`` reproduces, rounded to 3 decimals; 640 px gives the model summary's figure), counted on a copy
+    built on the meta device: no forward pass through the training model (its BatchNorm statistics stay
+    untouched)."""
     from yolo11.models.detector import create_model
-    from yolo11.models.flops import count_gflops
+    from yolo11.models.flops import summary_gflops
 
     with torch.device("meta"):
         probe = create_model(**{**model.config, "pretrained": False}).eval()
     return {"model/parameters": sum(p.numel() for p in model.parameters()),
-            "model/GFLOPs": round(count_gflops(probe, imgsz, imgsz, ultralytics=True), 2),
+            "model/GFLOPs": round(summary_gflops(probe, imgsz, imgsz), 3),
             "model/name": model.config.get("name"), "model/imgsz": imgsz}
 
 

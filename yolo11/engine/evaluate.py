@@ -18,7 +18,6 @@ from yolo11.engine.cuda_graphs import GraphedValStep
 from yolo11.engine.device_feed import DeviceFeed, TimedIterable
 from yolo11.engine.plan import RunPlan
 from yolo11.evaluation import CocoEvaluator, EvaluationResult, ValidationStopped, predict_and_score
-from yolo11.evaluation.coco import evaluation_device
 from yolo11.evaluation.runner import ValStep
 from yolo11.postprocess import Postprocessor
 
@@ -50,7 +49,8 @@ class Validator:
         run, data = config.run, config.data
         loader_config = LoaderConfig(imgsz=data.imgsz, batch_size=plan.val_batch_size, workers=plan.workers,
                                      augment=False, shuffle=False, seed=run.seed, max_boxes=data.max_boxes,
-                                     rect=run.val_rect, cache_images=plan.cache_images and run.val_interval > 0)
+                                     rect=run.val_rect, cache_images=plan.cache_images and run.val_interval > 0,
+                                     pin_memory=plan.pin_memory)
         loader = build_val_stream(source, loader_config, num_processes=accelerator.num_processes,
                                   process_index=accelerator.process_index)
         if not run.val_nms and not model.end2end:
@@ -59,7 +59,8 @@ class Validator:
         postprocessor = Postprocessor(conf=run.val_conf, iou=run.val_iou, max_det=run.max_det,
                                       strides=model.strides, reg_max=model.reg_max,
                                       end2end=model.end2end and not run.val_nms)
-        device = evaluation_device(accelerator.device, len(source.dataset))
+        # the run plan's choice of where to score: this process's device, or the CPU
+        device = accelerator.device if plan.eval_device != "cpu" else "cpu"
         evaluator = CocoEvaluator(source.dataset, source.class_names, backend="fast", device=device)
         return cls(accelerator, loader, postprocessor, evaluator, plan.channels_last, run.val_images,
                    cuda_graphs=plan.cuda_graphs.enabled)

@@ -22,6 +22,7 @@ from yolo11.engine.optim import WarmupSchedule
 from yolo11.engine.profiling import StepProfiler
 from yolo11.engine.progress import BatchReport, Progress
 from yolo11.engine.run_state import TrainState
+from yolo11.engine.weight_trace import WeightTrace
 
 
 @dataclass(frozen=True)
@@ -69,6 +70,7 @@ class TrainStep:
     profiler: StepProfiler | None = None
     stop: StopAgreement | None = None  # SIGINT/SIGTERM: stop after the current optimizer step
     cuda_graphs: bool = False
+    trace: WeightTrace | None = None  # YOLO11_WEIGHT_TRACE: digests of the weights after every optimizer step
 
     def __post_init__(self):
         autocast = self.accelerator.autocast
@@ -148,6 +150,8 @@ def train_one_epoch(step: TrainStep, loader, state: TrainState, epoch: int,
             if step.ema is not None:
                 step.ema.update(unwrapped, skip=guard.skip_flag)
             guard.after_update(state)
+            if step.trace is not None:
+                step.trace.record(epoch, state.optimizer_steps, step.trainable, loss_sum, applied)
         step.progress.batch(state, BatchReport(
             epoch, state.batches_in_epoch + pending, loss_sum, applied + pending, step.schedule.lrs(), images_seen,
             time.perf_counter() - start, timed.seconds, last))

@@ -13,9 +13,11 @@ from accelerate import PartialState
 from accelerate.utils import DistributedType
 
 from yolo11.data.collate import CHANNELS_LAST_DEVICES
+from yolo11.data.dataset import CACHE_RAM_SHARE
 from yolo11.data.workers import cores_per_process
 from yolo11.engine.config import TrainConfig
 from yolo11.engine.optim import OptimizerChoice, lr_scale_for_batch, resolve_optimizer
+from yolo11.evaluation.coco import GPU_EVALUATION_MIN_IMAGES
 
 
 class LaunchError(RuntimeError):
@@ -41,6 +43,10 @@ class RunPlan:
     workers_reason: str  # for the run's first lines
     compile: CompileChoice  # torch.compile of the model and the loss
     cuda_graphs: GraphsChoice  # the training micro-step replayed as CUDA graphs
+    fused_optimizer: bool  # the optimizer's fused kernels (CUDA and CPU have them)
+    fast_layers: bool  # a compiled model gets the fast training variants of its blocks (measured on CUDA only)
+    eval_device: str  # where the COCO evaluator scores: the GPU from GPU_EVALUATION_MIN_IMAGES images, else the CPU
+    pin_memory: bool  # the loaders' batches in pinned memory, copied to the device without blocking
 
     @property
     def effective_batch(self) -> int:
@@ -82,10 +88,13 @@ def cpu_fallback_warning(device_type: str) -> str | None:
 
 def plan_run(config: TrainConfig, num_processes: int, num_train_images: int, num_classes: int,
              device_type: str = "cpu", cache_bytes: int = 0, available_ram: int | None = None,
-             mixed_precision: str | None = None) -> RunPlan:
-    """Every value derived from the config and the launch, computed once (``device_type``: "cuda", "cpu"...;
-    ``cache_bytes``: one process's RAM for ``--cache-images``; ``available_ram``: bytes, None if unknown;
-    ``mixed_precision``: "no", "bf16", "fp16"..., by default what ``accelerate launch`` set for the Accelerator)."""
+             mixed_precision: str = "no", *, local_processes: int | None = None, distributed_type: str = "NO",
+             num_val_images: int = 0) -> RunPlan:
+    """Every value derived from the config and the launch, computed once, from explicit inputs only (nothing read
+    from the environment or Accelerate's state here): ``device_type`` "cuda", "cpu"...; ``cache_bytes``: one
+    process's RAM for ``--cache-images``; ``available_ram``: bytes, None if unknown; ``mixed_precision`` "no",
+    "bf16", "fp16"; ``local_processes``: the processes of this machine (default all); ``distributed_type``:
+    Accelerate's (``DistributedType`` value, "DEEPSPEED"...); ``num_val_images``: for the evaluator's device."""
     run, optim = config.run, config.optim
     if run.batch_size % num_processes:
         raise ValueError(f"--batch-size {run.batch_size} is the global batch and must be divisible by the "
@@ -106,12 +115,13 @@ def plan_run(config: TrainConfig, num_processes: int, num_train_images: int, num
     warmup_epochs = min(optim.warmup_epochs, max(run.epochs - 1, 0))
     warmup = round(warmup_epochs * batches_per_epoch) if warmup_epochs > 0 else 0
     warmup = warmup or -1
-    cache = decide_cache(config.data.cache_images, cache_bytes, available_ram)
+    cache = decide_cache(config.data.cache_images, cache_bytes, available_ram,
+                         num_processes if local_processes is None else local_processes)
     workers = decide_workers(config.data.workers, device_type, config.data.imgsz)
     compile_choice = decide_compile(config.run.compile, config.run.compile_loss, config.run.compile_mode,
                                     device_type, run.epochs * num_train_images, num_processes)
     graphs = decide_cuda_graphs(config.run.cuda_graphs, device_type, num_processes, compile_choice.model,
-                                mixed_precision or os.environ.get("ACCELERATE_MIXED_PRECISION", "no"))
+                                mixed_precision, distributed_type)
     return RunPlan(
         num_processes=num_processes,
         per_process_batch=per_process,
@@ -130,6 +140,10 @@ def plan_run(config: TrainConfig, num_processes: int, num_train_images: int, num
         workers_reason=workers[1],
         compile=compile_choice,
         cuda_graphs=graphs,
+        fused_optimizer=device_type in ("cuda", "cpu"),
+        fast_layers=device_type == "cuda",
+        eval_device=device_type if device_type == "cuda" and num_val_images >= GPU_EVALUATION_MIN_IMAGES else "cpu",
+        pin_memory=device_type == "cuda",
     )
 
 
@@ -182,7 +196,7 @@ class GraphsChoice:
 
 
 def decide_cuda_graphs(requested: bool | None, device_type: str, num_processes: int, compiled: bool,
-                       mixed_precision: str) -> GraphsChoice:
+                       mixed_precision: str, distributed_type: str = "NO") -> GraphsChoice:
     """``--cuda-graphs`` true/false as asked (true where it cannot work is an error); auto (None): on wherever the
     graphed micro-step is known to equal the eager one, which is every one-process CUDA run whose model is not
     compiled (a compiled model gets inductor's own CUDA graphs under reduce-overhead). Capture costs about one eager
@@ -194,7 +208,7 @@ def decide_cuda_graphs(requested: bool | None, device_type: str, num_processes: 
         blocker = f"{num_processes} processes: DDP's gradient all-reduce is not captured"
     elif mixed_precision == "fp16":
         blocker = "fp16: its GradScaler decides per step on the host"
-    elif PartialState().distributed_type == DistributedType.DEEPSPEED:
+    elif distributed_type == DistributedType.DEEPSPEED:
         blocker = "DeepSpeed runs its own step"
     elif compiled:
         blocker = "the compiled model has inductor's CUDA graphs"
@@ -233,14 +247,16 @@ def decide_workers(requested: int | None, device_type: str, imgsz: int = 640) ->
     return DEFAULT_WORKERS, f"loader workers: {count} per process (auto; --workers N to choose)"
 
 
-CACHE_RAM_SHARE = 0.5  # --cache-images auto caches when the images take at most this share of the available RAM
 
 
-def decide_cache(requested: bool | None, needed: int, available: int | None) -> tuple[bool, str]:
-    """``--cache-images`` true/false as asked; auto (None): when every process of this machine's copy fits in
-    ``CACHE_RAM_SHARE`` of the RAM available now. Returns the choice and the reason in words."""
-    processes = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+def decide_cache(requested: bool | None, needed: int, available: int | None, processes: int = 1) -> tuple[bool, str]:
+    """``--cache-images`` true/false as asked; auto (None): when the copies of this machine's ``processes`` fit in
+    ``CACHE_RAM_SHARE`` of the RAM available now, the one rule (``true`` beyond it is refused here, before any
+    image is decoded). Returns the choice and the reason in words."""
     total = f"{needed * processes / 2**30:.2f} GiB ({processes} process(es))"
+    if requested and available is not None and needed * processes > CACHE_RAM_SHARE * available:
+        raise ValueError(f"--cache-images true needs about {total} of RAM, more than {CACHE_RAM_SHARE:.0%} of the "
+                         f"{available / 2**30:.1f} GiB available: train without it, or at a smaller --imgsz")
     if requested is not None:
         return requested, f"images cached in RAM: {'yes' if requested else 'no'} (--cache-images {requested})"
     if available is None:

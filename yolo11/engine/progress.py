@@ -16,6 +16,7 @@ import torch
 from accelerate import Accelerator
 from tqdm import tqdm
 
+from yolo11.engine.run_clock import RunClock
 from yolo11.engine.run_state import TrainState
 
 LOSS_NAMES = ("box_loss", "cls_loss", "dfl_loss")
@@ -157,25 +158,18 @@ class Progress:
         return (time.perf_counter() - self.start) / max(self.batches_done, 1) * max(remaining, 0)
 
 
-def print_summary(accelerator: Accelerator, seconds: float, train_seconds: float, val_seconds: float, images: int,
-                  best: dict | None, startup_seconds: float | None = None, saving_seconds: float = 0.0,
-                  plot_seconds: float = 0.0, score_seconds: float = 0.0, val_data_seconds: float = 0.0) -> None:
+def print_summary(accelerator: Accelerator, clock: RunClock, images: int, best: dict | None) -> None:
     """Final summary: wall time, training throughput (training time only) and validation time, then where the
-    main process's time went (start-up: from its launch; saving: checkpoints, weights files and results); peak
-    memory is gathered from every device."""
+    main process's time went (``clock.split()``: start-up from its launch; saving: checkpoints, weights files and
+    results); peak memory is gathered from every device."""
     memory = torch.tensor([peak_memory_gb(accelerator.device)], device=accelerator.device)
     memories = accelerator.gather(memory).tolist()
     if not accelerator.is_main_process:
         return
-    print(f"finished in {format_duration(seconds)} | training {format_duration(train_seconds)} at "
-          f"{images / max(train_seconds, 1e-9):.1f} img/s | validation {format_duration(val_seconds)}")
-    other = seconds - train_seconds - val_seconds - saving_seconds - plot_seconds
-    split = (f"training {train_seconds:.1f} s, validation {val_seconds:.1f} s (data {val_data_seconds:.1f} s, "
-             f"scoring {score_seconds:.1f} s), "
-             f"saving {saving_seconds:.1f} s, plots {plot_seconds:.1f} s, other {other:.1f} s")
-    if startup_seconds is not None:
-        split = f"start-up {startup_seconds:.1f} s, " + split
-    print(f"time: {split}")
+    train_seconds = clock.seconds("training")
+    print(f"finished in {format_duration(clock.since_start())} | training {format_duration(train_seconds)} at "
+          f"{images / max(train_seconds, 1e-9):.1f} img/s | validation {format_duration(clock.seconds('validation'))}")
+    print(f"time: {clock.split()}")
     if accelerator.device.type == "cuda":
         print("peak memory per device: " + ", ".join(f"rank {i}: {m:.2f} GiB" for i, m in enumerate(memories)))
     if best:

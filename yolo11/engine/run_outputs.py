@@ -21,6 +21,7 @@ from torch import nn
 from yolo11.engine import dashboards, tracking
 from yolo11.engine.loop import EpochResult
 from yolo11.engine.progress import LOSS_NAMES, format_duration, peak_memory_gb
+from yolo11.engine.run_clock import RunClock
 from yolo11.engine.run_state import TrainState
 from yolo11.evaluation import EvaluationResult, plots
 from yolo11.evaluation.plot_pool import PlotPool
@@ -50,8 +51,10 @@ class RunOutputs:
 
     def __init__(self, accelerator: Accelerator, run_dir: Path, class_names: list[str], resumed: TrainState, *,
                  epochs: int, patience: int, plots: bool, report_to: list[str], lr_groups: int = 3,
-                 loss_names: tuple[str, ...] = LOSS_NAMES):
+                 loss_names: tuple[str, ...] = LOSS_NAMES, clock: RunClock | None = None):
+        """``clock``: the run's (results.csv's ``time`` and the figures' wait are read from it and added to it)."""
         self.accelerator = accelerator
+        self.clock = clock or RunClock()
         self.loss_names = loss_names
         self.run_dir = run_dir
         self.class_names = class_names
@@ -69,9 +72,7 @@ class RunOutputs:
         # results.csv's `time` is cumulative, as Ultralytics': seconds since the run started, across resumes
         kept = read_results(run_dir / "results.csv") if self.csv is not None else []
         self.time_before = float(kept[-1]["time"]) if kept and kept[-1].get("time") else 0.0
-        self.run_start = time.perf_counter()
         self.report_to = report_to
-        self.plot_seconds = 0.0  # for the summary's split of the run's time: waiting for the figures at the end
         self._figures: PlotPool | None = None  # started with the first figure (main process, --plots)
         # last/best.safetensors are written by a thread while the next epoch trains (tens of ms each on a GPU
         # machine's disk, every epoch of a small run)
@@ -89,7 +90,7 @@ class RunOutputs:
         costs seconds, more than a whole epoch of a small dataset."""
         accelerator = self.accelerator
         now = time.perf_counter()
-        row = {"epoch": epoch + 1, "time": round(self.time_before + now - self.run_start, 3)}
+        row = {"epoch": epoch + 1, "time": round(self.time_before + self.clock.since_start(), 3)}
         self.last_step = optimizer_steps
         epoch_seconds = now - self.epoch_start
         improved = False
@@ -180,13 +181,12 @@ class RunOutputs:
         if self._figures is None:
             return
         figures, self._figures = self._figures, None
-        start = time.perf_counter()
-        try:
-            if not cancel:
-                figures.wait()
-        finally:
-            figures.close(cancel=cancel)
-            self.plot_seconds += time.perf_counter() - start
+        with self.clock("plots"):  # waiting for the figures at the end: the summary's "plots"
+            try:
+                if not cancel:
+                    figures.wait()
+            finally:
+                figures.close(cancel=cancel)
 
     def finish(self, ground_truth: dict | None = None) -> None:
         """The dashboards' end-of-run panels (``ground_truth``: the evaluator's COCO dict, for the per-class
@@ -234,7 +234,9 @@ class RunOutputs:
         best.safetensors too (serialised once: a small run saves every epoch)."""
         if self.accelerator.is_main_process:
             final = self.weights_dir / f"{name}.safetensors"
-            tensors, metadata = weights_snapshot(self.accelerator.unwrap_model(model, keep_torch_compile=False), final)
+            # float16 as Ultralytics' last.pt/best.pt: half the size; resume reads the float32 checkpoints instead
+            tensors, metadata = weights_snapshot(self.accelerator.unwrap_model(model, keep_torch_compile=False), final,
+                                                 half=True)
             self.wait_for_writes()  # one file in flight: the previous epoch's error, if any, surfaces here
             self._written = self._writer.submit(_write_weights_files, tensors, metadata, final, also_best)
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import os
 import shutil
 import signal
 import sys
@@ -18,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import torch
 from accelerate import PartialState
-from accelerate.utils import DistributedType, broadcast, parse_flag_from_env, set_seed
+from accelerate.utils import DistributedType, broadcast, set_seed
 
 from yolo11.data import BatchHSV, DataSourceError, DetectionSource, build_dataloader, load_source, save_batch_preview
 from yolo11.data.dataset import available_memory, cache_bytes
@@ -45,6 +46,7 @@ from yolo11.engine.checkpoint import (
     checkpoint_root,
     latest_checkpoint,
     load_checkpoint,
+    remove_checkpoints,
     save_checkpoint,
     set_aside_checkpoints,
 )
@@ -58,12 +60,15 @@ from yolo11.engine.interrupt import StopAgreement, StopRequested, StopSignal, te
 from yolo11.engine.loop import TrainStep, train_one_epoch
 from yolo11.engine.optim import auto_optimizer_note, build_optimizer
 from yolo11.engine.plan import LaunchError, RunPlan, check_launch, cpu_fallback_warning, plan_run
+from yolo11.engine.process_group import launch_state, share_gpu_note
 from yolo11.engine.profiling import StepProfiler
 from yolo11.engine.progress import Progress, loss_names, print_summary
-from yolo11.engine.resume import Resume, prepare_resume
+from yolo11.engine.resume import Resume, RunProgress, finished, prepare_resume, resume_command
 from yolo11.engine.resume_check import RunBounds
+from yolo11.engine.run_clock import RunClock
 from yolo11.engine.run_lock import RunFolderBusyError, RunLock, lock_run_dir
 from yolo11.engine.run_outputs import RunOutputs
+from yolo11.engine.weight_trace import WeightTrace
 from yolo11.evaluation import ValidationStopped
 from yolo11.evaluation.plots import plot_labels
 from yolo11.output_errors import FULL_ERRNOS, WRITE_ERRNOS, replaced, write_error_message, writing
@@ -93,11 +98,7 @@ class Run:
     state: TrainState
     stop: StopSignal
     outputs: RunOutputs | None = None
-    train_seconds: float = 0.0  # this process's time in training loops, for the summary's img/s
-    val_seconds: float = 0.0
-    score_seconds: float = 0.0  # the scoring part of val_seconds
-    val_data_seconds: float = 0.0  # the part of val_seconds spent waiting for batches
-    saving_seconds: float = 0.0  # resumable checkpoints, weights files and results
+    clock: RunClock = dataclasses.field(default_factory=lambda: RunClock(process_start()))  # every phase's time
     last_checkpoint: float = dataclasses.field(default_factory=time.monotonic)  # --save-period auto's clock
 
 
@@ -106,8 +107,13 @@ def train(config: TrainConfig, typed: frozenset[str] | None = None) -> int:
     one line by each process that met it; 130 or 143: stopped by SIGINT or SIGTERM, the same on every rank).
     ``typed``: the flags the user set (``parse_command_line``); a resume reads the others from the checkpoint
     (None: every flag counts as set)."""
-    # As AcceleratorState would: the process group is created here, once, for the Accelerator built later.
-    launch = PartialState(cpu=parse_flag_from_env("ACCELERATE_USE_CPU"))
+    # The process group is made here, once, for the Accelerator built later (which could no longer set its options).
+    try:
+        launch = launch_state()
+    except LaunchError as err:  # no process group yet to agree on who says it: the first rank does
+        if os.environ.get("RANK", "0") == "0":
+            print(f"error: {err}", file=sys.stderr, flush=True)
+        return 2
     stop = StopSignal(raise_first=True).install()  # until training starts, a signal ends the start-up at once
     held: list[RunLock] = []  # the run folder's lock, held until the run ends
     try:
@@ -132,16 +138,25 @@ def _train(config: TrainConfig, typed: frozenset[str] | None, launch: PartialSta
         warning = cpu_fallback_warning(launch.device.type)
         if warning and launch.is_main_process:
             print(warning, file=sys.stderr, flush=True)
+        sharing = share_gpu_note(launch)
+        if sharing and launch.is_main_process:
+            print(sharing, flush=True)
         config, resume = prepare_resume(config, typed)
+        if resume is not None and resume.note and launch.is_main_process:  # which run `yolo11 train resume` took
+            print(resume.note, flush=True)
         stop.enter("conversion", launch.process_index)
         run_dir, train_source, val_source = locate_inputs(config, launch, resume, made)
         lock = hold_run_dir(run_dir, launch, made)
         if lock is not None:
             held.append(lock)
-        needed = 0 if config.data.cache_images is not None else sum(  # only auto weighs the RAM
+        needed = 0 if config.data.cache_images is False else sum(  # auto weighs the RAM, true is checked by it
             cache_bytes(source.dataset, config.data.imgsz) for source in (train_source, val_source))
+        # the launch's facts, read once here and handed to the plan (which reads neither state nor environment)
         plan = plan_run(config, launch.num_processes, len(train_source.dataset), len(train_source.class_names),
-                        launch.device.type, cache_bytes=needed, available_ram=available_memory())
+                        launch.device.type, cache_bytes=needed, available_ram=available_memory(),
+                        mixed_precision=os.environ.get("ACCELERATE_MIXED_PRECISION", "no"),
+                        local_processes=int(os.environ.get("LOCAL_WORLD_SIZE", launch.num_processes)),
+                        distributed_type=launch.distributed_type, num_val_images=len(val_source.dataset))
         note = auto_optimizer_note(config.optim, plan.optimizer, typed)
         if note and launch.is_main_process:
             print(note, flush=True)
@@ -169,12 +184,11 @@ def _train(config: TrainConfig, typed: frozenset[str] | None, launch: PartialSta
         say_error(write_failure(err, run_dir, resume.checkpoint if resume is not None else None), launch, job)
         return 2
     stop.defer()  # from here a signal is honoured at the next step, validation batch or the end of a save
-    start = time.perf_counter()
-    startup = process_age()
+    run.clock.end_startup()
     try:
         exit_code, images_seen = fit(run)
         # a failed upload (offline, no token) does not fail the finished run: the warning says how to push it later
-        finish(run, start, images_seen, push=exit_code == 0, startup_seconds=startup)
+        finish(run, images_seen, push=exit_code == 0)
     except FailedElsewhere:
         stop.leaving()
         return 2
@@ -200,8 +214,8 @@ def write_failure(err: OSError, run_dir: Path | None, resumed: Path | None) -> s
     if intact is None:
         return f"{write_error_message(err)}; no checkpoint was written yet: {then}start the run again"
     ours = run_dir is not None and intact.parent == checkpoint_root(run_dir)
-    return (f"{write_error_message(err)}; the last complete checkpoint, {intact}, is intact: {then}resume with "
-            f"--resume {run_dir if ours else intact}")
+    command = resume_command(run_dir) if ours else f"--resume {intact}"
+    return f"{write_error_message(err)}; the last complete checkpoint, {intact}, is intact: {then}resume with {command}"
 
 
 def hold_run_dir(run_dir: Path, launch: PartialState, made: list[Path]) -> RunLock | None:
@@ -265,7 +279,7 @@ def build_run(config: TrainConfig, plan: RunPlan, run_dir: Path, train_source: D
     ema = ModelEMA(model, config.optim.ema_decay, config.optim.ema_tau) if config.optim.ema else None
     criterion = build_criterion(model, accelerator.device)
     optimizer = build_optimizer(model, plan.optimizer, plan.weight_decay,
-                                fused=accelerator.device.type in ("cuda", "cpu"))
+                                fused=plan.fused_optimizer)
     schedule = build_schedule(config, plan, optimizer)
     train_loader = build_train_stream_loader(config, plan, train_source, accelerator.state)
     validator = Validator.build(config, plan, val_source, accelerator, model)
@@ -273,7 +287,7 @@ def build_run(config: TrainConfig, plan: RunPlan, run_dir: Path, train_source: D
     if plan.compile.model or plan.compile.loss:
         use_compile_cache(config.run.compile_cache_dir)
     if plan.compile.model:
-        model = compile_model(model, plan.compile.mode, fast_layers=accelerator.device.type == "cuda")
+        model = compile_model(model, plan.compile.mode, fast_layers=plan.fast_layers)
         batch_hsv = torch.compile(batch_hsv)  # one fused kernel instead of ~40 passes over the batch
     if plan.compile.loss:
         criterion = CompiledLoss(criterion)
@@ -290,7 +304,8 @@ def build_run(config: TrainConfig, plan: RunPlan, run_dir: Path, train_source: D
                           loss_names=losses),
         profiler=StepProfiler(run_dir / "profile", config.run.profile and accelerator.is_main_process,
                               accelerator.device),
-        stop=StopAgreement(accelerator, stop), cuda_graphs=plan.cuda_graphs.enabled)
+        stop=StopAgreement(accelerator, stop), cuda_graphs=plan.cuda_graphs.enabled,
+        trace=WeightTrace.from_environment(accelerator, accelerator.unwrap_model(model, keep_torch_compile=False)))
     # The architecture as built (--model may be left to the weights): what checkpoints store and resumes compare.
     resolved = dataclasses.replace(config.model, model=model_name, backbone=backbone)
     config = dataclasses.replace(config, model=resolved)
@@ -326,7 +341,7 @@ def start_run(run: Run, val_source: DetectionSource, resume: Resume | None = Non
         run.outputs = RunOutputs(accelerator, run.run_dir, run.train_source.class_names, run.state,
                                  epochs=config.run.epochs, patience=config.run.patience, plots=config.run.plots,
                                  report_to=report_to, lr_groups=len(run.step.optimizer.param_groups),
-                                 loss_names=loss_names(model.end2end))
+                                 loss_names=loss_names(model.end2end), clock=run.clock)
         if resume_from is None and config.run.plots and accelerator.is_main_process:
             save_first_batches(run)
             run.outputs.draw(plot_labels, *labels_plot_data(run.train_source), run.run_dir / "labels.jpg")
@@ -402,7 +417,7 @@ def fit(run: Run) -> tuple[int, int]:
             loader = itertools.islice(stream, run.plan.batches_per_epoch - state.batches_in_epoch)
             result = train_one_epoch(step, loader, state, epoch, config.max_steps)
             images_seen += result.images
-            run.train_seconds += result.seconds
+            run.clock.add("training", result.seconds)
             if result.interrupted or (result.reached_max_steps and state.batches_in_epoch < run.plan.batches_per_epoch):
                 return stop_mid_epoch(run, result), images_seen
             try:
@@ -410,14 +425,19 @@ def fit(run: Run) -> tuple[int, int]:
             except ValidationStopped:
                 checkpoint(run)  # the trained epoch, before its validation
                 accelerator.print(f"stopped by a signal during the validation of epoch {epoch + 1}; the checkpoint "
-                                  "holds the trained epoch; resume with --resume auto (it validates the epoch again)")
+                                  f"holds the trained epoch; resume with: {resume_command(run.run_dir)} (it "
+                                  "validates the epoch again)")
                 return step.stop.exit_code, images_seen
             if stop_training or result.reached_max_steps:
+                if result.reached_max_steps and not stop_training and epoch + 1 < config.epochs:
+                    accelerator.print(f"stopped after --max-steps {config.max_steps} at the end of epoch {epoch + 1}; "
+                                      f"resume with: {resume_command(run.run_dir)}")
                 break
             if step.stop.agreed_now():  # a signal during the epoch's outputs or its checkpoint
                 if not saved:
                     checkpoint(run)
-                accelerator.print(f"stopped by a signal after epoch {epoch + 1}; resume with --resume auto")
+                accelerator.print(f"stopped by a signal after epoch {epoch + 1}; resume with: "
+                                  f"{resume_command(run.run_dir)}")
                 return step.stop.exit_code, images_seen
     except NonFiniteLossError as err:
         return stop_non_finite(run, err), images_seen
@@ -430,9 +450,9 @@ def stop_mid_epoch(run: Run, result) -> int:
     checkpoint(run)
     if result.interrupted:
         step.accelerator.print(f"stopped by a signal at step {run.state.optimizer_steps}; checkpoint saved, resume "
-                               "with --resume auto")
+                               f"with: {resume_command(run.run_dir)}")
         return step.stop.exit_code
-    step.accelerator.print(f"stopped after --max-steps {config.max_steps}; resume with --resume auto")
+    step.accelerator.print(f"stopped after --max-steps {config.max_steps}; resume with: {resume_command(run.run_dir)}")
     return 0
 
 
@@ -463,19 +483,18 @@ def end_epoch(run: Run, epoch: int, result) -> tuple[bool, bool]:
         final = last_epoch or run.outputs.may_stop(epoch)
         plots = config.plots and final
         run.stop.enter("validation", step.accelerator.process_index)
-        start = time.perf_counter()
-        validation = run.validator.run(model, step.criterion, plots=plots, images=plots or bool(run.outputs.report_to),
-                                       all_stats=final, stop=lambda: run.stop.requested)
-        val_seconds = time.perf_counter() - start
-        run.val_seconds += val_seconds
-        run.score_seconds += validation.score_seconds
-        run.val_data_seconds += validation.data_seconds
+        before = run.clock.seconds("validation")
+        with run.clock("validation"):
+            validation = run.validator.run(model, step.criterion, plots=plots,
+                                           images=plots or bool(run.outputs.report_to), all_stats=final,
+                                           stop=lambda: run.stop.requested)
+        val_seconds = run.clock.seconds("validation") - before
+        run.clock.add("scoring", validation.score_seconds)
+        run.clock.add("validation data", validation.data_seconds)
     state.start_epoch(epoch + 1)
-    start = time.perf_counter()
-    with agreed(step.accelerator):  # a full disk on the main process ends every process here
+    with run.clock("saving"), agreed(step.accelerator):  # a full disk on the main process ends every process here
         outcome = run.outputs.end_epoch(epoch, result, step.schedule.lrs(), validation, model,
                                         state.optimizer_steps, final=last_epoch, val_seconds=val_seconds)
-    run.saving_seconds += time.perf_counter() - start
     state.best_fitness, state.best_epoch = outcome.best_fitness, outcome.best_epoch
     due = last_epoch or outcome.stop or checkpoint_due(run, epoch)
     if due:
@@ -498,24 +517,36 @@ def checkpoint_due(run: Run, epoch: int) -> bool:
 
 def checkpoint(run: Run) -> None:
     """A resumable checkpoint of the run as it stands (every rank), with the resolved config."""
-    step, start = run.step, time.perf_counter()
+    step = run.step
     run.stop.enter("checkpoint", step.accelerator.process_index)  # a signal now: the write completes first
-    save_checkpoint(step.accelerator, run.run_dir, run.state, run.config.run.keep_checkpoints, step.model, step.ema,
-                    run.config.to_dict())
+    with run.clock("saving"):
+        save_checkpoint(step.accelerator, run.run_dir, run.state, run.config.run.keep_checkpoints, step.model,
+                        step.ema, run.config.to_dict())
     run.last_checkpoint = time.monotonic()
-    run.saving_seconds += time.perf_counter() - start
 
 
-def process_age() -> float | None:
-    """Seconds since this process started (imports, data, model and accelerator set-up), None where unknown."""
+def drop_finished_checkpoints(run: Run) -> None:
+    """``--keep-checkpoints 0``: delete the checkpoints of a finished run (its last epoch done, or patience stopped
+    it), said in one line; a run stopped early (``--max-steps``) keeps its newest, to be resumed."""
+    state, config = run.state, run.config.run
+    if finished(RunProgress(state.epoch, state.batches_in_epoch, state.best_epoch), config.epochs,
+                config.patience):
+        names = remove_checkpoints(run.run_dir)
+        if names:
+            print(f"--keep-checkpoints 0: the finished run's checkpoint ({', '.join(names)}) removed; "
+                  f"{run.run_dir / 'weights'} holds its weights", flush=True)
+
+
+def process_start() -> float | None:
+    """When this process started (``time.time()``; its start-up then counts the imports), None where unknown."""
     try:
         import psutil  # an Accelerate dependency
     except ImportError:
         return None
-    return max(time.time() - psutil.Process().create_time(), 0.0)
+    return psutil.Process().create_time()
 
 
-def finish(run: Run, started: float, images_seen: int, push: bool, startup_seconds: float | None = None) -> bool:
+def finish(run: Run, images_seen: int, push: bool) -> bool:
     """Summary, plots, trackers closed; ``--push-to-hub`` when ``push`` (a run that ended normally), from the main
     process. Returns False when the push failed. A stop request (now or before) skips the plots and the push: the
     last checkpoint is whole, and a resume draws them."""
@@ -523,16 +554,12 @@ def finish(run: Run, started: float, images_seen: int, push: bool, startup_secon
     run.stop.enter("finish", step.accelerator.process_index)
     if step.profiler is not None:
         step.profiler.close(run.state.optimizer_steps)
-    saving = time.perf_counter()
-    with agreed(step.accelerator):  # the weights written in the background: their error, on every process
+    with run.clock("saving"), agreed(step.accelerator):  # the weights written in the background: their error
         run.outputs.wait_for_writes()
-    run.saving_seconds += time.perf_counter() - saving
     stopping = step.stop.agreed_now()
     with agreed(step.accelerator):
         run.outputs.finish_figures(cancel=stopping)  # drawn by workers since the last epoch; a stop drops the rest
-    print_summary(step.accelerator, time.perf_counter() - started, run.train_seconds, run.val_seconds, images_seen,
-                  run.outputs.best_summary(), startup_seconds, run.saving_seconds, run.outputs.plot_seconds,
-                  run.score_seconds, run.val_data_seconds)
+    print_summary(step.accelerator, run.clock, images_seen, run.outputs.best_summary())
     run.validator.close()
     table = run.outputs.class_table(run.validator.evaluator.ground_truth)
     if table and step.accelerator.is_main_process:
@@ -544,6 +571,8 @@ def finish(run: Run, started: float, images_seen: int, push: bool, startup_secon
     else:
         with agreed(step.accelerator):
             run.outputs.finish(run.validator.evaluator.ground_truth)
+            if config.run.keep_checkpoints == 0 and step.accelerator.is_main_process:
+                drop_finished_checkpoints(run)
             if push and config.run.push_to_hub:
                 pushed = run.outputs.push_to_hub(config.run.push_to_hub, config.data.data, config.to_dict())
     step.stop.agreed_now()  # a signal during the plots: every rank exits with its code

@@ -27,7 +27,7 @@ before torch loads); torch and timm are imported where a check needs them.
 """
 
 from yolo11.gate.config import FAMILY_HEAD, FAMILY_REG_MAX, SCALE_NAMES, check_backbone_name, check_model_config
-from yolo11.gate.files import FileRefusedError, check_regular_file, open_regular
+from yolo11.gate.files import FileRefusedError, check_regular_file, open_regular, read_regular
 from yolo11.gate.names import MAX_CLASSES, MAX_NAMES_CHARS, check_class_names
 from yolo11.gate.pickles import (
     MAX_PICKLE_BYTES,
@@ -79,6 +79,7 @@ __all__ = [
     "check_regular_file",
     "check_tensors",
     "open_regular",
+    "read_regular",
     "read_json",
     "read_safetensors",
     "read_safetensors_header",

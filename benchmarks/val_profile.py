@@ -1,0 +1,80 @@
+"""Where training's validation spends its time: the trainer's ``Validator`` on a dataset, as an epoch runs it
+(EMA-like weights, the loss, rect batches, CUDA graphs where the run would have them), timed per pass and
+profiled once with ``torch.profiler`` (host time by op, with the device time beside it).
+
+    python benchmarks/val_profile.py --data coco128.yaml --imgsz 640 --batch 16 --passes 20
+
+Prints the mean seconds of a pass (after two warm-up passes that capture the graphs), the scoring and data parts,
+and the 25 ops with the most host time in one profiled pass. The model is freshly built (its detections are as
+many as a model early in training gives: up to 300 per image at conf 0.001), so NMS and scoring do their most work.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", default="coco8.yaml")
+    parser.add_argument("--model", default="yolo11n")
+    parser.add_argument("--imgsz", type=int, default=640)
+    parser.add_argument("--batch", type=int, default=16, help="the training batch (validation uses twice it)")
+    parser.add_argument("--passes", type=int, default=20)
+    args = parser.parse_args()
+
+    import torch
+    from accelerate import Accelerator
+
+    from yolo11.data import load_source
+    from yolo11.engine.build import build_criterion
+    from yolo11.engine.config import parse_config
+    from yolo11.engine.evaluate import Validator
+    from yolo11.engine.plan import plan_run
+    from yolo11.models import create_model
+
+    accelerator = Accelerator(mixed_precision="bf16" if torch.cuda.is_available() else "no")
+    config = parse_config(["--data", args.data, "--imgsz", str(args.imgsz), "--batch-size", str(args.batch),
+                           "--model", args.model])
+    source = load_source(config.data.data, split="val")
+    plan = plan_run(config, 1, len(source.dataset), len(source.class_names), accelerator.device.type,
+                    mixed_precision=accelerator.mixed_precision)
+    model = create_model(args.model, num_classes=len(source.class_names)).to(accelerator.device)
+    if plan.channels_last:
+        model = model.to(memory_format=torch.channels_last)
+    model.eval()
+    criterion = build_criterion(model, accelerator.device)
+    validator = Validator.build(config, plan, source, accelerator, model)
+    sync = torch.cuda.synchronize if accelerator.device.type == "cuda" else (lambda: None)
+    for _ in range(2):  # warm-up: cuDNN's first use, graph capture
+        validator.run(model, criterion, plots=False, images=False, all_stats=False)
+    sync()
+    seconds, scoring, data = [], 0.0, 0.0
+    for _ in range(args.passes):
+        start = time.perf_counter()
+        result = validator.run(model, criterion, plots=False, images=False, all_stats=False)
+        sync()
+        seconds.append(time.perf_counter() - start)
+        scoring += result.score_seconds
+        data += result.data_seconds
+    mean = sum(seconds) / len(seconds)
+    print(f"{args.model} on {args.data} ({len(source.dataset)} images, {args.imgsz} px, val batch "
+          f"{plan.val_batch_size}, CUDA graphs {plan.cuda_graphs.enabled}): {mean * 1000:.1f} ms a pass "
+          f"({mean / len(source.dataset) * 1000:.2f} ms an image), scoring {scoring / args.passes * 1000:.1f} ms, "
+          f"waiting for data {data / args.passes * 1000:.1f} ms")
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if accelerator.device.type == "cuda":
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    with torch.profiler.profile(activities=activities) as profile:
+        validator.run(model, criterion, plots=False, images=False, all_stats=False)
+        sync()
+    print(profile.key_averages().table(sort_by="cpu_time_total", row_limit=25, max_name_column_width=60))
+
+
+if __name__ == "__main__":
+    main()
