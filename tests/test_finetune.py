@@ -66,7 +66,8 @@ def test_architecture_comes_from_the_weights_and_model_must_agree(tmp_path, caps
     assert model.config["name"] == "yolo11s"
     total = len(model.state_dict())
     assert f"transferred {total}/{total} tensors" in capsys.readouterr().out
-    assert all(torch.equal(t, source.state_dict()[k]) for k, t in model.state_dict().items())
+    expected = source.state_dict()  # once: a state_dict per key made this loop quadratic
+    assert all(torch.equal(t, expected[k]) for k, t in model.state_dict().items())
 
     with pytest.raises(ValueError, match=r"--model yolo11n contradicts --weights .*s\.safetensors \(yolo11s, 4 "
                                          r"classes\).*--partial-weights true"):

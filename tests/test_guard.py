@@ -63,9 +63,10 @@ def test_deferred_nan_check_rolls_back_to_the_last_applied_step(bad_step):
         run_epoch(batches, 1, victim, criterion=NaNOnCall(bad_step), ema=victim_ema, state=victim_state)
     for p_victim, p_good in zip(victim.parameters(), good_model.parameters(), strict=True):
         torch.testing.assert_close(p_victim, p_good, rtol=0, atol=0)
+    victim_weights = victim_ema.module.state_dict()
     for key, value in good_ema.module.state_dict().items():
         if value.dtype.is_floating_point:
-            torch.testing.assert_close(victim_ema.module.state_dict()[key], value, rtol=0, atol=0, msg=key)
+            torch.testing.assert_close(victim_weights[key], value, rtol=0, atol=0, msg=key)
     assert victim_ema.updates == good_ema.updates == bad_step - 1
     assert (victim_state.iteration, victim_state.optimizer_steps) == (good_state.iteration, good_state.optimizer_steps)
     torch.testing.assert_close(victim_state.loss_sum, good_state.loss_sum, rtol=0, atol=0)

@@ -80,8 +80,8 @@ def test_compiled_model_trains_and_updates_ema():
     images = torch.randint(0, 256, (2, 3, 64, 64), dtype=torch.uint8)
     trained, state, _ = run_epoch([make_batch(images, seed=0)], 1, torch.compile(model, backend="eager"), ema=ema)
     assert state.optimizer_steps == 1 and ema.updates == 1
-    moved = max((ema.module.state_dict()[k] - before[k]).abs().max().item() for k in before
-                if before[k].dtype.is_floating_point)
+    after = ema.module.state_dict()
+    moved = max((after[k] - before[k]).abs().max().item() for k in before if before[k].dtype.is_floating_point)
     assert moved > 0
 
 

@@ -106,8 +106,9 @@ def test_pt_export_reads_back_through_our_restricted_loader(tiny, tmp_path):
     assert export.main([str(weights), "--format", "pt", "--imgsz", "64", "--output", str(tmp_path / "t.pt")]) == 0
     loaded = load_weights(tmp_path / "t.pt")  # the restricted unpickler: only tensors, containers, module names
     assert loaded.names == NAMES
+    loaded_state = loaded.state_dict()
     for key, tensor in model.state_dict().items():
-        assert torch.equal(loaded.state_dict()[key], tensor), key
+        assert torch.equal(loaded_state[key], tensor), key
     raw = (tmp_path / "t.pt").read_bytes()
     assert b"yolo11." not in raw  # no class of ours is pickled: Ultralytics' and torch's only
 

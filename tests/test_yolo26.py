@@ -400,4 +400,5 @@ def test_yolo26_pt_imports_through_load_ultralytics_and_load_weights(tmp_path):
             torch.testing.assert_close(a, b, rtol=1e-3, atol=1e-3)  # the file holds fp16, as Ultralytics'
     again = load_weights(path)
     assert isinstance(again, YOLO26Detector)
-    assert all(torch.equal(t, loaded.state_dict()[k]) for k, t in again.state_dict().items())
+    expected = loaded.state_dict()
+    assert all(torch.equal(t, expected[k]) for k, t in again.state_dict().items())

@@ -250,7 +250,8 @@ def test_convert_round_trip_and_the_hub_folder_say_yolo26_and_its_heads(tmp_path
     assert "yolo26n, 2 classes (ant, bee)" in capsys.readouterr().out
     loaded, original = load_weights(tmp_path / "hub"), load_weights(pt)
     assert isinstance(loaded, YOLO26Detector) and loaded.names == ["ant", "bee"]
-    assert all(torch.equal(t, original.state_dict()[k]) for k, t in loaded.state_dict().items())
+    expected = original.state_dict()
+    assert all(torch.equal(t, expected[k]) for k, t in loaded.state_dict().items())
     config = json.loads((tmp_path / "hub" / "config.json").read_text())
     assert (config["model_type"], config["head"], config["reg_max"]) == ("yolo26", "End2EndDetect", 1)
     card = (tmp_path / "hub" / "README.md").read_text()
@@ -270,7 +271,8 @@ def test_pt_export_of_a_yolo26_model_reads_back(tmp_path, capsys):
     assert "an Ultralytics yolo26n checkpoint with both heads" in capsys.readouterr().out
     again, original = load_weights(tmp_path / "again.pt"), load_weights(pt)
     assert isinstance(again, YOLO26Detector)
-    assert all(torch.equal(t, original.state_dict()[k]) for k, t in again.state_dict().items())
+    expected = original.state_dict()
+    assert all(torch.equal(t, expected[k]) for k, t in again.state_dict().items())
     assert export.main([str(pt), "--format", "pt", "--nms", "false"]) == 2  # an ONNX option
 
 

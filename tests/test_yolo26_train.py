@@ -143,9 +143,10 @@ def test_weights_of_yolo26_build_the_training_model(tmp_path):
     for file in files:
         built = build_model(ModelConfig(weights=str(file)), names)
         assert isinstance(built, YOLO26Detector) and built.config["name"] == "yolo26n"
+        built_state = built.state_dict()  # once: a state_dict per key made this loop quadratic
         for key, tensor in model.state_dict().items():
             atol = 1e-3 if file.suffix == ".pt" else 0  # the .pt holds fp16, as Ultralytics'
-            torch.testing.assert_close(built.state_dict()[key], tensor, rtol=atol, atol=atol, msg=key)
+            torch.testing.assert_close(built_state[key], tensor, rtol=atol, atol=atol, msg=key)
         assert isinstance(load_weights(file), YOLO26Detector)  # the tools' loader takes YOLO26 too
     with pytest.raises(ValueError, match="--model yolo11n contradicts --weights"):
         build_model(ModelConfig(model="yolo11n", weights=str(files[1])), names)
