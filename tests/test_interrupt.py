@@ -14,6 +14,7 @@ from helpers.engine_helpers import (
     ROOT,
     TINY_FLAGS,
     TINY_RUN_FLAGS,
+    TINY_RUN_TRAINING,
     checkpoint_model,
     describe,
     launch,
@@ -28,7 +29,7 @@ from yolo11.engine.checkpoint import TrainState
 pytestmark = pytest.mark.usefixtures("fresh_accelerate_state")
 
 
-COMMON = [*TINY_FLAGS, "--batch-size", "4", "--nominal-batch", "4", "--epochs", "2", "--keep-checkpoints", "5"]
+COMMON = [*TINY_RUN_TRAINING, "--keep-checkpoints", "5"]  # the session's tiny run, checkpoints aside
 
 
 @pytest.mark.slow

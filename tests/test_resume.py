@@ -9,7 +9,7 @@ import pytest
 import torch
 import yaml
 from helpers.engine_helpers import (
-    TINY_FLAGS,
+    TINY_RUN_TRAINING,
     checkpoint_model,
     describe,
     launch,
@@ -22,7 +22,7 @@ from safetensors.torch import load_file
 from yolo11.engine.config import parse_command_line
 from yolo11.engine.resume import locate_resume, owning_run, prepare_resume
 
-COMMON = [*TINY_FLAGS, "--batch-size", "4", "--nominal-batch", "4", "--epochs", "2"]
+COMMON = TINY_RUN_TRAINING  # the session's tiny run, checkpoints aside
 
 
 def fake_run(root, name="run", iteration=3):
