@@ -17,10 +17,13 @@ import subprocess
 
 import pytest
 import torch
-from helpers.engine_helpers import ACCELERATE, CONFIGS, ROOT, TINY_RUN_FLAGS, checkpoint_model, describe
+from helpers.engine_helpers import ACCELERATE, CONFIGS, ROOT, checkpoint_model, describe
 from safetensors.torch import load_file
 
-FLAGS = TINY_RUN_FLAGS  # the session's tiny run: 2 epochs of 6 optimizer steps, a checkpoint after each
+DATA = "synthetic:num_images=16,num_val=8,imgsz=64"  # 4 optimizer steps per epoch at batch 4
+FLAGS = ["--data", DATA, "--imgsz", "64", "--workers", "0", "--plots", "false", "--optimizer", "SGD",
+         "--warmup-epochs", "0", "--log-interval", "1", "--batch-size", "4", "--nominal-batch", "4", "--epochs", "2",
+         "--save-period", "1", "--keep-checkpoints", "10"]
 SIGNALS = {"SIGINT": signal.SIGINT, "SIGTERM": signal.SIGTERM}
 
 
@@ -49,10 +52,9 @@ def target(signame: str, processes: int) -> str:
 
 
 @pytest.fixture(scope="module")
-def straight(tmp_path_factory, tiny_trained_run):
-    """The uninterrupted run of each process count: the session's tiny run for one process, the same flags on two
-    made once for the module."""
-    root, runs = tmp_path_factory.mktemp("straight"), {1: tiny_trained_run}
+def straight(tmp_path_factory):
+    """The uninterrupted run of each process count, made once for the module."""
+    root, runs = tmp_path_factory.mktemp("straight"), {}
 
     def get(processes: int):
         if processes not in runs:
@@ -92,14 +94,14 @@ def test_a_stop_in_each_phase_exits_with_the_signal_and_resumes_bitwise(tmp_path
     stopped = run_job(common, processes, f"training:{signame}:{where}", cache=cache)
     assert stopped.returncode == code and "stopped by a signal at step" in stopped.stdout, describe(stopped)
     state = latest_state(run)
-    assert state["epoch"] == 0 and 1 <= state["optimizer_steps"] < 6, state
+    assert state["epoch"] == 0 and 1 <= state["optimizer_steps"] < 4, state
     assert "Traceback" not in stopped.stderr, describe(stopped)
 
     # validation (of the first epoch, run by the resume): cut short; the checkpoint holds the trained epoch
     stopped = run_job(["--resume", str(run)], processes, f"validation:{signame}:{where}", cache=cache)
     assert stopped.returncode == code and "during the validation of epoch 1" in stopped.stdout, describe(stopped)
     state = latest_state(run)
-    assert (state["epoch"], state["batches_in_epoch"], state["optimizer_steps"]) == (0, 6, 6), state
+    assert (state["epoch"], state["batches_in_epoch"], state["optimizer_steps"]) == (0, 4, 4), state
     assert not (run / "results.csv").is_file() or len((run / "results.csv").read_text().splitlines()) == 1
 
     # checkpoint writing (after the first epoch, validated this time): the write completes, then the run stops
