@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from engine_helpers import ROOT, describe, launch, reset_accelerate_state
+from helpers.engine_helpers import ROOT, describe, launch, reset_accelerate_state
 
 from yolo11 import YOLO
 from yolo11.api import Metrics, TrainingError, UsageError

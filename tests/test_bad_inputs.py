@@ -13,32 +13,13 @@ import cv2
 import datasets
 import numpy as np
 import pytest
+from helpers.yolo_folders import corrupt_middle, make_dataset, write_image
 from PIL import Image
 
 from yolo11.data import DataSourceError, LoaderConfig, build_dataloader, load_source
 from yolo11.data.schema import DetectionSource, detection_features
 
 NAMES = ["a", "b", "c"]
-
-
-def write_image(path: Path, seed: int = 0, size: tuple[int, int] = (60, 80)) -> bytes:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    image = np.random.default_rng(seed).integers(0, 255, (*size, 3), dtype=np.uint8)
-    data = cv2.imencode(path.suffix, image)[1].tobytes()
-    path.write_bytes(data)
-    return data
-
-
-def make_dataset(root: Path, label_lines: dict[str, str], yaml_extra: str = "names: [a, b, c]\n") -> Path:
-    """A YOLO-layout dataset: ``label_lines`` maps image stems to label file text (``None`` = no label file)."""
-    for k, (stem, text) in enumerate(label_lines.items()):
-        write_image(root / "images" / "train" / f"{stem}.jpg", seed=k)
-        if text is not None:
-            (root / "labels" / "train").mkdir(parents=True, exist_ok=True)
-            (root / "labels" / "train" / f"{stem}.txt").write_text(text)
-    yaml_path = root / "data.yaml"
-    yaml_path.write_text(f"path: {root}\ntrain: images/train\nval: images/train\n{yaml_extra}")
-    return yaml_path
 
 
 @pytest.mark.parametrize("line, message", [
@@ -84,13 +65,6 @@ def test_duplicate_lines_and_segment_labels(tmp_path: Path) -> None:
     objects = source.dataset[0]["objects"]
     assert objects["category"] == [0, 1]  # the duplicate dropped; the polygon's extent is its box
     np.testing.assert_allclose(objects["bbox"][1], [8, 6, 16, 18], atol=1e-4)
-
-
-def corrupt_middle(data: bytes) -> bytes:
-    """A JPEG with 64 bytes of its entropy-coded data overwritten: every header intact, the end marker too."""
-    middle = len(data) // 2
-    noise = np.random.default_rng(1).integers(0, 255, 64, dtype=np.uint8).tobytes()
-    return data[:middle] + noise + data[middle + 64:]
 
 
 def pcx_bytes() -> bytes:

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 import torch
-from engine_helpers import ROOT, describe
+from helpers.engine_helpers import ROOT, describe
 from safetensors import safe_open
 
 from yolo11.engine.checkpoint import _prune

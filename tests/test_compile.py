@@ -9,8 +9,6 @@ import torch
 
 import yolo11
 from yolo11.engine.compile import MODEL_INDUCTOR_OPTIONS, CompiledLoss, compile_model, use_compile_cache
-from yolo11.engine.config import parse_config
-from yolo11.engine.plan import COMPILE_MIN_IMAGES, decide_compile, plan_run
 from yolo11.loss import DetectionLoss
 from yolo11.models.blocks import SPPF
 from yolo11.models.fast_layers import SeparablePoolSPPF
@@ -85,29 +83,6 @@ def test_compiled_fast_model_matches_the_eager_plain_model_on_cuda(name):
         assert torch.allclose(a, b, rtol=1e-3, atol=1e-3), (a - b).abs().max()
     error = (grads - grads_expected).norm() / grads_expected.norm()
     assert error < 1e-3, error
-
-
-def test_compile_auto_compiles_long_cuda_runs_only_and_says_why():
-    long_run = decide_compile(None, None, "auto", "cuda", COMPILE_MIN_IMAGES)
-    assert (long_run.model, long_run.loss, long_run.mode) == (True, True, "reduce-overhead")
-    assert "auto: this run trains 100,000 images, at least" in long_run.reason
-    ddp = decide_compile(None, None, "auto", "cuda", COMPILE_MIN_IMAGES, num_processes=8)
-    assert (ddp.model, ddp.loss, ddp.mode) == (True, True, "default")  # no CUDA graphs under DDP
-    short_run = decide_compile(None, None, "auto", "cuda", COMPILE_MIN_IMAGES - 1)
-    assert (short_run.model, short_run.loss) == (False, False) and "fewer than" in short_run.reason
-    cpu = decide_compile(None, None, "auto", "cpu", 10**9)
-    assert (cpu.model, cpu.loss, cpu.mode) == (False, False, "default") and "auto: cpu run" in cpu.reason
-    # explicit flags win both ways, and the loss follows the model unless set
-    assert decide_compile(False, None, "auto", "cuda", 10**9).model is False
-    forced = decide_compile(True, False, "default", "cpu", 10)
-    assert (forced.model, forced.loss, forced.mode) == (True, False, "default")
-    assert "--compile true" in forced.reason
-
-
-def test_the_plan_counts_epochs_times_images_for_compile_auto():
-    config = parse_config(["--epochs", "150", "--batch-size", "32"])
-    assert plan_run(config, 1, 128, 80, "cuda").compile.model is False  # coco128 x 150 epochs: eager
-    assert plan_run(config, 1, 118_287, 80, "cuda").compile.model is True  # COCO: compiled
 
 
 def test_compile_cache_goes_to_the_chosen_folder_unless_the_user_set_one(tmp_path, monkeypatch):

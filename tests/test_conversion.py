@@ -10,8 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from engine_helpers import ROOT, describe, launch
-from test_bad_inputs import corrupt_middle, make_dataset, write_image
+from helpers.engine_helpers import ROOT, describe, launch
+from helpers.yolo_folders import corrupt_middle, make_dataset, write_image
 
 from yolo11.data import DataSourceError, load_source
 
@@ -66,7 +66,7 @@ def run_two_processes(tmp_path: Path, spec: Path) -> tuple[list[dict], str]:
     out = tmp_path / "out"
     out.mkdir()
     result = launch([os.fspath(spec), os.fspath(tmp_path / "cache"), os.fspath(out)], config="2gpu.yaml",
-                    script=ROOT / "tests" / "convert_once.py", cpu_ddp=True, timeout=300)
+                    script=ROOT / "tests" / "helpers" / "convert_once.py", cpu_ddp=True, timeout=300)
     assert result.returncode == 0, describe(result)
     records = [json.loads((out / f"rank{rank}.json").read_text()) for rank in range(2)]
     assert all(record["num_processes"] == 2 for record in records)

@@ -13,7 +13,7 @@ import signal
 import pytest
 import torch
 from accelerate import Accelerator
-from engine_helpers import reset_accelerate_state
+from helpers.engine_helpers import reset_accelerate_state
 
 import yolo11
 from yolo11.engine.build import build_criterion, build_train_step
@@ -23,7 +23,6 @@ from yolo11.engine.ema import ModelEMA
 from yolo11.engine.interrupt import StopAgreement, StopSignal
 from yolo11.engine.loop import train_one_epoch
 from yolo11.engine.optim import OptimizerChoice, WarmupSchedule, build_optimizer, lr_lambda
-from yolo11.engine.plan import decide_cuda_graphs
 from yolo11.engine.progress import Progress
 from yolo11.evaluation.runner import ValStep
 from yolo11.loss import DetectionLoss
@@ -75,19 +74,6 @@ def test_padded_targets_give_the_same_loss_and_gradients():
 def test_pad_targets_leaves_a_full_batch_alone():
     boxes, labels = random_targets(2, 16, 64, seed=0)
     assert pad_targets(boxes, labels, 16) == (boxes, labels)
-
-
-def test_cuda_graphs_auto_is_on_for_one_process_cuda_runs_only():
-    assert decide_cuda_graphs(None, "cuda", 1, compiled=False, mixed_precision="bf16").enabled
-    blocked_cases = [("cpu", 1, False, "no"), ("cuda", 2, False, "bf16"), ("cuda", 1, False, "fp16"),
-                     ("cuda", 1, True, "bf16")]
-    for case in blocked_cases:
-        blocked = decide_cuda_graphs(None, *case)
-        assert not blocked.enabled and blocked.reason.startswith("CUDA graphs: no (")
-    assert "--cuda-graphs false" in decide_cuda_graphs(None, "cuda", 1, False, "no").reason
-    assert not decide_cuda_graphs(False, "cuda", 1, False, "bf16").enabled
-    with pytest.raises(ValueError, match="--cuda-graphs true is not possible here .a cpu run"):
-        decide_cuda_graphs(True, "cpu", 1, False, "no")
 
 
 # --- CUDA: the real loop, graphed against eager ---------------------------------------------------------------

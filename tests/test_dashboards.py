@@ -7,7 +7,7 @@ import json
 import textwrap
 
 import pytest
-from tracked_child import run_child
+from helpers.tracked_child import run_child
 
 RUN_SCRIPT = textwrap.dedent("""
     import sys
@@ -45,7 +45,7 @@ RUN_SCRIPT = textwrap.dedent("""
 
 
 def test_offline_run_lists_curves_tables_confusion_matrix_plots_and_model_info(tmp_path):
-    import wandb_reader
+    from helpers import wandb_reader
 
     result = run_child(RUN_SCRIPT, tmp_path, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]

@@ -35,7 +35,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from engine_helpers import (
+from helpers.engine_helpers import (
     ROOT,
     checkpoint_model,
     describe,
@@ -50,7 +50,7 @@ from yolo11.engine.plan import LaunchError
 from yolo11.engine.process_group import SHARE_GPU_VARIABLE, check_gpu_layout, share_gpu_requested
 from yolo11.engine.weight_trace import TRACE_VARIABLE
 
-TRACED = ROOT / "tests" / "traced_train.py"
+TRACED = ROOT / "tests" / "helpers" / "traced_train.py"
 CUDA = torch.cuda.is_available()
 gpu = [pytest.mark.gpu, pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")]
 DEVICES = [pytest.param("cpu", marks=pytest.mark.slow), pytest.param("cuda", marks=gpu)]
@@ -210,8 +210,9 @@ def test_the_process_group_has_the_trainers_timeout_and_the_shared_barrier(tmp_p
     traced runs above check. In the shared-GPU mode (the CPU standing in for the GPU) the group is gloo's, DDP gets
     no device_ids, and every way to wait (Accelerator, accelerate.utils, the states) goes through the mode's barrier,
     without device_ids."""
-    result = launch([str(tmp_path), "7"], config="cpu_2proc.yaml", script=ROOT / "tests" / "process_group_probe.py",
-                    cpu_ddp=True, env={SHARE_GPU_VARIABLE: None})
+    result = launch([str(tmp_path), "7"], config="cpu_2proc.yaml",
+                    script=ROOT / "tests" / "helpers" / "process_group_probe.py", cpu_ddp=True,
+                    env={SHARE_GPU_VARIABLE: None})
     assert result.returncode == 0, describe(result)
     records = [json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in (0, 1)]
     for record in records:

@@ -9,49 +9,14 @@ import sys
 import textwrap
 from pathlib import Path
 
-import datasets
 import numpy as np
 import pytest
 import torch
+from helpers.coco_cases import CLASS_NAMES, IMAGES, REFERENCE, hub_dataset, perfect_predictions, reference_dataset
 
 from yolo11.evaluation import STAT_NAMES, CocoEvaluator, coco_ground_truth, gather_predictions
 
 ROOT = Path(__file__).resolve().parents[1]
-REFERENCE = ROOT.parent / "shared" / "data" / "reference"
-CLASS_NAMES = ["cat", "dog", "bird"]
-
-
-def hub_dataset(images: list[tuple[int, int, int, list[list[float]], list[int]]]) -> datasets.Dataset:
-    """A Hub-schema dataset without pixels: (image_id, width, height, xywh boxes, classes) per image."""
-    rows = [{"image_id": image_id, "width": w, "height": h,
-             "objects": {"id": list(range(len(boxes))), "area": [b[2] * b[3] for b in boxes], "bbox": boxes,
-                         "category": classes}}
-            for image_id, w, h, boxes, classes in images]
-    features = datasets.Features({
-        "image_id": datasets.Value("int64"), "width": datasets.Value("int32"), "height": datasets.Value("int32"),
-        "objects": {"id": datasets.List(datasets.Value("int64")), "area": datasets.List(datasets.Value("float32")),
-                    "bbox": datasets.List(datasets.List(datasets.Value("float32"), length=4)),
-                    "category": datasets.List(datasets.ClassLabel(names=CLASS_NAMES))},
-    })
-    return datasets.Dataset.from_list(rows, features=features)
-
-
-IMAGES = [
-    (7, 320, 240, [[10, 20, 50, 40], [100, 100, 120, 80]], [0, 1]),
-    (3, 200, 300, [[5, 5, 30, 30]], [2]),
-    (11, 640, 480, [], []),  # a background image
-    (4, 256, 256, [[60, 60, 100, 150], [0, 0, 20, 20]], [0, 0]),
-]
-
-
-def perfect_predictions(images, score: float = 0.9) -> list[tuple[int, torch.Tensor]]:
-    out = []
-    for image_id, _, _, boxes, classes in images:
-        xywh = torch.tensor(boxes, dtype=torch.float32).reshape(-1, 4)
-        xyxy = torch.cat((xywh[:, :2], xywh[:, :2] + xywh[:, 2:]), dim=1)
-        rows = torch.cat((xyxy, torch.full((len(boxes), 1), score), torch.tensor(classes).reshape(-1, 1)), dim=1)
-        out.append((image_id, rows))
-    return out
 
 
 def test_ground_truth_ids_from_one_and_category_is_class_plus_one():
@@ -151,26 +116,12 @@ def test_unknown_image_id_raises():
         CocoEvaluator(hub_dataset(IMAGES), CLASS_NAMES).compute([(999, torch.zeros(0, 6))])
 
 
-def _reference_dataset() -> tuple[datasets.Dataset, list[str]]:
-    gt = json.loads((REFERENCE / "coco128_instances.json").read_text())
-    by_image: dict[int, list[dict]] = {}
-    for ann in gt["annotations"]:
-        by_image.setdefault(ann["image_id"], []).append(ann)
-    images = [(im["id"], im["width"], im["height"], [a["bbox"] for a in by_image.get(im["id"], [])],
-               [a["category_id"] - 1 for a in by_image.get(im["id"], [])]) for im in gt["images"]]
-    names = [c["name"] for c in gt["categories"]]
-    rows = [{"image_id": i, "width": w, "height": h,
-             "objects": {"id": list(range(len(b))), "area": [x[2] * x[3] for x in b], "bbox": b, "category": c}}
-            for i, w, h, b, c in images]
-    return datasets.Dataset.from_list(rows), names
-
-
 @pytest.mark.skipif(not (REFERENCE / "coco128_instances.json").is_file(), reason="shared/data/reference absent")
 @pytest.mark.parametrize("backend", ["fast", "pycocotools", "faster_coco_eval"])
 def test_reproduces_pycocotools_on_ultralytics_predictions(backend):
     expected = json.loads((REFERENCE / "yolo11n_coco128_meta.json").read_text())[
         "pycocotools_on_ultralytics_predictions"]
-    dataset, names = _reference_dataset()
+    dataset, names = reference_dataset()
     per_image: dict[int, list[list[float]]] = {}
     for p in json.loads((REFERENCE / "yolo11n_coco128_predictions.json").read_text()):
         x, y, w, h = p["bbox"]
@@ -199,7 +150,7 @@ DISTRIBUTED_SCRIPT = textwrap.dedent("""
     from accelerate import Accelerator
     from torch.utils.data import DataLoader
     sys.path.insert(0, {tests!r})
-    from test_evaluation import IMAGES, CLASS_NAMES, hub_dataset, perfect_predictions
+    from helpers.coco_cases import IMAGES, CLASS_NAMES, hub_dataset, perfect_predictions
     from yolo11.evaluation import CocoEvaluator, gather_predictions
 
     accelerator = Accelerator()
@@ -252,99 +203,3 @@ def test_compute_with_predictions_forgets_earlier_epochs():
     evaluator.reset()
     evaluator.update([det for _, det in perfect_predictions(IMAGES)], [i for i, *_ in IMAGES])
     assert evaluator.compute()["map50"] == pytest.approx(1.0)
-
-
-def test_training_validation_and_the_val_tool_share_one_runner(tmp_path, monkeypatch):
-    """``Validator.run`` (training) and ``evaluate_weights`` (``yolo11-val``) both go through ``predict_and_score``
-    and give the same predictions and metrics; only training's adds the validation losses and samples."""
-    from accelerate import Accelerator
-
-    import yolo11.evaluation
-    from yolo11 import create_model
-    from yolo11.data import load_source
-    from yolo11.engine import evaluate
-    from yolo11.engine.config import parse_config
-    from yolo11.engine.plan import plan_run
-    from yolo11.evaluation import runner
-    from yolo11.loss import DetectionLoss
-    from yolo11.tools import val
-
-    calls = []
-
-    def spy(*args, **kwargs):
-        calls.append(kwargs.get("criterion") is not None)
-        return runner.predict_and_score(*args, **kwargs)
-
-    monkeypatch.setattr(evaluate, "predict_and_score", spy)
-    monkeypatch.setattr(yolo11.evaluation, "predict_and_score", spy)  # val imports it when it runs
-    spec = "synthetic:num_images=4,num_val=6,imgsz=64"
-    source = load_source(spec, split="val", cache_dir=tmp_path)
-    torch.manual_seed(0)
-    model = create_model("yolo11n", num_classes=6)
-    accelerator = Accelerator()
-    config = parse_config(["--data", spec, "--imgsz", "64", "--batch-size", "2", "--workers", "0",
-                           "--val-images", "2"])
-    criterion = DetectionLoss(6, strides=model.strides, reg_max=model.reg_max)
-    plan = plan_run(config, 1, len(source.dataset), 6, accelerator.device.type)
-    training = evaluate.Validator.build(config, plan, source, accelerator, model).run(model, criterion)
-    assert model.training  # the trainer's model goes back to train mode
-    metrics, predictions, _ = val.evaluate_weights(accelerator, model, source, imgsz=64, batch=4, workers=0,
-                                                   conf=0.001, iou=0.7, max_det=300)
-    assert calls == [True, False]
-    assert [i for i, _ in training.predictions] == [i for i, _ in predictions] and len(predictions) == 6
-    assert sum(len(det) for _, det in predictions) > 0
-    for (_, ours), (_, theirs) in zip(training.predictions, predictions, strict=True):
-        assert torch.equal(ours, theirs)
-    assert training.metrics == metrics
-    assert training.losses.shape == (3,) and torch.isfinite(training.losses).all()
-    assert len(training.samples) == 2 and training.samples[0]["image"].dtype == torch.uint8
-
-
-def test_validation_in_another_layout_runs_a_copy_refreshed_from_the_trained_model(tmp_path):
-    """On CUDA training runs channels_last and validation NCHW (``plan.val_channels_last``): validation runs a copy
-    of the model in its layout, made once and given the model's current tensors at every validation. Its results
-    equal validating the model itself in that layout, before and after the model's weights change."""
-    import dataclasses
-
-    from accelerate import Accelerator
-
-    from yolo11 import create_model
-    from yolo11.data import load_source
-    from yolo11.engine import evaluate
-    from yolo11.engine.config import parse_config
-    from yolo11.engine.plan import plan_run
-    from yolo11.loss import DetectionLoss
-
-    spec = "synthetic:num_images=4,num_val=6,imgsz=64"
-    source = load_source(spec, split="val", cache_dir=tmp_path)
-    torch.manual_seed(0)
-    trained = create_model("yolo11n", num_classes=6).to(memory_format=torch.channels_last)
-    accelerator = Accelerator(cpu=True)
-    config = parse_config(["--data", spec, "--imgsz", "64", "--batch-size", "2", "--workers", "0"])
-    criterion = DetectionLoss(6, strides=trained.strides, reg_max=trained.reg_max)
-    plan = plan_run(config, 1, len(source.dataset), 6, "cpu")
-    assert plan.channels_last and plan.val_channels_last  # the CPU validates channels_last: no copy there
-    plan = dataclasses.replace(plan, val_channels_last=False)  # CUDA's choice
-    validator = evaluate.Validator.build(config, plan, source, accelerator, trained)
-    reference = evaluate.Validator.build(config, dataclasses.replace(plan, channels_last=False), source, accelerator,
-                                         trained)
-    for _ in range(2):
-        got = validator.run(trained, criterion)
-        plain = deepcopy_to_nchw(trained)
-        expected = reference.run(plain, criterion)
-        (copy, ), = [(c, ) for _, c in validator._copies.values()]
-        assert copy is not trained and copy.head.cv2[0][0].conv.weight.is_contiguous()
-        assert trained.head.cv2[0][0].conv.weight.is_contiguous(memory_format=torch.channels_last)
-        for (i, ours), (j, theirs) in zip(got.predictions, expected.predictions, strict=True):
-            assert i == j and torch.equal(ours, theirs)
-        assert got.metrics == expected.metrics and torch.equal(got.losses, expected.losses)
-        with torch.no_grad():  # a training step's worth of change: the next validation must see it
-            for parameter in trained.parameters():
-                parameter.mul_(1.01)
-    assert len(validator._copies) == 1  # one copy for the run
-
-
-def deepcopy_to_nchw(model):
-    import copy
-
-    return copy.deepcopy(model).to(memory_format=torch.contiguous_format)

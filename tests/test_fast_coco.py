@@ -7,8 +7,8 @@ import json
 import numpy as np
 import pytest
 import torch
+from helpers.coco_cases import REFERENCE, hub_dataset, reference_dataset
 from pycocotools.cocoeval import Params
-from test_evaluation import REFERENCE, _reference_dataset, hub_dataset
 
 from yolo11.evaluation import CocoEvaluator
 from yolo11.evaluation.coco import _per_class_ap, coco_results, run_cocoeval
@@ -97,15 +97,14 @@ def test_equals_pycocotools_on_random_detections(seed, crowd, duplicate_gt, chun
         np.testing.assert_allclose([x for x in a if x is not None], [x for x in b if x is not None], atol=1e-6)
 
 
-def test_evaluator_backends_agree_on_random_detections(monkeypatch):
+def test_evaluator_backends_agree_on_random_detections():
     ground_truth, predictions = random_case(4)
     images = []
     for image in ground_truth["images"]:
         anns = [a for a in ground_truth["annotations"] if a["image_id"] == image["id"]]
         images.append((image["id"], 640, 480, [a["bbox"] for a in anns], [a["category_id"] - 1 for a in anns]))
     names = [f"c{k}" for k in range(NUM_CLASSES)]
-    monkeypatch.setattr("test_evaluation.CLASS_NAMES", names)  # hub_dataset's ClassLabel names
-    dataset = hub_dataset(images)
+    dataset = hub_dataset(images, class_names=names)
     fast = CocoEvaluator(dataset, names, backend="fast").compute(list(predictions.items()))
     slow = CocoEvaluator(dataset, names, backend="pycocotools").compute(list(predictions.items()))
     for key, value in slow.items():
@@ -124,7 +123,7 @@ def test_evaluator_backends_agree_on_random_detections(monkeypatch):
 
 @pytest.mark.skipif(not (REFERENCE / "coco128_instances.json").is_file(), reason="shared/data/reference absent")
 def test_equals_pycocotools_on_reference_coco128_predictions():
-    dataset, names = _reference_dataset()
+    dataset, names = reference_dataset()
     results = json.loads((REFERENCE / "yolo11n_coco128_predictions.json").read_text())
     per_image: dict[int, list[list[float]]] = {}
     for p in results:

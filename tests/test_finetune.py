@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from ultralytics_checkpoint import write_ultralytics_checkpoint
+from helpers.ultralytics_checkpoint import write_ultralytics_checkpoint
 
 import yolo11
 from yolo11 import hub
@@ -66,7 +66,8 @@ def test_architecture_comes_from_the_weights_and_model_must_agree(tmp_path, caps
     assert model.config["name"] == "yolo11s"
     total = len(model.state_dict())
     assert f"transferred {total}/{total} tensors" in capsys.readouterr().out
-    assert all(torch.equal(t, source.state_dict()[k]) for k, t in model.state_dict().items())
+    expected = source.state_dict()  # once: a state_dict per key made this loop quadratic
+    assert all(torch.equal(t, expected[k]) for k, t in model.state_dict().items())
 
     with pytest.raises(ValueError, match=r"--model yolo11n contradicts --weights .*s\.safetensors \(yolo11s, 4 "
                                          r"classes\).*--partial-weights true"):
@@ -94,22 +95,16 @@ def test_model_flag_given_a_weights_file_says_to_use_weights(capsys):
 
 
 @pytest.mark.skipif(not COCO8.is_file(), reason=f"coco8 not found at {COCO8}")
-def test_ultralytics_checkpoint_to_finetuned_hub_model(tmp_path, monkeypatch, capsys):
+def test_ultralytics_checkpoint_to_finetuned_hub_model(tmp_path, fake_hub, capsys):
     """Ultralytics .pt (5 classes) -> fine-tune on coco8 with --weights only -> best.safetensors with coco8's names
     -> yolo11-predict names its boxes -> ONNX with names in its metadata -> --push-to-hub folder ->
     from_pretrained gives the outputs of best.safetensors."""
-    from test_hub import FakeHfApi
-
     from yolo11 import train
     from yolo11.tools import export, predict
 
     coco8_names = [yaml.safe_load(COCO8.read_text())["names"][k] for k in range(80)]
     source = _trained_like("yolo11n", 5)
     checkpoint = write_ultralytics_checkpoint(source, ["ant", "bee", "cow", "dog", "eel"], tmp_path / "custom.pt")
-    FakeHfApi.remote, FakeHfApi.calls = tmp_path / "remote", []
-    monkeypatch.setattr(hub, "HfApi", FakeHfApi)
-    monkeypatch.setattr(hub, "hub_reachable", lambda: True)
-    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
 
     assert train.main(["--weights", str(checkpoint), "--data", str(COCO8), "--imgsz", "64", "--epochs", "1",
                        "--batch-size", "4", "--nominal-batch", "4", "--workers", "0", "--plots", "false",
@@ -140,8 +135,8 @@ def test_ultralytics_checkpoint_to_finetuned_hub_model(tmp_path, monkeypatch, ca
     assert props["task"] == "detect" and props["stride"] == "32" and ast.literal_eval(props["imgsz"]) == [64, 64]
     assert props["author"] and props["version"]
 
-    uploaded = FakeHfApi.remote / "me" / "yolo11n-coco8"
-    assert [c[0] for c in FakeHfApi.calls] == ["create_repo", "upload_folder"]
+    uploaded = fake_hub.remote / "me" / "yolo11n-coco8"
+    assert [c[0] for c in fake_hub.calls] == ["create_repo", "upload_folder"]
     assert sorted(p.name for p in uploaded.iterdir()) == ["README.md", "config.json", "model.safetensors"]
     card = (uploaded / "README.md").read_text()
     assert "mAP50-95" in card and "0: person, 1: bicycle" in card

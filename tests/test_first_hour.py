@@ -13,7 +13,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from engine_helpers import ROOT, describe
+from helpers.engine_helpers import ROOT, describe
 
 IMAGES = ROOT / "yolo11" / "assets" / "coco8" / "images" / "val"
 TRAIN = ["data=coco8.yaml", "model=yolo11n", "imgsz=64", "epochs=2", "batch=4", "workers=0"]  # README: 160 px, 3

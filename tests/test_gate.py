@@ -12,9 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from engine_helpers import reset_accelerate_state
+from helpers.torch_pickles import FOUR_FLOATS, Storage, Tensor, claim_record_size, torch_zip
 from PIL import Image
-from torch_pickles import FOUR_FLOATS, Storage, Tensor, claim_record_size, torch_zip
 
 from yolo11.gate import FileRefusedError
 from yolo11.models.detector import create_model
@@ -126,7 +125,7 @@ def test_bad_pt_archive_is_refused_in_one_line(tmp_path: Path, capsys: pytest.Ca
 
 
 def test_pt_with_nan_weights_is_refused(tmp_path: Path) -> None:
-    from ultralytics_checkpoint import write_ultralytics_checkpoint
+    from helpers.ultralytics_checkpoint import write_ultralytics_checkpoint
 
     model = create_model("yolo11n", num_classes=2)
     with torch.no_grad():
@@ -136,7 +135,7 @@ def test_pt_with_nan_weights_is_refused(tmp_path: Path) -> None:
 
 
 def test_pt_with_int8_weights_is_refused_not_cast(tmp_path: Path) -> None:
-    from ultralytics_checkpoint import write_ultralytics_checkpoint
+    from helpers.ultralytics_checkpoint import write_ultralytics_checkpoint
 
     model = create_model("yolo11n", num_classes=2)
     state = model.state_dict()
@@ -307,191 +306,3 @@ def test_data_yaml_with_python_tag_is_refused(tmp_path: Path) -> None:
         load_source(str(data), cache_dir=tmp_path / "cache")
     assert "\n" not in str(refused.value) and f"{data}: line 5:" in str(refused.value)
     assert not (tmp_path / "pwned").exists()
-
-
-# --- resume ----------------------------------------------------------------------------------------------------
-
-@pytest.fixture(scope="module")
-def resumable(tmp_path_factory: pytest.TempPathFactory):
-    """A prepared yolo11n, its SGD optimizer after one step, an EMA and a checkpoint of them (a template to copy)."""
-    from accelerate import Accelerator
-
-    from yolo11.engine.checkpoint import TrainState, save_checkpoint
-    from yolo11.engine.ema import ModelEMA
-
-    accelerator = Accelerator(cpu=True)
-    model = create_model("yolo11n", num_classes=2)
-    optimizer = torch.optim.SGD(model.parameters(), lr=1e-6, momentum=0.9)
-    model, optimizer = accelerator.prepare(model, optimizer)
-    sum(o.mean() for o in model(torch.rand(2, 3, 64, 64))).backward()
-    optimizer.step()
-    ema = ModelEMA(model, updates=3)
-    root = tmp_path_factory.mktemp("resume")
-    folder = save_checkpoint(accelerator, root, TrainState(epoch=2, iteration=5, optimizer_steps=5), keep=1,
-                             model=model, ema=ema, config={"train": {"lr0": 0.01}})
-    yield accelerator, model, optimizer, ema, folder
-    reset_accelerate_state()
-
-
-def _resume(resumable, edit, tmp_path: Path, allow_changes: bool = False) -> list[str]:
-    import shutil
-
-    from yolo11.engine.checkpoint import TrainState, load_checkpoint
-
-    accelerator, model, optimizer, ema, template = resumable
-    folder = Path(shutil.copytree(template, tmp_path / "checkpoint-00000005"))
-    edit(folder)
-    return load_checkpoint(accelerator, folder, TrainState(), ema, model=model, optimizer=optimizer,
-                           allow_changes=allow_changes)
-
-
-def _save(payload: object):
-    return lambda path: torch.save(payload, path)
-
-
-def _json_edit(**changes):
-    def edit(path: Path) -> None:
-        path.write_text(json.dumps({**json.loads(path.read_text()), **changes}))
-    return edit
-
-
-def _cut(path: Path) -> None:
-    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
-
-
-class _RunsOnLoad:
-    def __init__(self, marker: Path) -> None:
-        self.marker = marker
-
-    def __reduce__(self):
-        import os
-
-        return os.system, (f"touch {self.marker}",)
-
-
-@pytest.mark.parametrize("file, edit, message", [
-    ("optimizer.bin", _save({"state": {}, "param_groups": []}), "0 parameter groups, the optimizer has 1"),
-    ("optimizer.bin", lambda p: p.write_bytes(b"garbage"), "not a torch.save zip archive"),
-    ("optimizer.bin", _cut, "not a readable zip archive"),
-    ("optimizer.bin", lambda p: torch.save({"state": {0: {"momentum_buffer": torch.zeros(3)}}, "param_groups": []}, p),
-     "0 parameter groups"),
-    ("random_states_0.pkl", _cut, "not a readable zip archive"),
-    ("random_states_0.pkl", _save({"random_state": (3, (1, 2), None), "numpy_random_seed": ("MT19937",),
-                                   "torch_manual_seed": torch.zeros(3, dtype=torch.uint8)}), "invalid RNG state"),
-    ("random_states_0.pkl", _save({"step": 0}), "RNG state without random_state"),
-    ("train_state.json", _json_edit(epoch=-5), "epoch is -5, expected an integer >= 0"),
-    ("train_state.json", _json_edit(iteration="9"), "iteration is '9', expected an integer >= 0"),
-    ("train_state.json", _json_edit(best_fitness=None), "best_fitness is None, expected a finite number"),
-    ("train_state.json", lambda p: p.write_text("{"), "line 1: not valid JSON"),
-    ("ema.safetensors", _cut, "(truncated file)"),
-    ("model.safetensors", lambda p: p.write_bytes(b"\x10" + b"\0" * 7 + b"{}"), "safetensors header claims 16 bytes"),
-])
-def test_crafted_or_broken_checkpoint_file_is_refused(resumable, tmp_path: Path, file: str, edit, message) -> None:
-    from yolo11.engine.checkpoint import CheckpointError
-
-    with pytest.raises((FileRefusedError, CheckpointError)) as err:  # both print as one line, exit 2
-        _resume(resumable, lambda folder: edit(folder / file), tmp_path)
-    assert f"{tmp_path / 'checkpoint-00000005' / file}: " in str(err.value) and message in str(err.value)
-    assert "\n" not in str(err.value)
-
-
-def test_pickled_code_in_optimizer_state_never_runs(resumable, tmp_path: Path) -> None:
-    from yolo11.weights import UnsafeCheckpointError
-
-    marker = tmp_path / "pwned"
-    with pytest.raises(UnsafeCheckpointError, match=r"optimizer\.bin: .*os\.system"):
-        _resume(resumable, lambda folder: torch.save({"state": _RunsOnLoad(marker)}, folder / "optimizer.bin"),
-                tmp_path)
-    assert not marker.exists()
-
-
-def test_nan_in_checkpoint_weights_is_refused_at_resume(resumable, tmp_path: Path) -> None:
-    from safetensors.torch import load_file, save_file
-
-    def poison(folder: Path) -> None:
-        tensors = load_file(folder / "model.safetensors")
-        tensors[CONV].view(-1)[0] = float("nan")
-        save_file(tensors, folder / "model.safetensors", metadata={"format": "pt"})
-
-    with pytest.raises(FileRefusedError, match=f"model.safetensors: 1 tensors hold NaN or inf values .e.g. {CONV}"):
-        _resume(resumable, poison, tmp_path)
-
-
-@pytest.mark.parametrize("file", ["random_states_0.pkl", "ema.safetensors"])
-def test_missing_state_is_an_error_unless_changes_are_allowed(resumable, tmp_path: Path, file: str) -> None:
-    from yolo11.engine.checkpoint import CheckpointError
-
-    with pytest.raises(CheckpointError, match=f"{file}: missing; .* add --allow-changes true"):
-        _resume(resumable, lambda folder: (folder / file).unlink(), tmp_path / "a")
-    notes = _resume(resumable, lambda folder: (folder / file).unlink(), tmp_path / "b", allow_changes=True)
-    assert len(notes) == 1 and notes[0].startswith(f"{file} missing (--allow-changes)")
-
-
-def test_unknown_file_in_a_checkpoint_is_refused(resumable, tmp_path: Path) -> None:
-    from yolo11.engine.checkpoint import CheckpointError
-
-    with pytest.raises(CheckpointError, match=r"holds \['pytorch_model.bin'\], which this trainer does not write"):
-        _resume(resumable, lambda folder: (folder / "pytorch_model.bin").write_bytes(b""), tmp_path)
-
-
-def test_resume_restores_rng_state_itself(resumable, tmp_path: Path) -> None:
-    """Accelerate's load_state skips RNG state it cannot apply; ours is checked and applied, so the streams go on
-    as saved."""
-    _resume(resumable, lambda folder: None, tmp_path / "a")
-    expected = torch.rand(3), np.random.rand(3)
-    torch.manual_seed(123), np.random.seed(123)
-    _resume(resumable, lambda folder: None, tmp_path / "b")
-    assert torch.equal(torch.rand(3), expected[0]) and np.array_equal(np.random.rand(3), expected[1])
-
-
-def test_checkpoint_without_config_is_an_error_unless_changes_are_allowed(resumable, tmp_path: Path) -> None:
-    from yolo11.engine.checkpoint import CheckpointError, check_resume_config
-
-    folder = resumable[-1]
-    config = folder / "config.json"
-    moved = config.rename(tmp_path / "config.json")
-    try:
-        with pytest.raises(CheckpointError, match="config.json: missing, so the flags of this resume cannot be"):
-            check_resume_config(folder, {"train": {"lr0": 0.01}}, allow_changes=False)
-        assert check_resume_config(folder, {"train": {"lr0": 0.01}}, allow_changes=True)[0].startswith(
-            "config.json missing (--allow-changes)")
-    finally:
-        moved.rename(config)
-
-
-@pytest.mark.slow  # ~20 s: two in-process runs of the trainer
-def test_trainer_refuses_a_crafted_train_state_in_one_line(tmp_path: Path, capsys) -> None:
-    """The trainer passes its model and optimizer to the gate: a checkpoint whose epoch is -5 stops the resume
-    with one line and exit 2 (it used to "resume at epoch -4", then fail with a traceback)."""
-
-    from yolo11 import train
-
-    flags = ["--data", "synthetic:num_images=4,imgsz=64", "--imgsz", "64", "--batch-size", "2", "--epochs", "1",
-             "--workers", "0", "--plots", "false", "--val-images", "0", "--optimizer", "SGD", "--warmup-epochs", "0",
-             "--cache-dir", str(tmp_path / "cache"), "--output-dir", str(tmp_path / "runs"), "--name", "run"]
-    try:
-        assert train.main([*flags, "--max-steps", "1"]) == 0
-        reset_accelerate_state()
-        checkpoints = tmp_path / "runs" / "run" / "checkpoints"
-        state_file = checkpoints / (checkpoints / "latest").read_text().strip() / "train_state.json"
-        _json_edit(epoch=-5)(state_file)
-        capsys.readouterr()
-        assert train.main([*flags, "--resume", "auto"]) == 2
-        (line,) = capsys.readouterr().err.strip().splitlines()
-        assert line == f"error: {state_file}: epoch is -5, expected an integer >= 0"
-    finally:
-        reset_accelerate_state()
-
-
-def test_latest_naming_a_folder_elsewhere_is_refused(resumable) -> None:
-    from yolo11.engine.checkpoint import CheckpointError, resolve_resume
-
-    run_dir = resumable[-1].parent.parent
-    latest = run_dir / "checkpoints" / "latest"
-    saved = latest.read_text()
-    latest.write_text("../../../elsewhere")
-    try:
-        with pytest.raises(CheckpointError, match=r"latest: names '../../../elsewhere', not a checkpoint-<iteration>"):
-            resolve_resume("auto", run_dir)
-    finally:
-        latest.write_text(saved)

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from torch_pickles import FOUR_FLOATS, Storage, Tensor, module, torch_zip
+from helpers.torch_pickles import FOUR_FLOATS, Storage, Tensor, module, torch_zip
 
 ROOT = Path(__file__).resolve().parents[1]
 # A normal yolo11-convert of yolo11n peaks at ~0.9 GB resident and needs 3-4 GB of address space (torch's
@@ -462,7 +462,7 @@ def test_data_yaml_names_are_checked(tmp_path: Path, names: str, message: str) -
 
 
 def test_pt_class_names_are_checked(tmp_path: Path) -> None:
-    from ultralytics_checkpoint import write_ultralytics_checkpoint
+    from helpers.ultralytics_checkpoint import write_ultralytics_checkpoint
 
     from yolo11.models.detector import create_model
 

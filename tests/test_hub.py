@@ -206,41 +206,6 @@ def test_weights_files_honour_the_umask(tmp_path):
     assert oct((folder / "model.safetensors").stat().st_mode & 0o777) == oct(0o644)
 
 
-class FakeHfApi:
-    """Records ``create_repo`` and copies what ``upload_folder`` would send into ``remote`` (a folder per repo)."""
-
-    remote: Path
-    calls: list = []
-
-    def __init__(self, token=None):
-        self.token = token
-
-    def create_repo(self, repo_id, repo_type=None, private=None, exist_ok=False):
-        FakeHfApi.calls.append(("create_repo", repo_id, repo_type, private, exist_ok))
-        return f"https://huggingface.co/{repo_id}"
-
-    def upload_folder(self, repo_id, folder_path, repo_type=None, allow_patterns=None, commit_message=None):
-        import fnmatch
-        import shutil
-
-        FakeHfApi.calls.append(("upload_folder", repo_id, repo_type, commit_message))
-        target = FakeHfApi.remote / repo_id
-        for path in sorted(Path(folder_path).rglob("*")):
-            relative = path.relative_to(folder_path).as_posix()
-            if path.is_file() and any(fnmatch.fnmatch(relative, p) for p in allow_patterns):
-                (target / relative).parent.mkdir(parents=True, exist_ok=True)
-                shutil.copy(path, target / relative)
-
-
-@pytest.fixture
-def fake_hub(tmp_path, monkeypatch):
-    FakeHfApi.remote, FakeHfApi.calls = tmp_path / "remote", []
-    monkeypatch.setattr(hub, "HfApi", FakeHfApi)
-    monkeypatch.setattr(hub, "hub_reachable", lambda: True)
-    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
-    return FakeHfApi
-
-
 def test_push_to_hub_uploads_exactly_the_model_folder(tmp_path, fake_hub):
     model = _model()
     folder = save_pretrained(model, tmp_path / "m", metrics=METRICS)

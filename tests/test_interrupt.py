@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import pickle
 import signal
 import subprocess
 import sys
@@ -12,37 +10,35 @@ import time
 import pytest
 import torch
 import yaml
-from accelerate import Accelerator
-from engine_helpers import (
+from helpers.engine_helpers import (
     ROOT,
     TINY_FLAGS,
+    TINY_RUN_FLAGS,
+    TINY_RUN_TRAINING,
     checkpoint_model,
     describe,
     launch,
     signal_after_step,
     start_in_own_group,
 )
+from helpers.run_folders import rewind
 
 import yolo11
-from yolo11.engine import checkpoint as ckpt
-from yolo11.engine.checkpoint import CheckpointError, TrainState, load_checkpoint, resolve_resume, save_checkpoint
-from yolo11.engine.ema import ModelEMA
+from yolo11.engine.checkpoint import TrainState
 
 pytestmark = pytest.mark.usefixtures("fresh_accelerate_state")
 
 
-COMMON = [*TINY_FLAGS, "--batch-size", "4", "--nominal-batch", "4", "--epochs", "2", "--keep-checkpoints", "5"]
+COMMON = [*TINY_RUN_TRAINING, "--keep-checkpoints", "5"]  # the session's tiny run, checkpoints aside
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
-def test_signal_in_the_first_epoch_saves_and_resume_is_bitwise(tmp_path, signum):
+def test_signal_in_the_first_epoch_saves_and_resume_is_bitwise(tmp_path, tiny_trained_run, signum):
     """Ctrl-C to a single-process ``accelerate launch`` (SIGINT, then the launcher's SIGTERM), or a
     preemption's SIGTERM, in the first epoch: a checkpoint at a step boundary, and the resumed run ends with
-    weights bitwise equal to the run that was never interrupted."""
+    weights bitwise equal to the run that was never interrupted (the session's tiny run: the same flags)."""
     common = [*COMMON, "--output-dir", str(tmp_path)]
-    straight = launch([*common, "--name", "straight"])
-    assert straight.returncode == 0, describe(straight)
     interrupted = signal_after_step(start_in_own_group([*common, "--name", "run"]), 2, signum)
     assert "stopped by a signal at step" in interrupted, interrupted[-3000:]
     latest = (tmp_path / "run" / "checkpoints" / "latest").read_text().strip()
@@ -52,7 +48,7 @@ def test_signal_in_the_first_epoch_saves_and_resume_is_bitwise(tmp_path, signum)
     assert state.epoch == 0 and 2 <= state.optimizer_steps < 6  # inside the first epoch (6 steps)
     resumed = launch([*common, "--name", "run", "--resume", "auto"])
     assert resumed.returncode == 0, describe(resumed)
-    expected, got = checkpoint_model(tmp_path / "straight"), checkpoint_model(tmp_path / "run")
+    expected, got = checkpoint_model(tiny_trained_run), checkpoint_model(tmp_path / "run")
     assert expected.keys() == got.keys()
     assert all(torch.equal(expected[k], got[k]) for k in expected)
 
@@ -71,46 +67,9 @@ def test_ctrl_c_on_two_gloo_processes_saves_together_and_resumes_bitwise(tmp_pat
     assert all(torch.equal(expected[k], got[k]) for k in expected)
 
 
-def tiny_accelerator_and_model():
-    accelerator = Accelerator(cpu=True)
-    model = accelerator.prepare(yolo11.create_model("yolo11n", num_classes=2))
-    return accelerator, model
-
-
-def test_checkpoint_holds_no_pickle_of_ours_and_round_trips(tmp_path):
-    accelerator, model = tiny_accelerator_and_model()
-    ema = ModelEMA(model, updates=7)
-    state = TrainState(epoch=1, batches_in_epoch=3, iteration=9, optimizer_steps=5, loss_sum=torch.tensor([1.5, 2, 3]),
-                       loss_batches=3, best_fitness=0.25, best_epoch=0)
-    folder = save_checkpoint(accelerator, tmp_path, state, keep=2, model=model, ema=ema)
-    assert not list(folder.glob("custom_checkpoint_*")) and (folder / "train_state.json").is_file()
-    restored_state, restored_ema = TrainState(), ModelEMA(model)
-    load_checkpoint(accelerator, folder, restored_state, restored_ema)
-    assert restored_state.state_dict() == state.state_dict()
-    assert restored_ema.updates == 7
-    torch.testing.assert_close(restored_ema.module.state_dict(), ema.module.state_dict(), rtol=0, atol=0)
-
-
-def test_a_pickle_in_a_checkpoint_folder_is_refused_and_never_run(tmp_path):
-    accelerator, model = tiny_accelerator_and_model()
-    folder = save_checkpoint(accelerator, tmp_path, TrainState(), keep=2, model=model)
-    marker = tmp_path / "pwned"
-
-    class Exploit:
-        def __reduce__(self):
-            return (os.system, (f"touch {marker}",))
-
-    (folder / "custom_checkpoint_0.pkl").write_bytes(pickle.dumps(Exploit()))
-    with pytest.raises(CheckpointError, match="custom_checkpoint_0.pkl"):
-        resolve_resume("auto", tmp_path)
-    assert not marker.exists()
-
-
 @pytest.mark.slow
-def test_crafted_checkpoint_folder_is_refused_by_the_trainer(tmp_path):
-    common = [*TINY_FLAGS, "--batch-size", "4", "--epochs", "1", "--output-dir", str(tmp_path), "--name", "run"]
-    first = launch([*common, "--max-steps", "1"])
-    assert first.returncode == 0, describe(first)
+def test_crafted_checkpoint_folder_is_refused_by_the_trainer(tmp_path, tiny_run_copy):
+    common = [*TINY_RUN_FLAGS, "--output-dir", str(tmp_path), "--name", "run"]  # the run tiny_run_copy holds
     latest = tmp_path / "run" / "checkpoints" / (tmp_path / "run" / "checkpoints" / "latest").read_text().strip()
     marker = tmp_path / "pwned"
     payload = f"cos\nsystem\n(S'touch {marker}'\ntR.".encode()  # a protocol-0 pickle calling os.system
@@ -120,36 +79,6 @@ def test_crafted_checkpoint_folder_is_refused_by_the_trainer(tmp_path):
     # yolo11-launch passes the 2 on: tests/test_launch_errors.py)
     assert result.returncode != 0 and "error:" in result.stderr and "custom_checkpoint_0.pkl" in result.stderr
     assert 'train.py", line' not in result.stderr and not marker.exists()
-
-
-def test_non_finite_weights_are_never_checkpointed(tmp_path):
-    accelerator, model = tiny_accelerator_and_model()
-    good = save_checkpoint(accelerator, tmp_path, TrainState(iteration=1), keep=5, model=model)
-    with torch.no_grad():
-        next(model.parameters()).view(-1)[0] = float("nan")
-    with pytest.raises(CheckpointError, match="non-finite"):
-        save_checkpoint(accelerator, tmp_path, TrainState(iteration=2), keep=5, model=model)
-    assert (tmp_path / "checkpoints" / "latest").read_text() == good.name
-    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == [good.name, "latest"]
-
-
-def test_saving_an_iteration_again_never_deletes_before_latest_moves(tmp_path, monkeypatch):
-    """The same iteration saved twice (Ctrl-C right after an epoch-end save): the new checkpoint is written beside
-    the old one; dying before ``latest`` moves leaves ``latest`` naming a complete checkpoint."""
-    accelerator, model = tiny_accelerator_and_model()
-    first = save_checkpoint(accelerator, tmp_path, TrainState(iteration=4), keep=5, model=model)
-
-    def die(path, text):
-        raise KeyboardInterrupt("killed between the rename and latest")
-
-    monkeypatch.setattr(ckpt, "write_text_atomic", die)
-    with pytest.raises(KeyboardInterrupt):
-        save_checkpoint(accelerator, tmp_path, TrainState(iteration=4, optimizer_steps=1), keep=5, model=model)
-    assert resolve_resume("auto", tmp_path) == first  # still complete, still named
-    monkeypatch.undo()
-    second = save_checkpoint(accelerator, tmp_path, TrainState(iteration=4, optimizer_steps=2), keep=1, model=model)
-    assert resolve_resume("auto", tmp_path) == second and second.name.startswith(first.name + ".")
-    assert not first.exists()  # pruned only after latest moved
 
 
 def test_a_second_signal_after_the_grace_window_ends_the_process_at_once():
@@ -201,12 +130,12 @@ def test_weights_files_refuse_non_finite_tensors(tmp_path):
 
 
 @pytest.mark.slow
-def test_resume_with_flags_that_change_the_run_is_refused_unless_allowed(tmp_path):
-    # a step a batch: --max-steps 1 and 2 stop inside the epoch, leaving the run unfinished until the last resume
-    common = [*TINY_FLAGS, "--batch-size", "4", "--nominal-batch", "4", "--epochs", "1", "--output-dir",
-              str(tmp_path), "--name", "run"]
-    first = launch([*common, "--max-steps", "1"])
-    assert first.returncode == 0, describe(first)
+def test_resume_with_flags_that_change_the_run_is_refused_unless_allowed(tmp_path, tiny_run_copy):
+    """Each resume is compared with the checkpoint's flags before anything trains. The copy is taken back to its
+    checkpoint after epoch 1 of 2 (a finished run is not resumable): --max-steps 2 stops inside epoch 2, leaving
+    the run unfinished until the last resume."""
+    rewind(tiny_run_copy, "checkpoint-00000006")
+    common = [*TINY_RUN_FLAGS, "--output-dir", str(tmp_path), "--name", "run"]  # the run tiny_run_copy holds
     # --model was left out: the run records the architecture it built, so that a resume compares like with like
     assert yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())["model"]["model"] == "yolo11n"
     other = launch([*common, "--resume", "auto", "--model", "yolo11s"])

@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from engine_helpers import ACCELERATE, CONFIGS, ROOT, TINY_FLAGS, describe
+from helpers.engine_helpers import ACCELERATE, CONFIGS, ROOT, TINY_FLAGS, describe
+from helpers.run_folders import rewind
 
 FLAGS = [*TINY_FLAGS, "--batch-size", "4", "--epochs", "1"]
 
@@ -80,36 +80,30 @@ def test_a_failed_start_after_the_run_folder_leaves_none_and_says_it_once(tmp_pa
     assert not (tmp_path / "out").exists()
 
 
-@pytest.fixture(scope="module")
-def one_process_run(tmp_path_factory):
-    """A run stopped after 2 steps on one process: its checkpoint holds random_states_0.pkl only."""
-    root = tmp_path_factory.mktemp("one")
-    result = job([*FLAGS, "--batch-size", "8", "--nominal-batch", "8", "--epochs", "2", "--max-steps", "2",
-                  "--output-dir", str(root), "--name", "run"])
-    assert result.returncode == 0, describe(result)
-    return root / "run"
-
-
 @pytest.mark.slow
-def test_a_one_process_checkpoint_resumed_on_two_says_what_changed(tmp_path, one_process_run):
+def test_a_one_process_checkpoint_resumed_on_two_says_what_changed(tiny_run_copy):
     """Rank 1 found no RNG state of its own and left without a word; rank 0 trained on until the launcher's
     SIGTERM, and the job exited 143 (read as a preemption). Now every rank refuses alike, naming the change and
-    --allow-changes, and the job exits 2; with --allow-changes it goes on, saying what changed."""
-    run = shutil.copytree(one_process_run, tmp_path / "run")
+    --allow-changes, and the job exits 2; with --allow-changes it goes on, saying what changed (the session's tiny
+    run, written by one process: its checkpoints hold random_states_0.pkl only; taken back to epoch 1 of 2, as a
+    finished run is not resumable)."""
+    run = tiny_run_copy
+    rewind(run, "checkpoint-00000006")
     refused = job(["--resume", str(run)], config="cpu_2proc.yaml", cpu_ddp=True)
     assert refused.returncode == 2, describe(refused)
     one_error_line(refused, "written by 1 process(es), resumed on 2: process 1 has no saved random state")
     assert "--allow-changes true" in refused.stderr
     allowed = job(["--resume", str(run), "--allow-changes", "true"], config="cpu_2proc.yaml", cpu_ddp=True)
     assert allowed.returncode == 0, describe(allowed)
-    assert "resume: checkpoint-00000002 written by 1 process(es), resumed on 2" in allowed.stdout, describe(allowed)
+    assert "resume: checkpoint-00000006 written by 1 process(es), resumed on 2" in allowed.stdout, describe(allowed)
 
 
 @pytest.mark.slow
-def test_a_rank_that_refuses_its_own_rng_state_says_so_and_the_job_exits_2(tmp_path, one_process_run):
+def test_a_rank_that_refuses_its_own_rng_state_says_so_and_the_job_exits_2(tiny_run_copy):
     """Only rank 1 reads random_states_1.pkl: it says why in its own line, rank 0 ends with it, exit 2."""
-    run = shutil.copytree(one_process_run, tmp_path / "run")
-    checkpoint = run / "checkpoints" / "checkpoint-00000002"
+    run = tiny_run_copy
+    rewind(run, "checkpoint-00000006")  # epoch 1 of 2: a finished run is refused before any rank reads its state
+    checkpoint = run / "checkpoints" / "checkpoint-00000006"
     (checkpoint / "random_states_1.pkl").write_bytes(b"not a pickle")
     result = job(["--resume", str(run)], config="cpu_2proc.yaml", cpu_ddp=True)
     assert result.returncode == 2, describe(result)

@@ -2,11 +2,11 @@
 
 from pathlib import Path
 
-import make_ultralytics_reference as reference_cases
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import make_ultralytics_reference as reference_cases
 from torchvision.ops import complete_box_iou_loss
 
 from yolo11.loss import DetectionLoss, distribution_focal_loss

@@ -5,7 +5,7 @@ from __future__ import annotations
 import csv
 
 import pytest
-from engine_helpers import describe, launch
+from helpers.engine_helpers import describe, launch
 
 pytestmark = pytest.mark.slow
 MEASURED = ("time", "throughput/img_s", "memory/peak_gb")  # results.csv columns that are measurements

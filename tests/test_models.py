@@ -80,7 +80,7 @@ def test_forward_returns_raw_maps_in_train_and_eval():
 
 @pytest.mark.parametrize("num_classes", [1, 5, 80])
 def test_head_bias_init_equals_ultralytics(num_classes):
-    """Biases of a fresh yolo11n.yaml Detect in Ultralytics 8.4.190 (tests/make_ultralytics_reference.py)."""
+    """Biases of a fresh yolo11n.yaml Detect in Ultralytics 8.4.190 (tests/helpers/make_ultralytics_reference.py)."""
     recorded = json.loads((Path(__file__).parent / "data" / "ultralytics_head_bias.json").read_text())
     expected = recorded["classes"][str(num_classes)]
     head = yolo11.create_model("yolo11n", num_classes=num_classes).head

@@ -44,16 +44,6 @@ def test_parameter_groups_split_weights_norms_biases():
     assert optimizer.param_groups[0]["nesterov"] is True
 
 
-@pytest.mark.parametrize("num_images, epochs, expected", [
-    (128, 100, ("AdamW", round(0.002 * 5 / 84, 6))),  # 2 iterations/epoch at nbs 64 -> 200 < 10k
-    (118_287, 100, ("MuSGD", 0.01)),  # Ultralytics 8.4 (before: SGD)
-])
-def test_auto_optimizer_follows_ultralytics(num_images, epochs, expected):
-    config = parse_config(["--epochs", str(epochs), "--batch-size", "16"])
-    plan = plan_run(config, num_processes=1, num_train_images=num_images, num_classes=80)
-    assert (plan.optimizer.name, plan.optimizer.lr) == expected
-
-
 @pytest.mark.parametrize("argv, expected", [
     (["lr0=0.02"], "optimizer=auto: lr0=0.02 ignored; AdamW(lr=0.000119, momentum=0.9) chosen for 200 iterations "
                    "(set optimizer=SGD or AdamW to use lr0)"),
@@ -73,25 +63,6 @@ def test_auto_optimizer_says_when_it_ignores_a_given_lr0_or_momentum(argv, expec
         assert plan.optimizer.auto_iterations == 200
         assert auto_optimizer_note(config.optim, plan.optimizer, None).startswith(
             "optimizer=auto: lr0=")  # typed unknown (None): every flag counts as set, as Ultralytics always says it
-
-
-def test_plan_accumulation_weight_decay_and_split():
-    config = parse_config(["--batch-size", "16", "--optimizer", "SGD"])
-    plan = plan_run(config, num_processes=4, num_train_images=1000, num_classes=80)
-    assert (plan.per_process_batch, plan.accumulation_steps, plan.effective_batch) == (4, 4, 64)
-    assert plan.weight_decay == pytest.approx(5e-4)
-    assert plan.batches_per_epoch == 63 and plan.steps_per_epoch == 16
-    assert plan.warmup_iters == 3 * 63  # Ultralytics 8.4: no 100-iteration minimum
-    short = plan_run(parse_config(["--batch-size", "16", "--epochs", "2"]), 1, 1000, 80)
-    assert short.warmup_iters == 63  # the last epoch is never warmup
-    assert plan_run(parse_config(["--epochs", "1"]), 1, 1000, 80).warmup_iters == -1
-    tiny = plan_run(parse_config(["--batch-size", "16", "--epochs", "2"]), 1, 10, 80)
-    assert tiny.accumulation_steps == 2 and tiny.weight_decay == pytest.approx(5e-4)  # 2 batches in the whole run
-    big = plan_run(parse_config(["--batch-size", "128"]), 1, 1000, 80)
-    assert big.accumulation_steps == 1 and big.weight_decay == pytest.approx(5e-4 * 2)
-    with pytest.raises(ValueError, match="divisible"):
-        plan_run(parse_config(["--batch-size", "10"]), 4, 1000, 80)
-    assert plan_run(parse_config(["--warmup-epochs", "0"]), 1, 1000, 80).warmup_iters == -1
 
 
 def test_lr_scaling_rules():
@@ -214,42 +185,6 @@ def test_musgd_groups_follow_ultralytics():
     assert all(g["initial_lr"] == g["lr"] for g in groups)
 
 
-@pytest.mark.parametrize("cores, device, imgsz, expected", [
-    (2, "cpu", 640, 0), (1, "cpu", 320, 0), (2, "cpu", 160, 8), (4, "cpu", 640, 8), (2, "cuda", 640, 8),
-    (16, "cuda", 640, 8)])
-def test_workers_auto_loads_in_the_training_process_on_a_small_busy_cpu(monkeypatch, cores, device, imgsz,
-                                                                         expected):
-    import yolo11.engine.plan as plan
-
-    monkeypatch.setattr(plan, "cores_per_process", lambda: cores)
-    workers, reason = plan.decide_workers(None, device, imgsz)
-    assert workers == expected and "auto" in reason
-    assert plan.decide_workers(2, "cpu") == (2, "loader workers: 2 per process (--workers 2)")  # as typed
-    config = parse_config(["--imgsz", str(imgsz)])
-    assert plan_run(config, 1, 100, 80, device_type=device).workers == expected
-    assert plan_run(parse_config(["--workers", "3"]), 1, 100, 80, device_type=device).workers == 3
-
-
-def test_cache_images_auto_caches_when_the_images_fit_in_half_the_ram(monkeypatch):
-    from yolo11.engine.plan import decide_cache
-
-    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
-    gib = 2**30
-    assert decide_cache(None, 4 * gib, 10 * gib)[0]
-    cached, reason = decide_cache(None, 6 * gib, 10 * gib)
-    assert not cached and "do not fit" in reason and "6.00 GiB" in reason
-    assert not decide_cache(None, 2 * gib, 10 * gib, processes=4)[0]  # every process of the machine has a copy
-    assert decide_cache(True, 4 * gib, 10 * gib) == (True, "images cached in RAM: yes (--cache-images True)")
-    with pytest.raises(ValueError, match="--cache-images true needs"):  # the same rule refuses a forced cache
-        decide_cache(True, 6 * gib, 10 * gib)
-    assert not decide_cache(None, 1, None)[0]  # RAM unknown: not without asking
-    config = parse_config(["--cache-images", "auto"])
-    assert config.data.cache_images is None
-    assert plan_run(config, 1, 100, 80, cache_bytes=gib, available_ram=100 * gib).cache_images
-    assert not plan_run(parse_config(["--cache-images", "false"]), 1, 100, 80, cache_bytes=1,
-                        available_ram=100 * gib).cache_images
-
-
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=[pytest.mark.gpu, pytest.mark.skipif(
     not torch.cuda.is_available(), reason="needs a CUDA device")])])
 def test_checkpointed_optimizer_state_comes_to_the_cpu_and_loads_back(device):
@@ -287,34 +222,3 @@ def test_checkpointed_optimizer_state_comes_to_the_cpu_and_loads_back(device):
     for a, b in zip(model.parameters(), resumed_model.parameters(), strict=True):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
 
-
-def test_the_plan_decides_from_explicit_inputs_only(monkeypatch):
-    """The launch's facts come in as arguments: the environment Accelerate's launcher sets is not read by the plan
-    (the trainer reads it once); the execution choices the engine used to make itself are in the plan."""
-    from yolo11.engine.plan import plan_run
-
-    monkeypatch.setenv("LOCAL_WORLD_SIZE", "8")
-    monkeypatch.setenv("ACCELERATE_MIXED_PRECISION", "fp16")
-    gib = 2**30
-    config = parse_config(["--batch-size", "16"])
-    cuda = plan_run(config, 1, 500, 80, "cuda", cache_bytes=gib, available_ram=10 * gib, mixed_precision="bf16",
-                    num_val_images=5000)
-    assert cuda.cuda_graphs.enabled  # fp16 from the environment would have turned graphs off
-    assert cuda.cache_images  # 1 GiB of 10 fits: 8 processes from the environment would not
-    assert (cuda.fused_optimizer, cuda.fast_layers, cuda.pin_memory, cuda.eval_device) == (True, True, True, "cuda")
-    small = plan_run(config, 1, 1000, 80, "cuda", mixed_precision="bf16", num_val_images=128)
-    assert small.eval_device == "cpu"  # a few images score faster on the CPU
-    cpu = plan_run(config, 1, 1000, 80, "cpu")
-    assert (cpu.fused_optimizer, cpu.fast_layers, cpu.pin_memory, cpu.eval_device) == (True, False, False, "cpu")
-    assert not plan_run(config, 1, 500, 80, "cuda", mixed_precision="bf16",
-                        distributed_type="DEEPSPEED").cuda_graphs.enabled
-
-
-def test_forced_image_cache_beyond_the_ram_rule_is_refused_before_decoding():
-    from yolo11.engine.plan import plan_run
-
-    gib = 2**30
-    forced = parse_config(["--cache-images", "true"])
-    assert plan_run(forced, 1, 100, 80, cache_bytes=gib, available_ram=10 * gib).cache_images
-    with pytest.raises(ValueError, match=r"--cache-images true needs about 6\.00 GiB .* more than 50% of the 10\.0"):
-        plan_run(forced, 2, 100, 80, cache_bytes=3 * gib, available_ram=10 * gib, local_processes=2)

@@ -172,89 +172,6 @@ def test_smooth_keeps_length(points):
     np.testing.assert_allclose(smooth(np.full(points, 3.0)), 3.0)
 
 
-def test_validation_plots_are_drawn_for_the_final_epoch_only(tmp_path, monkeypatch):
-    """As Ultralytics: drawing them costs more than an epoch of a small dataset."""
-    from accelerate import Accelerator
-
-    import yolo11
-    from yolo11.engine.checkpoint import TrainState
-    from yolo11.engine.loop import EpochResult
-    from yolo11.engine.run_outputs import RunOutputs
-    from yolo11.evaluation import EvaluationResult
-
-    drawn = []
-    monkeypatch.setattr(plots, "validation_plot_jobs", lambda run_dir, *args: drawn.append(run_dir) or [])
-    outputs = RunOutputs(Accelerator(cpu=True), tmp_path, CLASS_NAMES, TrainState(), epochs=3, patience=100,
-                         plots=True, report_to=[])
-    metrics = {"precision": 0.1, "recall": 0.1, "map50": 0.1, "map50_95": 0.05}
-    validation = EvaluationResult(metrics, [], torch.zeros(3), [])
-    model = yolo11.create_model("yolo11n", num_classes=len(CLASS_NAMES))
-    for epoch in range(3):
-        outputs.end_epoch(epoch, EpochResult(torch.ones(3), 8, 1.0, False), [0.01] * 3, validation, model, epoch,
-                          final=epoch == 2)
-        assert len(drawn) == (1 if epoch == 2 else 0)
-    outputs.wait_for_writes()  # written by a thread
-    assert (tmp_path / "weights" / "last.safetensors").is_file()
-
-
-def test_may_stop_announces_the_epoch_where_patience_ends_the_run(tmp_path):
-    """The trainer asks for the plots' data before validating exactly when the epoch can be the run's last."""
-    from accelerate import Accelerator
-
-    import yolo11
-    from yolo11.engine.checkpoint import TrainState
-    from yolo11.engine.loop import EpochResult
-    from yolo11.engine.run_outputs import RunOutputs
-    from yolo11.evaluation import EvaluationResult
-
-    outputs = RunOutputs(Accelerator(cpu=True), tmp_path, CLASS_NAMES, TrainState(), epochs=10, patience=2,
-                         plots=False, report_to=[])
-    model = yolo11.create_model("yolo11n", num_classes=len(CLASS_NAMES))
-    announced, stopped = [], []
-    # best at epoch 1: epochs 3 and 4 may be the last; 3 is (no better), 4 is not (better)
-    for epoch, score in enumerate([0.1, 0.2, 0.2, 0.2, 0.3]):
-        announced.append(outputs.may_stop(epoch))
-        metrics = {"precision": 0.1, "recall": 0.1, "map50": score, "map50_95": score}
-        outcome = outputs.end_epoch(epoch, EpochResult(torch.ones(3), 8, 1.0, False), [0.01] * 3,
-                                    EvaluationResult(metrics, [], torch.zeros(3), []), model, epoch)
-        stopped.append(outcome.stop)
-    assert announced == [False, False, False, True, True]
-    assert stopped == [False, False, False, True, False]
-
-
-def test_results_csv_time_is_cumulative_across_epochs_and_resumes(tmp_path, monkeypatch):
-    """Ultralytics' results.csv `time`: seconds since the run started, not per epoch; a resumed run continues from
-    the last kept epoch's time."""
-    from accelerate import Accelerator
-
-    import yolo11
-    from yolo11.engine import run_outputs
-    from yolo11.engine.checkpoint import TrainState
-    from yolo11.engine.loop import EpochResult
-    from yolo11.engine.run_outputs import RunOutputs
-
-    now = [100.0]
-    monkeypatch.setattr(run_outputs.time, "perf_counter", lambda: now[0])
-    model = yolo11.create_model("yolo11n", num_classes=len(CLASS_NAMES))
-
-    def epoch(outputs: RunOutputs, index: int, at: float) -> None:
-        now[0] = at
-        outputs.end_epoch(index, EpochResult(torch.ones(3), 8, 1.0, False), [0.01] * 3, None, model, index)
-
-    state = TrainState()
-    outputs = RunOutputs(Accelerator(cpu=True), tmp_path, CLASS_NAMES, state, epochs=3, patience=0, plots=False,
-                         report_to=[])  # started at 100
-    epoch(outputs, 0, 110.0)
-    epoch(outputs, 1, 130.0)
-    assert [float(r["time"]) for r in read_results(tmp_path / "results.csv")] == [10.0, 30.0]
-    state.epoch = 2  # resumed after epoch 2: the kept rows' last time carries on
-    now[0] = 500.0
-    resumed = RunOutputs(Accelerator(cpu=True), tmp_path, CLASS_NAMES, state, epochs=3, patience=0, plots=False,
-                         report_to=[])
-    epoch(resumed, 2, 505.0)
-    assert [float(r["time"]) for r in read_results(tmp_path / "results.csv")] == [10.0, 30.0, 35.0]
-
-
 def test_labels_jpg_from_a_training_source():
     """The trainer's labels.jpg reads every box of the training source, normalised centre xywh per image size."""
     from yolo11.data import load_source
@@ -297,33 +214,6 @@ def test_plot_pool_writes_the_figures_and_raises_their_errors(tmp_path):
         assert raised.value.errno is not None
     finally:
         pool.close()
-
-
-def test_weights_are_the_epochs_even_when_training_goes_on_while_they_are_written(tmp_path):
-    """last.safetensors is written by a thread: it must hold the weights as they were at the end of the epoch,
-    not as the next epoch changes them in place."""
-    from accelerate import Accelerator
-    from safetensors.torch import load_file
-
-    import yolo11
-    from yolo11.engine.checkpoint import TrainState
-    from yolo11.engine.loop import EpochResult
-    from yolo11.engine.run_outputs import RunOutputs
-
-    outputs = RunOutputs(Accelerator(cpu=True), tmp_path, CLASS_NAMES, TrainState(), epochs=2, patience=100,
-                         plots=False, report_to=[])
-    model = yolo11.create_model("yolo11n", num_classes=len(CLASS_NAMES))
-    expected = {k: v.clone() for k, v in model.state_dict().items()}
-    outputs.end_epoch(0, EpochResult(torch.ones(3), 8, 1.0, False), [0.01] * 3, None, model, 0)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(1.0)  # the next epoch's updates, in place
-    outputs.wait_for_writes()
-    written = load_file(tmp_path / "weights" / "last.safetensors")
-    assert written.keys() == expected.keys()
-    # float16, as Ultralytics' weights (tests/test_checkpoint_size.py)
-    assert all(torch.equal(written[k], expected[k].half() if expected[k].is_floating_point() else expected[k])
-               for k in expected)
 
 
 ORPHAN_SCRIPT = """

@@ -2,22 +2,27 @@
 
 from __future__ import annotations
 
-import io
 import json
 import shutil
 
 import pytest
 import torch
 import yaml
-from engine_helpers import TINY_FLAGS, checkpoint_model, describe, launch, one_error_line
+from helpers.engine_helpers import (
+    TINY_RUN_TRAINING,
+    checkpoint_model,
+    describe,
+    launch,
+    one_error_line,
+    reset_accelerate_state,
+)
+from helpers.run_folders import checkpoint_folders
 from safetensors.torch import load_file
 
-from yolo11.engine.checkpoint import _prune, set_aside_checkpoints
 from yolo11.engine.config import parse_command_line
 from yolo11.engine.resume import locate_resume, owning_run, prepare_resume
-from yolo11.engine.resume_check import CheckpointError, RunBounds, check_train_state
 
-COMMON = [*TINY_FLAGS, "--batch-size", "4", "--nominal-batch", "4", "--epochs", "2"]
+COMMON = TINY_RUN_TRAINING  # the session's tiny run, checkpoints aside
 
 
 def fake_run(root, name="run", iteration=3):
@@ -85,15 +90,12 @@ def test_ultralytics_resume_model_form_names_the_run(tmp_path):
 
 
 @pytest.mark.slow
-def test_resume_from_a_copied_checkpoint_writes_the_named_run_never_next_to_the_copy(tmp_path):
+def test_resume_from_a_copied_checkpoint_writes_the_named_run_never_next_to_the_copy(tmp_path, tiny_trained_run):
     """A checkpoint copied to <dir>/ck: the resumed run writes --output-dir/--name, and nothing lands in (or is
     pruned from) the copy's parent folders."""
-    first = launch([*COMMON, "--output-dir", str(tmp_path / "runs"), "--name", "orig", "--max-steps", "2"])
-    assert first.returncode == 0, describe(first)
-    latest = tmp_path / "runs" / "orig" / "checkpoints" / (tmp_path / "runs/orig/checkpoints/latest").read_text()
     outside = tmp_path / "outside"
     copy = outside / "dir" / "ck"
-    shutil.copytree(latest.parent / latest.name.strip(), copy)
+    shutil.copytree(tiny_trained_run / "checkpoints" / "checkpoint-00000006", copy)  # after epoch 1 of 2
     (outside / "checkpoint-00000001").mkdir()  # a folder of the user's that pruning must not touch
     before = sorted(p.relative_to(tmp_path) for p in outside.rglob("*"))
     resumed = launch([*COMMON, "--resume", str(copy), "--output-dir", str(tmp_path / "out"), "--name", "cont",
@@ -106,12 +108,11 @@ def test_resume_from_a_copied_checkpoint_writes_the_named_run_never_next_to_the_
 
 
 @pytest.mark.slow
-def test_one_line_resume_of_a_run_ends_bitwise_as_the_straight_run(tmp_path):
+def test_one_line_resume_of_a_run_ends_bitwise_as_the_straight_run(tmp_path, tiny_trained_run):
     """``--resume <run>`` alone (and Ultralytics' ``resume model=<run>/weights/last.safetensors``) continues the
-    run with its own flags to the weights of the uninterrupted run."""
+    run with its own flags to the weights of the uninterrupted run (the session's tiny run: the same flags)."""
     common = [*COMMON, "--output-dir", str(tmp_path)]
-    straight = launch([*common, "--name", "straight"])
-    assert straight.returncode == 0, describe(straight)
+    straight = tiny_trained_run
     first = launch([*common, "--name", "run", "--max-steps", "5"])
     assert first.returncode == 0, describe(first)
     second = launch(["--resume", str(tmp_path / "run"), "--max-steps", "8"])
@@ -119,87 +120,12 @@ def test_one_line_resume_of_a_run_ends_bitwise_as_the_straight_run(tmp_path):
     assert "flags that change the run" not in second.stderr
     third = launch(["resume", f"model={tmp_path / 'run' / 'weights' / 'last.safetensors'}"])
     assert third.returncode == 0, describe(third)
-    expected, got = checkpoint_model(tmp_path / "straight"), checkpoint_model(tmp_path / "run")
+    expected, got = checkpoint_model(straight), checkpoint_model(tmp_path / "run")
     assert expected.keys() == got.keys() and all(torch.equal(expected[k], got[k]) for k in expected)
     final = load_file(tmp_path / "run" / "weights" / "last.safetensors")
-    assert all(torch.equal(v, load_file(tmp_path / "straight" / "weights" / "last.safetensors")[k])
-               for k, v in final.items())
+    assert all(torch.equal(v, load_file(straight / "weights" / "last.safetensors")[k]) for k, v in final.items())
     typed = launch(["--resume", str(tmp_path / "run"), "--epochs", "3"])  # typed and different: refused
     assert typed.returncode != 0 and "--epochs: 2 in the checkpoint, 3 now" in typed.stderr, describe(typed)
-
-
-@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
-    not torch.cuda.is_available(), reason="needs a CUDA device"))])
-@pytest.mark.parametrize("name", ["SGD", "AdamW"])
-def test_optimizer_state_read_back_takes_its_channels_last_parameter_layout(name, device):
-    """Checkpoints hold the optimizer state contiguous; after ``match_parameter_layouts`` the fused optimizer's
-    next steps equal those of the optimizer that never left memory (without it the CPU kernels mixed elements and
-    the CUDA ones refuse mismatched strides)."""
-    from yolo11.engine.build import _optimizer_state_to_host
-    from yolo11.engine.checkpoint import match_parameter_layouts
-
-    def optimizer_for(param):
-        if name == "SGD":
-            return torch.optim.SGD([param], lr=0.1, momentum=0.9, nesterov=True, fused=True)
-        return torch.optim.AdamW([param], lr=0.01, fused=True)
-
-    torch.manual_seed(0)
-    weight = torch.nn.Parameter(torch.randn(8, 4, 3, 3, device=device).contiguous(memory_format=torch.channels_last))
-    grads = [torch.randn(8, 4, 3, 3, device=device).contiguous(memory_format=torch.channels_last) for _ in range(3)]
-    live = optimizer_for(weight)
-    weight.grad = grads[0]
-    live.step()
-    file = io.BytesIO()
-    torch.save(_optimizer_state_to_host(live, live.state_dict()), file)  # as save_state writes it
-    on_disk = torch.load(io.BytesIO(file.getvalue()), weights_only=True)  # on the CPU; loading moves it
-    assert all(v.is_contiguous() for v in on_disk["state"][0].values() if v.dim() == 4)
-    resumed_weight = torch.nn.Parameter(weight.detach().clone(memory_format=torch.preserve_format))
-    resumed = optimizer_for(resumed_weight)
-    resumed.load_state_dict(on_disk)
-    match_parameter_layouts(resumed)
-    for grad in grads[1:]:
-        weight.grad, resumed_weight.grad = grad.clone(), grad.clone()
-        live.step()
-        resumed.step()
-    assert torch.equal(weight, resumed_weight)
-    assert all(v.stride() == resumed_weight.stride() for v in resumed.state[resumed_weight].values() if v.dim() == 4)
-
-
-def checkpoint_folders(root, *iterations):
-    for iteration in iterations:
-        (root / f"checkpoint-{iteration:08d}").mkdir(parents=True)
-        (root / f"checkpoint-{iteration:08d}" / "train_state.json").write_text("{}\n")
-    (root / "latest").write_text(f"checkpoint-{max(iterations):08d}")
-
-
-def test_pruning_never_deletes_the_checkpoint_just_written(tmp_path):
-    """An older run's checkpoint-00001000 sorts after this run's checkpoint-00000020: pruning to 1 kept it and
-    deleted the new one, which ``latest`` then named."""
-    root = tmp_path / "checkpoints"
-    checkpoint_folders(root, 10, 20, 1000)
-    _prune(root, 1, "checkpoint-00000020")
-    assert sorted(p.name for p in root.glob("checkpoint-*")) == ["checkpoint-00000020", "checkpoint-00001000"]
-
-
-def test_a_new_run_sets_aside_an_earlier_runs_checkpoints(tmp_path):
-    run = tmp_path / "run"
-    checkpoint_folders(run / "checkpoints", 500, 1000)
-    aside, names = set_aside_checkpoints(run, None)
-    assert names == ["checkpoint-00000500", "checkpoint-00001000"] and aside.name.startswith("checkpoints.old-")
-    assert (aside / "latest").read_text() == "checkpoint-00001000" and (aside / "checkpoint-00001000").is_dir()
-    assert list((run / "checkpoints").iterdir()) == []  # no `latest` naming a folder that is gone
-    assert set_aside_checkpoints(run, None) is None
-
-
-def test_a_resume_of_an_earlier_checkpoint_sets_aside_the_later_ones(tmp_path):
-    run = tmp_path / "run"
-    root = run / "checkpoints"
-    checkpoint_folders(root, 10, 20, 30)
-    aside, names = set_aside_checkpoints(run, root / "checkpoint-00000020")
-    assert names == ["checkpoint-00000030"] and (aside / "checkpoint-00000030").is_dir()
-    assert sorted(p.name for p in root.iterdir()) == ["checkpoint-00000010", "checkpoint-00000020", "latest"]
-    assert (root / "latest").read_text() == "checkpoint-00000020"
-    assert set_aside_checkpoints(run, root / "checkpoint-00000020") is None
 
 
 @pytest.mark.slow
@@ -218,58 +144,33 @@ def test_a_new_run_into_an_older_runs_folder_keeps_its_checkpoint_and_sets_the_o
     assert f"moved to {aside[0]} (not deleted" in result.stdout, describe(result)
 
 
-STATE = {"epoch": 1, "batches_in_epoch": 2, "iteration": 8, "optimizer_steps": 8, "loss_sum": [1.0, 2.0, 3.0],
-         "loss_batches": 2, "best_fitness": 0.25, "best_epoch": 0, "tracker_run_id": None}
-BOUNDS = RunBounds(epochs=3, batches_per_epoch=6)
-
-
-def test_a_consistent_training_state_passes(tmp_path):
-    assert check_train_state(tmp_path / "train_state.json", dict(STATE), BOUNDS) == STATE
-    finished = STATE | {"epoch": 3, "batches_in_epoch": 0, "iteration": 18, "loss_sum": None, "loss_batches": 0}
-    check_train_state(tmp_path / "train_state.json", finished, BOUNDS)
-
-
-@pytest.mark.parametrize("change", [
-    {"epoch": 4, "iteration": 26},  # beyond --epochs 3: nothing would train
-    {"epoch": -1},
-    {"batches_in_epoch": 7, "iteration": 13},  # more than an epoch holds: the epoch's skip crashed
-    {"batches_in_epoch": 2, "epoch": 3, "iteration": 20},  # after the last epoch
-    {"iteration": 9},  # not where 1 epoch of 6 batches + 2 put it
-    {"iteration": 2, "optimizer_steps": 2},  # fewer batches than the finished epoch and this one hold
-    {"iteration": "8"},
-    {"optimizer_steps": 9},
-    {"loss_batches": 3},
-    {"loss_sum": None},
-    {"loss_sum": [1.0, float("inf"), 3.0]},
-    {"best_fitness": float("nan")},
-    {"best_fitness": 7.0},
-    {"best_epoch": 1},  # the epoch in progress cannot be the best one
-    {"best_epoch": -2},
-])
-def test_training_state_values_out_of_range_are_refused_naming_the_key(tmp_path, change):
-    path = tmp_path / "train_state.json"
-    key = next(iter(change))
-    with pytest.raises(CheckpointError, match=rf"^{path}: {key} is "):
-        check_train_state(path, STATE | change, BOUNDS)
-
-
-def test_an_iteration_off_the_epochs_passes_with_allow_changes(tmp_path):
-    """A batch size changed by an earlier resume (--allow-changes) leaves the iteration where the old epochs put
-    it: not derivable, so allowed then."""
-    check_train_state(tmp_path / "train_state.json", STATE | {"iteration": 9}, BOUNDS, allow_changes=True)
-
-
 @pytest.mark.slow
-def test_a_crafted_training_state_is_refused_in_one_line_before_anything_trains(tmp_path):
+def test_a_crafted_training_state_is_refused_in_one_line_before_anything_trains(tiny_run_copy):
     """``batches_in_epoch`` beyond the epoch crashed the resumed epoch's skip (a traceback), ``epoch`` beyond
-    ``--epochs`` trained nothing and exited 0: both are refused naming the file and the key, exit 2."""
-    first = launch([*COMMON, "--output-dir", str(tmp_path), "--name", "run", "--max-steps", "2"])
-    assert first.returncode == 0, describe(first)
-    state_file = tmp_path / "run" / "checkpoints" / "checkpoint-00000002" / "train_state.json"
+    ``--epochs`` trained nothing and exited 0: both are refused naming the file and the key, exit 2. Each crafted
+    state is inside an epoch: a state at an epoch's end beyond --epochs is a finished run, refused as such first."""
+    state_file = tiny_run_copy / "checkpoints" / "checkpoint-00000012" / "train_state.json"  # epoch 2 of 2 done
     saved = json.loads(state_file.read_text())
-    for change, key in (({"batches_in_epoch": 99, "iteration": 99}, "batches_in_epoch"),
-                        ({"epoch": 5, "iteration": 32}, "epoch")):  # 6 batches per epoch
+    for change, key in (({"batches_in_epoch": 99, "iteration": 2 * 6 + 99}, "batches_in_epoch"),
+                        ({"epoch": 5, "batches_in_epoch": 2, "iteration": 5 * 6 + 2}, "epoch")):  # 6 batches an epoch
         state_file.write_text(json.dumps(saved | change))
-        resumed = launch(["--resume", str(tmp_path / "run")], wrapper=True)
+        resumed = launch(["--resume", str(tiny_run_copy)], wrapper=True)
         assert resumed.returncode == 2, describe(resumed)
         assert f"error: {state_file}: {key} is {change[key]}" in one_error_line(resumed)
+
+
+@pytest.mark.slow  # the trainer in this process, up to the resume
+def test_the_trainer_in_process_refuses_a_crafted_training_state_in_one_line(tiny_run_copy, capsys):
+    """The trainer passes its model and optimizer to the gate (``resume_check``): a checkpoint whose epoch is -5
+    stops the resume with one line and exit 2 (it used to "resume at epoch -4", then fail with a traceback)."""
+    from yolo11 import train
+
+    checkpoints = tiny_run_copy / "checkpoints"
+    state_file = checkpoints / (checkpoints / "latest").read_text().strip() / "train_state.json"
+    state_file.write_text(json.dumps(json.loads(state_file.read_text()) | {"epoch": -5}))
+    try:
+        assert train.main(["--resume", str(tiny_run_copy)]) == 2
+        (line,) = capsys.readouterr().err.strip().splitlines()
+        assert line == f"error: {state_file}: epoch is -5, expected an integer >= 0"
+    finally:
+        reset_accelerate_state()

@@ -12,7 +12,7 @@ import sys
 
 import pytest
 import yaml
-from engine_helpers import ACCELERATE, CONFIGS, ROOT, describe
+from helpers.engine_helpers import ACCELERATE, CONFIGS, ROOT, describe
 
 from yolo11.engine import resume as resume_module
 from yolo11.engine.config import parse_command_line

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from engine_helpers import ROOT, TINY_FLAGS, describe, launch, one_error_line
+from helpers.engine_helpers import ROOT, TINY_FLAGS, describe, launch, one_error_line
 
 from yolo11.engine.build import resolve_run_dir
 from yolo11.engine.config import parse_command_line

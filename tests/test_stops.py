@@ -17,7 +17,7 @@ import subprocess
 
 import pytest
 import torch
-from engine_helpers import ACCELERATE, CONFIGS, ROOT, checkpoint_model, describe
+from helpers.engine_helpers import ACCELERATE, CONFIGS, ROOT, checkpoint_model, describe
 from safetensors.torch import load_file
 
 DATA = "synthetic:num_images=16,num_val=8,imgsz=64"  # 4 optimizer steps per epoch at batch 4

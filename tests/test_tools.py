@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from engine_helpers import launch
+from helpers.engine_helpers import launch
 
 from yolo11 import create_model, predictor
 from yolo11.data.sources.synthetic import SHAPES
@@ -280,9 +280,10 @@ def test_export_with_nms_matches_non_max_suppression(tmp_path):
 
 
 @pytest.mark.parametrize("detected_classes", [(), (0,)], ids=["nothing", "one-class-only"])
-def test_val_on_weights_that_miss_classes_exits_0_with_zeros_and_writes_its_json(tmp_path, capsys,
+def test_val_on_weights_that_miss_classes_exits_0_with_zeros_and_writes_its_json(tmp_path, capsys, monkeypatch,
                                                                                  detected_classes):
     """An early checkpoint detects nothing, or nothing of some classes that have ground truth."""
+    monkeypatch.chdir(tmp_path)  # the tool's run folder, runs/val/exp, lands here rather than in the checkout
     data = "synthetic:num_images=4,num_val=6,imgsz=64"
     model = create_model("yolo11n", num_classes=6)
     with torch.no_grad():  # class logits far below --conf everywhere, except for the detected classes

@@ -9,7 +9,7 @@ import threading
 import time
 
 import pytest
-from tracked_child import run_child
+from helpers.tracked_child import run_child
 
 from yolo11.engine import tracking
 
@@ -112,7 +112,7 @@ RUN_SCRIPT = textwrap.dedent("""
 
 @pytest.mark.slow
 def test_offline_wandb_and_tensorboard_run_logs_history_and_boxes(tmp_path):
-    import wandb_reader
+    from helpers import wandb_reader
 
     result = run_child(RUN_SCRIPT, tmp_path, timeout=120)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -155,7 +155,7 @@ def test_offline_wandb_and_tensorboard_run_logs_history_and_boxes(tmp_path):
 @pytest.mark.slow
 def test_run_with_a_key_but_no_server_goes_offline_within_seconds(tmp_path):
     """Without the probe, wandb retries the server for about 90 s and then aborts the training."""
-    import wandb_reader
+    from helpers import wandb_reader
 
     start = time.monotonic()
     result = run_child(RUN_SCRIPT, tmp_path, timeout=60,

@@ -8,7 +8,7 @@ import time
 
 import pytest
 import torch
-from engine_helpers import ACCELERATE, ROOT, TINY_FLAGS, checkpoint_model, describe, launch
+from helpers.engine_helpers import ACCELERATE, ROOT, TINY_FLAGS, TINY_RUN_FLAGS, checkpoint_model, describe, launch
 from safetensors.torch import load_file
 
 pytestmark = pytest.mark.slow
@@ -48,25 +48,24 @@ def test_two_process_ddp_step_equals_single_process(tmp_path):
     assert moved > 1e-5, "the step did not change the weights: the comparison would prove nothing"
 
 
-def test_resume_mid_epoch_is_bitwise_identical(tmp_path):
-    """4 epochs straight == stop mid-epoch 2 (--max-steps) + --resume auto, weights and metrics bitwise."""
-    common = [*TINY_FLAGS, "--epochs", "4", "--batch-size", "8", "--nominal-batch", "8", "--output-dir",
-              str(tmp_path), "--close-mosaic", "1"]
-    straight = launch([*common, "--name", "straight"])
-    assert straight.returncode == 0, describe(straight)
-    first = launch([*common, "--name", "resumed", "--max-steps", "5"])  # 3 steps per epoch: stops inside epoch 2
+def test_resume_mid_epoch_is_bitwise_identical(tmp_path, tiny_trained_run):
+    """The session's tiny run straight (2 epochs of 6 steps, mosaic in the first) == the same flags stopped inside
+    epoch 2 (--max-steps) + --resume auto, weights and metrics bitwise."""
+    common = [*TINY_RUN_FLAGS, "--output-dir", str(tmp_path)]
+    straight = tiny_trained_run
+    first = launch([*common, "--name", "resumed", "--max-steps", "8"])  # 6 steps per epoch: stops inside epoch 2
     assert first.returncode == 0, describe(first)
     assert len(read_results(tmp_path / "resumed")) == 1
     second = launch([*common, "--name", "resumed", "--resume", "auto"])
     assert second.returncode == 0, describe(second)
-    assert "resumed from" in second.stdout and "batch 2" in second.stdout
-    a = load_file(tmp_path / "straight" / "weights" / "last.safetensors")
+    assert "resumed from" in second.stdout and "at epoch 2, batch 2" in second.stdout, describe(second)
+    a = load_file(straight / "weights" / "last.safetensors")
     b = load_file(tmp_path / "resumed" / "weights" / "last.safetensors")
     assert a.keys() == b.keys()
     for key in a:
         assert torch.equal(a[key], b[key]), key
-    rows_a, rows_b = read_results(tmp_path / "straight"), read_results(tmp_path / "resumed")
-    assert len(rows_a) == len(rows_b) == 4
+    rows_a, rows_b = read_results(straight), read_results(tmp_path / "resumed")
+    assert len(rows_a) == len(rows_b) == 2
     for row_a, row_b in zip(rows_a, rows_b, strict=True):
         for column in row_a:
             if column.startswith(("train/", "val/", "metrics/", "lr/")):
@@ -113,7 +112,7 @@ def test_wrong_flag_and_wrong_config_file_get_clear_errors(tmp_path):
 
 def test_failing_rank_ends_every_rank(tmp_path):
     """Rank 1 raises in its third step; both processes must end (no hang) with a non-zero exit."""
-    script = ROOT / "tests" / "faulty_train.py"
+    script = ROOT / "tests" / "helpers" / "faulty_train.py"
     result = launch([*TINY_FLAGS, "--output-dir", str(tmp_path), "--batch-size", "8", "--epochs", "3"],
                     script=script, config="2gpu.yaml", cpu_ddp=True, env={"FAULT_RANK": "1", "FAULT_STEP": "3"},
                     timeout=300)
@@ -123,7 +122,7 @@ def test_failing_rank_ends_every_rank(tmp_path):
 
 def test_killed_rank_ends_every_rank_within_a_minute(tmp_path):
     """Rank 1 is SIGKILLed mid-epoch (no Python exception, no cleanup): the launcher must end rank 0 too."""
-    script = ROOT / "tests" / "faulty_train.py"
+    script = ROOT / "tests" / "helpers" / "faulty_train.py"
     started = time.monotonic()
     result = launch([*TINY_FLAGS, "--output-dir", str(tmp_path), "--batch-size", "8", "--epochs", "3"],
                     script=script, config="2gpu.yaml", cpu_ddp=True,
@@ -135,14 +134,14 @@ def test_killed_rank_ends_every_rank_within_a_minute(tmp_path):
 
 def test_crash_while_saving_leaves_previous_checkpoint_loadable(tmp_path):
     """The second checkpoint write dies half-way; --resume auto still finds the first, complete one."""
-    script = ROOT / "tests" / "faulty_train.py"
+    script = ROOT / "tests" / "helpers" / "faulty_train.py"
     common = [*TINY_FLAGS, "--output-dir", str(tmp_path), "--name", "run", "--batch-size", "8", "--epochs", "3",
               "--save-period", "1"]
     crashed = launch(common, script=script, env={"FAULT_IN_SAVE": "2"})
     assert crashed.returncode != 0 and "injected failure while saving" in crashed.stderr, describe(crashed)
     checkpoints = tmp_path / "run" / "checkpoints"
     assert (checkpoints / "latest").read_text().strip() == "checkpoint-00000003"
-    resumed = launch([*common, "--resume", "auto"])
+    resumed = launch([*common, "--resume", "auto", "--max-steps", "2"])  # an epoch from it (1 step each) will do
     assert resumed.returncode == 0, describe(resumed)
     assert "at epoch 2, batch 0" in resumed.stdout
 
@@ -150,7 +149,7 @@ def test_crash_while_saving_leaves_previous_checkpoint_loadable(tmp_path):
 def test_a_full_disk_while_saving_is_one_line_and_keeps_the_last_checkpoint(tmp_path):
     """The second checkpoint write finds the disk full: one ``error: cannot write ...`` line naming the file and
     the intact checkpoint, no traceback from the trainer, and ``latest`` still names the first checkpoint."""
-    script = ROOT / "tests" / "faulty_train.py"
+    script = ROOT / "tests" / "helpers" / "faulty_train.py"
     common = [*TINY_FLAGS, "--output-dir", str(tmp_path), "--name", "run", "--batch-size", "8", "--epochs", "3",
               "--save-period", "1"]
     full = launch(common, script=script, env={"FAULT_DISK_FULL": "2"})
@@ -167,7 +166,7 @@ def test_a_full_disk_while_saving_is_one_line_and_keeps_the_last_checkpoint(tmp_
 def test_wandb_offline_one_run_under_ddp_continued_on_resume(tmp_path):
     """2 CPU processes, --report-to wandb without an API key: one offline run, with per-step and per-epoch keys
     and validation images; --resume continues the same W&B run id."""
-    import wandb_reader
+    from helpers import wandb_reader
 
     env = {"HOME": str(tmp_path), "WANDB_SILENT": "true", "WANDB_API_KEY": None, "WANDB_MODE": None}
     common = [*TINY_FLAGS, "--output-dir", str(tmp_path), "--name", "run", "--batch-size", "8", "--epochs", "2",

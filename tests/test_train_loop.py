@@ -1,4 +1,5 @@
-"""``train_one_epoch`` in process: accumulation scaling, NaN stop, state counters."""
+"""``train_one_epoch`` in process: accumulation scaling, state counters, the EMA, the profiler, the device feed (the
+NaN stop: test_guard.py)."""
 
 from __future__ import annotations
 
@@ -6,47 +7,12 @@ import copy
 
 import pytest
 import torch
-from accelerate import Accelerator
-from engine_helpers import reset_accelerate_state
+from helpers.one_epoch import make_batch, run_epoch
 
 import yolo11
-from yolo11.engine.build import build_train_step
-from yolo11.engine.checkpoint import TrainState
-from yolo11.engine.guard import NonFiniteLossError
-from yolo11.engine.loop import Accumulation, train_one_epoch
-from yolo11.engine.optim import OptimizerChoice, WarmupSchedule, build_optimizer, lr_lambda
-from yolo11.engine.progress import Progress
-from yolo11.loss import DetectionLoss
+from yolo11.engine.loop import Accumulation
 
-
-@pytest.fixture(autouse=True)
-def fresh_accelerate_state():
-    yield
-    reset_accelerate_state()
-
-
-def make_batch(images: torch.Tensor, seed: int) -> dict:
-    g = torch.Generator().manual_seed(seed)
-    n = images.shape[0]
-    xy = torch.rand(n, 2, 2, generator=g) * 40
-    boxes = torch.cat([xy, xy + 16 + torch.rand(n, 2, 2, generator=g) * 8], -1)
-    return {"images": images, "boxes": boxes, "labels": torch.randint(0, 3, (n, 2), generator=g)}
-
-
-def run(batches: list[dict], accumulation: int, model: torch.nn.Module, criterion=None, max_steps=None, ema=None,
-        state: TrainState | None = None, ramp_iters: int = -1, lr: float = 0.05, log_interval: int = 1):
-    reset_accelerate_state()  # each run is a fresh process as far as Accelerate is concerned
-    accelerator = Accelerator(cpu=True)  # accumulation is the loop's (Accumulation), as the trainer builds it
-    optimizer = build_optimizer(model, OptimizerChoice("SGD", lr, 0.9), 5e-4)
-    schedule = WarmupSchedule(optimizer, lr_lambda("linear", 10, 0.01), -1, 0.0, 0.8, 0.9)
-    model, optimizer = accelerator.prepare(model, optimizer)
-    state = TrainState() if state is None else state
-    step = build_train_step(accelerator, model, optimizer, schedule, criterion=criterion or DetectionLoss(3), ema=ema,
-                            accumulation=accumulation, warmup_iters=ramp_iters,
-                            progress=Progress(accelerator, interval=log_interval, epochs=1,
-                                              batches_per_epoch=len(batches), bars=False))
-    result = train_one_epoch(step, batches, state, epoch=0, max_steps=max_steps)
-    return model, state, result
+pytestmark = pytest.mark.usefixtures("fresh_accelerate_state")
 
 
 def test_accumulated_micro_batches_equal_one_large_batch():
@@ -61,8 +27,8 @@ def test_accumulated_micro_batches_equal_one_large_batch():
     images = torch.randint(0, 256, (4, 3, 64, 64), dtype=torch.uint8)
     half = make_batch(images, seed=1)
     full = {k: torch.cat([v, v]) for k, v in half.items()}
-    big, big_state, _ = run([full], 1, copy.deepcopy(model))
-    small, small_state, _ = run([half, copy.deepcopy(half)], 2, copy.deepcopy(model))
+    big, big_state, _ = run_epoch([full], 1, copy.deepcopy(model))
+    small, small_state, _ = run_epoch([half, copy.deepcopy(half)], 2, copy.deepcopy(model))
     assert big_state.optimizer_steps == small_state.optimizer_steps == 1
     assert small_state.iteration == 2 and small_state.batches_in_epoch == 2
     changed = 0.0
@@ -70,74 +36,6 @@ def test_accumulated_micro_batches_equal_one_large_batch():
         torch.testing.assert_close(p_small, p_big, rtol=0, atol=1e-6, msg=name)
         changed = max(changed, (p_big - p0).abs().max().item())
     assert changed > 1e-4
-
-
-class NaNOnCall:
-    def __init__(self, nth: int):
-        self.loss, self.calls, self.nth = DetectionLoss(3), 0, nth
-
-    def __call__(self, feats, boxes, labels):
-        self.calls += 1
-        loss, parts = self.loss(feats, boxes, labels)
-        return (loss * float("nan"), parts) if self.calls == self.nth else (loss, parts)
-
-
-def test_nan_loss_stops_before_the_update():
-    torch.manual_seed(0)
-    model = yolo11.create_model("yolo11n", num_classes=3)
-    images = torch.randint(0, 256, (2, 3, 64, 64), dtype=torch.uint8)
-    batches = [make_batch(images, seed=i) for i in range(3)]
-    after_one, _, _ = run(batches[:1], 1, copy.deepcopy(model))
-    victim = copy.deepcopy(model)
-    with pytest.raises(NonFiniteLossError, match="non-finite loss"):
-        run(batches, 1, victim, criterion=NaNOnCall(2))
-    for p_victim, p_ref in zip(victim.parameters(), after_one.parameters()):
-        assert torch.isfinite(p_victim).all()
-        torch.testing.assert_close(p_victim, p_ref, rtol=0, atol=0)  # step 2 was never applied
-
-
-@pytest.mark.parametrize("bad_step", [3, 4])  # read back one step later / at the end of the epoch
-def test_deferred_nan_check_rolls_back_to_the_last_applied_step(bad_step):
-    """After the first step the check is deferred: the fused SGD kernels and the EMA skip on a device flag, read
-    back a step later. Weights, EMA and counters must be those of a run that never saw the bad batch."""
-    from yolo11.engine.ema import ModelEMA
-
-    torch.manual_seed(0)
-    model = yolo11.create_model("yolo11n", num_classes=3)
-    images = torch.randint(0, 256, (2, 3, 64, 64), dtype=torch.uint8)
-    batches = [make_batch(images, seed=i) for i in range(4)]
-    good_model = copy.deepcopy(model)
-    good_ema = ModelEMA(good_model, decay=0.5, tau=1.0)
-    _, good_state, _ = run(batches[:bad_step - 1], 1, good_model, ema=good_ema)
-    victim = copy.deepcopy(model)
-    victim_ema, victim_state = ModelEMA(victim, decay=0.5, tau=1.0), TrainState()
-    with pytest.raises(NonFiniteLossError, match=f"iteration {bad_step};"):
-        run(batches, 1, victim, criterion=NaNOnCall(bad_step), ema=victim_ema, state=victim_state)
-    for p_victim, p_good in zip(victim.parameters(), good_model.parameters(), strict=True):
-        torch.testing.assert_close(p_victim, p_good, rtol=0, atol=0)
-    for key, value in good_ema.module.state_dict().items():
-        if value.dtype.is_floating_point:
-            torch.testing.assert_close(victim_ema.module.state_dict()[key], value, rtol=0, atol=0, msg=key)
-    assert victim_ema.updates == good_ema.updates == bad_step - 1
-    assert (victim_state.iteration, victim_state.optimizer_steps) == (good_state.iteration, good_state.optimizer_steps)
-    torch.testing.assert_close(victim_state.loss_sum, good_state.loss_sum, rtol=0, atol=0)
-
-
-@pytest.mark.parametrize("lr", [float("nan"), 1e30], ids=["lr-nan", "lr-huge"])
-def test_an_update_that_makes_weights_non_finite_stops_and_the_ema_never_takes_it(lr):
-    """Finite loss and gradients, but the update itself poisons the weights (first step: immediate check; later
-    steps: the deferred flag, which the EMA reads before it takes the weights)."""
-    from yolo11.engine.ema import ModelEMA
-
-    torch.manual_seed(0)
-    model = yolo11.create_model("yolo11n", num_classes=3)
-    images = torch.randint(0, 256, (2, 3, 64, 64), dtype=torch.uint8)
-    ema = ModelEMA(model, decay=0.5, tau=1.0)
-    state = TrainState()
-    with pytest.raises(NonFiniteLossError, match="non-finite"):
-        run([make_batch(images, seed=i) for i in range(3)], 1, model, ema=ema, state=state, lr=lr)
-    assert state.optimizer_steps == 0 and ema.updates == 0  # rolled back; the EMA holds the initial weights
-    assert all(torch.isfinite(v).all() for v in ema.module.state_dict().values() if v.is_floating_point())
 
 
 def test_ema_skip_flag_on_the_device():
@@ -166,7 +64,7 @@ def test_max_steps_stops_and_counts():
     model = yolo11.create_model("yolo11n", num_classes=3)
     images = torch.randint(0, 256, (2, 3, 64, 64), dtype=torch.uint8)
     batches = [make_batch(images, seed=i) for i in range(5)]
-    _, state, result = run(batches, 2, model, max_steps=2)
+    _, state, result = run_epoch(batches, 2, model, max_steps=2)
     assert result.reached_max_steps and state.optimizer_steps == 2 and state.batches_in_epoch == 4
 
 
@@ -180,10 +78,10 @@ def test_compiled_model_trains_and_updates_ema():
     ema = ModelEMA(model, decay=0.5, tau=1.0)
     before = {k: v.clone() for k, v in ema.module.state_dict().items()}
     images = torch.randint(0, 256, (2, 3, 64, 64), dtype=torch.uint8)
-    trained, state, _ = run([make_batch(images, seed=0)], 1, torch.compile(model, backend="eager"), ema=ema)
+    trained, state, _ = run_epoch([make_batch(images, seed=0)], 1, torch.compile(model, backend="eager"), ema=ema)
     assert state.optimizer_steps == 1 and ema.updates == 1
-    moved = max((ema.module.state_dict()[k] - before[k]).abs().max().item() for k in before
-                if before[k].dtype.is_floating_point)
+    after = ema.module.state_dict()
+    moved = max((after[k] - before[k]).abs().max().item() for k in before if before[k].dtype.is_floating_point)
     assert moved > 0
 
 
@@ -252,19 +150,12 @@ def test_accumulation_ramps_up_during_warmup_as_ultralytics():
         if ni - last >= ramp.steps_at(ni):
             expected.append(ni)
             last = ni
-    _, state, _ = run(batches, 4, model, ramp_iters=6, max_steps=3)
+    _, state, _ = run_epoch(batches, 4, model, ramp_iters=6, max_steps=3)
     assert expected == [0, 2, 6] and state.optimizer_steps == 3
     assert state.iteration == 7 and state.batches_in_epoch == 7
     # the epoch's last batch steps with what was accumulated since (batches 7-9), as Accelerate's rule
-    _, state, _ = run(batches, 4, model, ramp_iters=6)
+    _, state, _ = run_epoch(batches, 4, model, ramp_iters=6)
     assert state.optimizer_steps == 4 and state.iteration == 10 and state.batches_in_epoch == 10
-
-
-def test_fitness_is_map50_95_alone_as_ultralytics_8_4():
-    from yolo11.engine.run_outputs import fitness
-
-    assert fitness({"map50": 0.9, "map50_95": 0.1}) == 0.1  # 8.4's DetMetrics.fitness weights [0, 0, 0, 1]
-    assert fitness({"map50": 0.1, "map50_95": 0.2}) > fitness({"map50": 0.9, "map50_95": 0.1})
 
 
 def test_a_small_epoch_prints_a_line_even_below_the_log_interval(capsys):
@@ -272,7 +163,7 @@ def test_a_small_epoch_prints_a_line_even_below_the_log_interval(capsys):
     the batch and step counts (the interval counts batches, not optimizer steps)."""
     torch.manual_seed(0)
     images = torch.randint(0, 256, (2, 3, 64, 64), dtype=torch.uint8)
-    run([make_batch(images, seed=i) for i in range(3)], 2, yolo11.create_model("yolo11n", num_classes=3),
+    run_epoch([make_batch(images, seed=i) for i in range(3)], 2, yolo11.create_model("yolo11n", num_classes=3),
         log_interval=20)
     lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("epoch")]
     assert len(lines) == 1 and lines[0].startswith("epoch 1/1 batch 3/3 step 2 | box ")

@@ -106,8 +106,9 @@ def test_pt_export_reads_back_through_our_restricted_loader(tiny, tmp_path):
     assert export.main([str(weights), "--format", "pt", "--imgsz", "64", "--output", str(tmp_path / "t.pt")]) == 0
     loaded = load_weights(tmp_path / "t.pt")  # the restricted unpickler: only tensors, containers, module names
     assert loaded.names == NAMES
+    loaded_state = loaded.state_dict()
     for key, tensor in model.state_dict().items():
-        assert torch.equal(loaded.state_dict()[key], tensor), key
+        assert torch.equal(loaded_state[key], tensor), key
     raw = (tmp_path / "t.pt").read_bytes()
     assert b"yolo11." not in raw  # no class of ours is pickled: Ultralytics' and torch's only
 
@@ -130,9 +131,9 @@ def test_ultralytics_runtime_predicts_and_validates_our_pt_and_onnx_as_the_origi
     env = os.environ | {"YOLO_OFFLINE": "1", "YOLO_CONFIG_DIR": str(tmp_path / "cfg"),
                         "PYTHONPATH": os.pathsep.join([str(ultralytics_path()), str(ROOT)])}
     models = [str(CHECKPOINT), str(tmp_path / "ours.pt"), str(tmp_path / "ours.onnx")]
-    done = subprocess.run([sys.executable, str(ROOT / "tests" / "ultralytics_runtime.py"), str(data), str(image),
-                           str(imgsz), str(tmp_path / "runs"), *models], env=env, capture_output=True, text=True,
-                          timeout=600, cwd=tmp_path)
+    script = ROOT / "tests" / "helpers" / "ultralytics_runtime.py"
+    done = subprocess.run([sys.executable, str(script), str(data), str(image), str(imgsz), str(tmp_path / "runs"),
+                           *models], env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(done.stdout.strip().splitlines()[-1])
     original, pt, onnx = (report[m] for m in models)

@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 import pytest
-from engine_helpers import ROOT, TINY_FLAGS, describe, launch, one_error_line
+from helpers.engine_helpers import ROOT, TINY_FLAGS, describe, launch, one_error_line
 from safetensors import SafetensorError
 from safetensors.torch import load_file
 
@@ -96,8 +96,8 @@ FLAGS = [*TINY_FLAGS, "--batch-size", "8", "--epochs", "2", "--save-period", "1"
 
 
 def faulty_job(args: list[str], env: dict, processes: int = 1) -> subprocess.CompletedProcess:
-    """``tests/faulty_train.py`` through ``yolo11-launch`` (the trainer's exit code, no launcher traceback)."""
-    return launch(args, script=ROOT / "tests" / "faulty_train.py", env=env, wrapper=True, timeout=300,
+    """``tests/helpers/faulty_train.py`` through ``yolo11-launch`` (the trainer's exit code, no launcher traceback)."""
+    return launch(args, script=ROOT / "tests" / "helpers" / "faulty_train.py", env=env, wrapper=True, timeout=300,
                   config="cpu_2proc.yaml" if processes == 2 else "cpu.yaml", cpu_ddp=processes == 2)
 
 

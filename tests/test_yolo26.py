@@ -1,6 +1,6 @@
 """YOLO26 beside YOLO11: Ultralytics 8.4.190's architecture layer for layer, its raw maps (both branches) in
 float64, the NMS-free top-k output, and ``.pt`` import; live comparisons skip when Ultralytics is not importable,
-one recorded comparison (tests/make_ultralytics_yolo26_reference.py) runs without it."""
+one recorded comparison (tests/helpers/make_ultralytics_yolo26_reference.py) runs without it."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ import importlib.util
 import math
 from pathlib import Path
 
-import make_ultralytics_yolo26_reference as reference
 import numpy as np
 import pytest
 import timm
 import torch
+from helpers import make_ultralytics_yolo26_reference as reference
 
 import yolo11
 from yolo11.geometry import flatten_levels, ltrb_to_xyxy, make_anchors
@@ -385,7 +385,7 @@ def test_seeded_yolo26n_equals_recorded_ultralytics_outputs():
 def test_yolo26_pt_imports_through_load_ultralytics_and_load_weights(tmp_path):
     """A YOLO26 ``.pt`` (Ultralytics' checkpoint structure, written without Ultralytics) loads through
     ``load_ultralytics`` and ``load_weights`` (which every tool uses) with its tensors."""
-    from ultralytics_checkpoint import write_ultralytics_checkpoint
+    from helpers.ultralytics_checkpoint import write_ultralytics_checkpoint
 
     from yolo11.weights import load_ultralytics, load_weights
 
@@ -400,4 +400,5 @@ def test_yolo26_pt_imports_through_load_ultralytics_and_load_weights(tmp_path):
             torch.testing.assert_close(a, b, rtol=1e-3, atol=1e-3)  # the file holds fp16, as Ultralytics'
     again = load_weights(path)
     assert isinstance(again, YOLO26Detector)
-    assert all(torch.equal(t, loaded.state_dict()[k]) for k, t in again.state_dict().items())
+    expected = loaded.state_dict()
+    assert all(torch.equal(t, expected[k]) for k, t in again.state_dict().items())

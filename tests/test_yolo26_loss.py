@@ -1,6 +1,6 @@
 """YOLO26's end-to-end loss against Ultralytics 8.4.190's ``E2ELoss``: values and gradients on tiny, border,
 overlapping and empty targets over several seeds, live (skipped when Ultralytics is not importable) and against
-its recorded values (tests/make_ultralytics_yolo26_reference.py); the topk2 assignment and the
+its recorded values (tests/helpers/make_ultralytics_yolo26_reference.py); the topk2 assignment and the
 one-to-many/one-to-one weight schedule (live)."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ import importlib.util
 from pathlib import Path
 from types import SimpleNamespace
 
-import make_ultralytics_yolo26_reference as reference
 import numpy as np
 import pytest
 import torch
+from helpers import make_ultralytics_yolo26_reference as reference
 
 from yolo11.geometry import make_anchors, xywh_to_xyxy
 from yolo11.loss import End2EndLoss, TaskAlignedAssigner, one2many_weight
@@ -125,7 +125,8 @@ def test_one2many_weight_follows_ultralytics_schedule(criterion, epochs):
 
 @pytest.mark.parametrize("case", list(reference.CASES))
 def test_end2end_loss_equals_recorded_ultralytics(case):
-    """Without Ultralytics: its recorded ``E2ELoss`` (tests/make_ultralytics_yolo26_reference.py) on the same maps."""
+    """Without Ultralytics: its recorded ``E2ELoss`` (tests/helpers/make_ultralytics_yolo26_reference.py) on the same
+    maps."""
     recorded = np.load(RECORDED)
     _, boxes, labels = targets(case)
     for seed in reference.SEEDS:

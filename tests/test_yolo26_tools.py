@@ -2,7 +2,7 @@
 Hub card and the official names; the head switch (``--nms`` / ``nms=``, Ultralytics 8.4.190's ``nms`` argument).
 
 The live comparisons run Ultralytics 8.4.190 (PYTHONPATH=/work/ultra) in a subprocess
-(``tests/ultralytics_yolo26_predict.py``) on a yolo26n it builds from its own ``yolo26n.yaml`` and saves as a
+(``tests/helpers/ultralytics_yolo26_predict.py``) on a yolo26n it builds from its own ``yolo26n.yaml`` and saves as a
 ``.pt``; they skip when it is not importable.
 """
 
@@ -41,10 +41,10 @@ needs_coco8 = pytest.mark.skipif(not COCO8.is_file(), reason="shared/data/coco8.
 
 
 def run_ultralytics(out: Path, model: str, rect: bool = True) -> dict:
-    """``tests/ultralytics_yolo26_predict.py`` in a subprocess; its JSON report."""
+    """``tests/helpers/ultralytics_yolo26_predict.py`` in a subprocess; its JSON report."""
     env = os.environ | {"YOLO_OFFLINE": "1", "YOLO_CONFIG_DIR": str(out.parent / "ultralytics-cfg"),
                         "PYTHONPATH": str(Path(ULTRALYTICS.origin).parents[1])}
-    done = subprocess.run([sys.executable, str(ROOT / "tests" / "ultralytics_yolo26_predict.py"), str(out),
+    done = subprocess.run([sys.executable, str(ROOT / "tests" / "helpers" / "ultralytics_yolo26_predict.py"), str(out),
                            str(IMGSZ), str(CONF), "rect" if rect else "square", model, *map(str, IMAGES)],
                           env=env, capture_output=True, text=True, timeout=300, cwd=out.parent)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -172,7 +172,8 @@ def test_end2end_onnx_equals_pytorch_without_ultralytics(tmp_path, capsys):
 
 
 @needs_coco8
-def test_val_on_coco8_scores_each_head_and_says_which(tmp_path, capsys):
+def test_val_on_coco8_scores_each_head_and_says_which(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the tool's run folders, runs/val/exp*, land here rather than in the checkout
     torch.manual_seed(0)
     model = yolo11.create_model("yolo26n", num_classes=80).eval()
     with torch.no_grad():  # a fresh head scores every class ~1e-4, under the 0.001 threshold: raise it
@@ -236,7 +237,7 @@ def test_detector_refuses_nms_false_for_yolo11_and_the_flag_takes_only_booleans(
 
 
 def yolo26_checkpoint(tmp_path: Path) -> tuple[torch.nn.Module, Path]:
-    from ultralytics_checkpoint import write_ultralytics_checkpoint
+    from helpers.ultralytics_checkpoint import write_ultralytics_checkpoint
 
     torch.manual_seed(0)
     model = yolo11.create_model("yolo26n", num_classes=2, names=["ant", "bee"]).eval()
@@ -249,7 +250,8 @@ def test_convert_round_trip_and_the_hub_folder_say_yolo26_and_its_heads(tmp_path
     assert "yolo26n, 2 classes (ant, bee)" in capsys.readouterr().out
     loaded, original = load_weights(tmp_path / "hub"), load_weights(pt)
     assert isinstance(loaded, YOLO26Detector) and loaded.names == ["ant", "bee"]
-    assert all(torch.equal(t, original.state_dict()[k]) for k, t in loaded.state_dict().items())
+    expected = original.state_dict()
+    assert all(torch.equal(t, expected[k]) for k, t in loaded.state_dict().items())
     config = json.loads((tmp_path / "hub" / "config.json").read_text())
     assert (config["model_type"], config["head"], config["reg_max"]) == ("yolo26", "End2EndDetect", 1)
     card = (tmp_path / "hub" / "README.md").read_text()
@@ -269,7 +271,8 @@ def test_pt_export_of_a_yolo26_model_reads_back(tmp_path, capsys):
     assert "an Ultralytics yolo26n checkpoint with both heads" in capsys.readouterr().out
     again, original = load_weights(tmp_path / "again.pt"), load_weights(pt)
     assert isinstance(again, YOLO26Detector)
-    assert all(torch.equal(t, original.state_dict()[k]) for k, t in again.state_dict().items())
+    expected = original.state_dict()
+    assert all(torch.equal(t, expected[k]) for k, t in again.state_dict().items())
     assert export.main([str(pt), "--format", "pt", "--nms", "false"]) == 2  # an ONNX option
 
 

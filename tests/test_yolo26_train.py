@@ -8,7 +8,7 @@ import types
 
 import pytest
 import torch
-from engine_helpers import checkpoint_model, describe, launch
+from helpers.engine_helpers import checkpoint_model, describe, launch
 from safetensors.torch import load_file
 
 import yolo11
@@ -128,7 +128,7 @@ def test_musgd_gives_both_class_branches_three_times_the_lr():
 def test_weights_of_yolo26_build_the_training_model(tmp_path):
     """``--weights`` of a YOLO26 ``.pt`` (Ultralytics' structure), of our ``.safetensors`` and of a
     ``save_pretrained`` folder build a YOLO26Detector with every tensor; the gate checks reg_max per family."""
-    from ultralytics_checkpoint import write_ultralytics_checkpoint
+    from helpers.ultralytics_checkpoint import write_ultralytics_checkpoint
 
     from yolo11.engine.build import build_model
     from yolo11.engine.config import ModelConfig
@@ -143,9 +143,10 @@ def test_weights_of_yolo26_build_the_training_model(tmp_path):
     for file in files:
         built = build_model(ModelConfig(weights=str(file)), names)
         assert isinstance(built, YOLO26Detector) and built.config["name"] == "yolo26n"
+        built_state = built.state_dict()  # once: a state_dict per key made this loop quadratic
         for key, tensor in model.state_dict().items():
             atol = 1e-3 if file.suffix == ".pt" else 0  # the .pt holds fp16, as Ultralytics'
-            torch.testing.assert_close(built.state_dict()[key], tensor, rtol=atol, atol=atol, msg=key)
+            torch.testing.assert_close(built_state[key], tensor, rtol=atol, atol=atol, msg=key)
         assert isinstance(load_weights(file), YOLO26Detector)  # the tools' loader takes YOLO26 too
     with pytest.raises(ValueError, match="--model yolo11n contradicts --weights"):
         build_model(ModelConfig(model="yolo11n", weights=str(files[1])), names)

@@ -1,7 +1,7 @@
 """Ultralytics' own YOLO26 predictions, in a subprocess of a test (its import sets global logging/settings).
 
-    YOLO_OFFLINE=1 PYTHONPATH=<ultralytics> python tests/ultralytics_yolo26_predict.py OUT.json IMGSZ CONF RECT \
-        MODEL [IMAGE ...]
+    YOLO_OFFLINE=1 PYTHONPATH=<ultralytics> python tests/helpers/ultralytics_yolo26_predict.py \
+        OUT.json IMGSZ CONF RECT MODEL [IMAGE ...]
 
 MODEL ending in ``.yaml`` (``yolo26n.yaml``): a fresh Ultralytics model built from it, made to give spread-out
 scores (``spread_scores``: a fresh model's are all ~1e-4 and tied by the thousand), saved as Ultralytics saves a

@@ -2,7 +2,7 @@
 
 Needs Ultralytics importable, never our package, so the recorded numbers are Ultralytics' own:
 
-    YOLO_OFFLINE=1 PYTHONPATH=/work/ultra python tests/make_ultralytics_yolo26_reference.py
+    YOLO_OFFLINE=1 PYTHONPATH=/work/ultra python tests/helpers/make_ultralytics_yolo26_reference.py
 
 Writes ``tests/data/ultralytics_yolo26_cases.npz``:
 - ``model/*``: a yolo26n with 5 classes whose every tensor is ``seeded_tensor(key, ...)`` (a function of the
@@ -24,7 +24,7 @@ from types import SimpleNamespace
 import numpy as np
 import torch
 
-OUT = Path(__file__).resolve().parent / "data" / "ultralytics_yolo26_cases.npz"
+OUT = Path(__file__).resolve().parents[1] / "data" / "ultralytics_yolo26_cases.npz"
 NUM_CLASSES = 5
 IMAGE_SHAPE = (2, 3, 64, 96)
 # small tensors along the whole path: stem, SPPF, layer 22's attention, both head branches

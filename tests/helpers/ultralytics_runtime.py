@@ -1,6 +1,7 @@
 """Run models through Ultralytics' own runtime, in a subprocess of a test (its import sets global logging/settings).
 
-    YOLO_OFFLINE=1 PYTHONPATH=<ultralytics> python tests/ultralytics_runtime.py DATA_YAML IMAGE IMGSZ OUT MODEL...
+    YOLO_OFFLINE=1 PYTHONPATH=<ultralytics> python tests/helpers/ultralytics_runtime.py \
+        DATA_YAML IMAGE IMGSZ OUT MODEL...
 
 Per model: ``YOLO(model).predict(IMAGE, conf=0.05)`` boxes, scores and classes, and ``YOLO(model).val(data=DATA_YAML,
 rect=False)``'s mAP50 and mAP50-95 (square inputs for every format: a static ONNX graph takes nothing else);

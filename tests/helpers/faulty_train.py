@@ -17,7 +17,7 @@ import signal
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import accelerate  # noqa: E402
 from safetensors import SafetensorError  # noqa: E402

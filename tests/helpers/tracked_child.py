@@ -8,7 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-TESTS = Path(__file__).resolve().parent
+HELPERS = Path(__file__).resolve().parent
+ROOT = HELPERS.parents[1]
 
 
 def run_child(script: str, tmp_path: Path, timeout: float,
@@ -18,7 +19,7 @@ def run_child(script: str, tmp_path: Path, timeout: float,
     (tmp_path / "run.py").write_text(script)
     wandb_env = {"WANDB_MODE": "offline"} if wandb_env is None else wandb_env
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "WANDB_SILENT": "true", **wandb_env,
-           "PYTHONPATH": f"{TESTS.parent}:{TESTS}"}
+           "PYTHONPATH": f"{ROOT}:{HELPERS}"}
     return subprocess.run([sys.executable, str(tmp_path / "run.py"), str(tmp_path / "run")], env=env,
                           capture_output=True, text=True, timeout=timeout, cwd=tmp_path)
 

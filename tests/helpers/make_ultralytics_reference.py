@@ -3,7 +3,7 @@
 Needs Ultralytics 8.4.190 importable, never our package, so the recorded numbers are Ultralytics' own:
 
     pip install --no-deps --target /tmp/ultra ultralytics==8.4.190 ultralytics-thop
-    YOLO_OFFLINE=1 PYTHONPATH=/tmp/ultra python tests/make_ultralytics_reference.py
+    YOLO_OFFLINE=1 PYTHONPATH=/tmp/ultra python tests/helpers/make_ultralytics_reference.py
 
 Writes ``tests/data/ultralytics_loss_cases.npz``: for each seed, random raw maps (regenerated in the test from the
 seed with ``random_maps``), the target rows ``[image, class, cx, cy, w, h]`` normalised to the input, Ultralytics'
@@ -29,7 +29,7 @@ REG_MAX = 16
 STRIDES = (8, 16, 32)
 SEEDS = (0, 1, 2, 3, 4)
 HEAD_BIAS_CLASSES = (1, 5, 80)
-OUT = Path(__file__).resolve().parent / "data"
+OUT = Path(__file__).resolve().parents[1] / "data"
 
 
 def random_maps(seed: int, batch: int = BATCH, imgsz: int = IMGSZ,

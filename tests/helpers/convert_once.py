@@ -8,7 +8,7 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from accelerate import PartialState  # noqa: E402
 from accelerate.utils import parse_flag_from_env  # noqa: E402
