@@ -226,3 +226,67 @@ def test_a_gpu_config_without_a_gpu_warns(launch_env):
     assert cpu_fallback_warning("cuda") is None
     launch_env.setenv("ACCELERATE_USE_CPU", "true")
     assert cpu_fallback_warning("cpu") is None
+
+
+@pytest.mark.parametrize(("device", "flag", "train", "val"), [
+    ("cuda", "true", True, False),  # training's one shape repays cuDNN's NHWC plans; validation's many do not
+    ("cpu", "true", True, True),  # oneDNN: channels_last is faster for both, with no per-shape build
+    ("cuda", "false", False, False),
+    ("mps", "true", False, False),
+])
+def test_the_plan_picks_the_memory_layout_of_training_and_of_validation(device, flag, train, val):
+    from yolo11.engine.config import parse_config
+    from yolo11.engine.plan import plan_run
+
+    plan = plan_run(parse_config(["--channels-last", flag]), 1, 128, 80, device)
+    assert (plan.channels_last, plan.val_channels_last) == (train, val)
+
+
+@pytest.mark.parametrize(("device", "cores", "env", "threads"), [
+    ("cpu", 2, None, 1),  # a core left: OpenMP's barriers spin whenever another process holds every core
+    ("cpu", 16, None, 15),
+    ("cpu", 1, None, 1),
+    ("cpu", 2, "2", None),  # OMP_NUM_THREADS decides: torch already read it
+    ("cuda", 16, None, None),
+])
+def test_a_cpu_run_computes_on_all_cores_but_one_unless_omp_num_threads_says(device, cores, env, threads):
+    from yolo11.engine.plan import decide_cpu_threads
+
+    chosen, reason = decide_cpu_threads(device, cores, env)
+    assert chosen == threads
+    assert (reason == "") == (device != "cpu")
+    if env:
+        assert "OMP_NUM_THREADS" in reason and env in reason
+
+
+def test_a_cpu_run_in_a_callers_process_gives_its_thread_count_back(tmp_path, monkeypatch):
+    """The trainer computes on all cores but one (``plan.cpu_threads``) and, called in-process (the Python API, a
+    notebook), leaves torch's thread count as it found it."""
+    import torch
+
+    from yolo11.engine import plan as plan_module
+    from yolo11.engine.config import parse_config
+    from yolo11.engine.trainer import train
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(plan_module, "cores_per_process", lambda: 3)  # two compute threads planned
+    seen = []
+    real = plan_module.plan_run
+
+    def spy(*args, **kwargs):
+        made = real(*args, **kwargs)
+        seen.append(made.cpu_threads)
+        return made
+
+    monkeypatch.setattr("yolo11.engine.trainer.plan_run", spy)
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        config = parse_config(["--data", "synthetic:num_images=4,num_val=2,imgsz=64", "--imgsz", "64", "--epochs",
+                               "1", "--batch-size", "2", "--workers", "0", "--plots", "false", "--output-dir",
+                               str(tmp_path), "--cache-dir", str(tmp_path / "cache")])
+        assert train(config) == 0
+        assert seen == [2]
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
