@@ -118,16 +118,29 @@ def train(config: TrainConfig, typed: frozenset[str] | None = None) -> int:
     stop = StopSignal(raise_first=True).install()  # until training starts, a signal ends the start-up at once
     held: list[RunLock] = []  # the run folder's lock, held until the run ends
     threads = torch.get_num_threads()  # a CPU run sets its own (plan.cpu_threads); a caller's process gets it back
+    code = None
     try:
-        return _train(config, typed, launch, stop, held)
+        code = _train(config, typed, launch, stop, held)
+        return code
     finally:
         torch.set_num_threads(threads)
         for lock in held:
             lock.release()
         stop.uninstall()
-        if stop.requested:  # leaving: a launcher's forwarded signal now ends the exit quietly, not in a traceback
+        # Leaving after a stop, this rank's signal or another's (agreed): the launcher forwards its signal to every
+        # rank, and one that stopped on the agreement may get it only now, during the interpreter's exit, where
+        # Python's handler would raise KeyboardInterrupt in a finaliser. It ends the exit quietly instead.
+        if stop.requested or code in STOP_EXIT_CODES:
             for signum in (signal.SIGINT, signal.SIGTERM):
                 signal.signal(signum, signal.SIG_DFL)
+        # A start that failed never reached end_training: the process group goes now, not at the interpreter's exit,
+        # where gloo's threads met their destructors and aborted the process ("terminate called without an active
+        # exception", exit 134 instead of 2)
+        if code is not None and torch.distributed.is_available() and torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
+
+
+STOP_EXIT_CODES = (128 + signal.SIGINT, 128 + signal.SIGTERM)  # what a run stopped by a signal returns
 
 
 def _train(config: TrainConfig, typed: frozenset[str] | None, launch: PartialState, stop: StopSignal,
