@@ -17,7 +17,7 @@ import subprocess
 
 import pytest
 import torch
-from helpers.engine_helpers import ACCELERATE, CONFIGS, ROOT, checkpoint_model, describe
+from helpers.engine_helpers import ACCELERATE, CONFIGS, ROOT, checkpoint_model, default_signals, describe
 from safetensors.torch import load_file
 
 DATA = "synthetic:num_images=16,num_val=8,imgsz=64"  # 4 optimizer steps per epoch at batch 4
@@ -44,7 +44,7 @@ def run_job(args: list[str], processes: int, stop_at: str | None = None, cache: 
         config = "cpu_2proc.yaml"
     command = [ACCELERATE, "launch", "--config_file", str(CONFIGS / config), str(ROOT / "train_accelerate.py"), *args]
     return subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT, timeout=timeout,
-                          start_new_session=True)
+                          start_new_session=True, preexec_fn=default_signals)
 
 
 def target(signame: str, processes: int) -> str:

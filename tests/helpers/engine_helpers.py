@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -42,6 +43,14 @@ def launch(args: list[str], *, config: str = "cpu.yaml", script: Path = ROOT / "
     return subprocess.run(command, capture_output=True, text=True, env=environment, timeout=timeout, cwd=ROOT)
 
 
+def default_signals() -> None:
+    """``preexec_fn`` of a launch started as a terminal's foreground job: SIGINT and SIGTERM at their defaults. A test
+    run started in the background by a script (``pytest ... &``) has SIGINT ignored (POSIX), the launched
+    ``accelerate launch`` inherits that, and a Ctrl-C sent to its group then never reaches its Python."""
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, signal.SIG_DFL)
+
+
 def start_in_own_group(args: list[str], config: str = "cpu.yaml", cpu_ddp: bool = False, env: dict | None = None,
                        script: Path = ROOT / "train_accelerate.py") -> subprocess.Popen:
     """``accelerate launch`` in a process group of its own, as a shell starts a foreground job."""
@@ -52,7 +61,7 @@ def start_in_own_group(args: list[str], config: str = "cpu.yaml", cpu_ddp: bool 
         environment["ACCELERATE_USE_CPU"] = "1"
     command = [ACCELERATE, "launch", "--config_file", str(CONFIGS / config), str(script), *args]
     return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=environment,
-                            cwd=ROOT, start_new_session=True)
+                            cwd=ROOT, start_new_session=True, preexec_fn=default_signals)
 
 
 def signal_after_step(process: subprocess.Popen, step: int, signum: int, timeout: float = 300,
