@@ -64,9 +64,11 @@ class StopSignal:
             self._previous[signum] = signal.signal(signum, self._handle)
         return self
 
-    def uninstall(self) -> None:
+    def uninstall(self, replacement=None) -> None:
+        """Put back the handlers found at ``install()``; ``replacement``: that handler for every signal instead, with
+        no moment under the previous ones in between."""
         for signum, handler in self._previous.items():
-            signal.signal(signum, handler)
+            signal.signal(signum, handler if replacement is None else replacement)
         self._previous.clear()
 
     def defer(self) -> None:

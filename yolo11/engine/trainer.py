@@ -126,13 +126,10 @@ def train(config: TrainConfig, typed: frozenset[str] | None = None) -> int:
         torch.set_num_threads(threads)
         for lock in held:
             lock.release()
-        stop.uninstall()
         # Leaving after a stop, this rank's signal or another's (agreed): the launcher forwards its signal to every
-        # rank, and one that stopped on the agreement may get it only now, during the interpreter's exit, where
-        # Python's handler would raise KeyboardInterrupt in a finaliser. It ends the exit quietly instead.
-        if stop.requested or code in STOP_EXIT_CODES:
-            for signum in (signal.SIGINT, signal.SIGTERM):
-                signal.signal(signum, signal.SIG_DFL)
+        # rank, and one may get it only now, during the exit, where Python's handler would raise KeyboardInterrupt
+        # (in a finaliser, or in uninstall itself). It ends the exit quietly instead, from this moment on.
+        stop.uninstall(signal.SIG_DFL if stop.requested or code in STOP_EXIT_CODES else None)
         # A start that failed never reached end_training: the process group goes now, not at the interpreter's exit,
         # where gloo's threads met their destructors and aborted the process ("terminate called without an active
         # exception", exit 134 instead of 2)
