@@ -41,25 +41,23 @@ def _check_not_fused(model: YOLO11Detector) -> None:
         raise ValueError("cannot save a fused model (its BatchNorms are folded away); save before fuse()")
 
 
-def host_copies(tensors: dict, cast: dict | None = None) -> dict:
+def host_copies(tensors: dict) -> dict:
     """``tensors`` contiguous on the CPU, as ``.contiguous().cpu()`` each would give, with those on an accelerator
     brought over in one copy per (device, dtype) rather than one blocking copy each: yolo11n's ~500 state
-    tensors took ~30 ms that way on a GPU, per file and per epoch. Names that alias one tensor keep sharing it.
-    ``cast``: name -> dtype for tensors to convert on the way (in the same copy: half the bytes for float16)."""
-    cast = cast or {}
+    tensors took ~30 ms that way on a GPU, per file and per epoch. Names that alias one tensor keep sharing it."""
     out: dict = {}
     groups: dict[tuple, list[tuple[str, torch.Tensor]]] = {}
     for name, tensor in tensors.items():
         tensor = tensor.detach()
-        if tensor.device.type == "cpu" and name not in cast:
+        if tensor.device.type == "cpu":
             out[name] = tensor.contiguous()
         else:
-            groups.setdefault((tensor.device, tensor.dtype, cast.get(name, tensor.dtype)), []).append((name, tensor))
-    for (_, _, dtype), members in groups.items():
+            groups.setdefault((tensor.device, tensor.dtype), []).append((name, tensor))
+    for members in groups.values():
         unique: dict[tuple, torch.Tensor] = {}  # one copy per aliased tensor
         for _, tensor in members:
             unique.setdefault((tensor.data_ptr(), tensor.shape, tensor.stride()), tensor)
-        host = torch.cat([t.reshape(-1) for t in unique.values()]).to(dtype).cpu()
+        host = torch.cat([t.reshape(-1) for t in unique.values()]).cpu()
         pieces = host.split([t.numel() for t in unique.values()])
         copies = {key: piece.view(t.shape).clone() for (key, t), piece in zip(unique.items(), pieces, strict=True)}
         for name, tensor in members:
