@@ -107,7 +107,7 @@ def train(config: TrainConfig, typed: frozenset[str] | None = None) -> int:
     one line by each process that met it; 130 or 143: stopped by SIGINT or SIGTERM, the same on every rank).
     ``typed``: the flags the user set (``parse_command_line``); a resume reads the others from the checkpoint
     (None: every flag counts as set)."""
-    mark_startup("imports")  # the interpreter, the imports and the command line
+    mark_startup("imports", first=True)  # the interpreter, the imports and the command line
     # The process group is made here, once, for the Accelerator built later (which could no longer set its options).
     try:
         launch = launch_state()
