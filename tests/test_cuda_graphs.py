@@ -263,6 +263,51 @@ def test_graphed_validation_equals_eager_validation_through_the_validator(determ
     assert len(graphed._graphed) == 1 and not eager._graphed
 
 
+@cuda
+@pytest.mark.gpu
+def test_validation_post_processes_on_a_side_stream_with_each_batchs_own_maps(deterministic, tmp_path):
+    """``predict_and_score`` on CUDA post-processes a batch on a side stream while the next batch's graphed forward
+    replays into the same static outputs: every detection equals the one made from that batch's maps post-processed
+    at once, with the device synchronised between batches, bit for bit."""
+    import itertools
+
+    from yolo11.data import load_source, model_input
+    from yolo11.engine import evaluate
+    from yolo11.engine.config import parse_config
+    from yolo11.engine.device_feed import DeviceFeed
+    from yolo11.engine.plan import plan_run
+    from yolo11.evaluation.runner import predict_and_score
+    from yolo11.postprocess import to_original_pixels
+
+    spec = "synthetic:num_images=4,num_val=40,imgsz=96"
+    source = load_source(spec, split="val", cache_dir=tmp_path)
+    accelerator = Accelerator()
+    config = parse_config(["--data", spec, "--imgsz", "96", "--batch-size", "2", "--workers", "0"])
+    plan = plan_run(config, 1, len(source.dataset), 6, "cuda")
+    torch.manual_seed(0)
+    model = yolo11.create_model("yolo11n", num_classes=6).cuda().eval()
+    criterion = DetectionLoss(6, strides=model.strides, reg_max=model.reg_max).cuda()
+    validator = evaluate.Validator.build(config, plan, source, accelerator, model)
+    loader = validator.loader
+    batches = list(DeviceFeed(itertools.islice(iter(loader), loader.batch_sampler.batches_per_pass),
+                                torch.device("cuda")))
+    assert len(batches) >= 8
+    step = GraphedValStep(ValStep(model, accelerator.autocast, criterion), torch.device("cuda"))
+    for _ in range(3):  # eager, capture, replay
+        got = predict_and_score(accelerator, model, batches, validator.postprocessor, validator.evaluator,
+                                criterion=criterion, step=step)
+    expected = []
+    for batch in batches:
+        feats, _ = step(model_input(batch["images"], False), batch["boxes"], batch["labels"])
+        detections = to_original_pixels(validator.postprocessor(feats), batch["ratio_pad"], batch["orig_sizes"])
+        expected += [(int(i), d.cpu()) for i, d in zip(batch["image_ids"], detections, strict=True)]
+        torch.cuda.synchronize()
+    assert sum(len(d) for _, d in expected) > 0
+    assert [i for i, _ in got.predictions] == [i for i, _ in expected]
+    for (_, ours), (_, theirs) in zip(got.predictions, expected, strict=True):
+        assert torch.equal(ours, theirs)
+
+
 def signalled_after(batches: list[dict], count: int):
     """The batches, with SIGTERM sent to this process once ``count`` of them were handed out."""
     for i, batch in enumerate(batches):

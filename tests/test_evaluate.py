@@ -118,7 +118,7 @@ def test_validation_in_another_layout_runs_a_copy_refreshed_from_the_trained_mod
         got = validator.run(trained, criterion)
         plain = deepcopy_to_nchw(trained)
         expected = reference.run(plain, criterion)
-        (copy, ), = [(c, ) for _, c in validator._copies.values()]
+        (copy, ), = [(kept[1], ) for kept in validator._copies.values()]
         assert copy is not trained and copy.head.cv2[0][0].conv.weight.is_contiguous()
         assert trained.head.cv2[0][0].conv.weight.is_contiguous(memory_format=torch.channels_last)
         for (i, ours), (j, theirs) in zip(got.predictions, expected.predictions, strict=True):

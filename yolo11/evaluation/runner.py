@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import sys
 import time
 from collections.abc import Callable
@@ -91,6 +93,26 @@ def _predict_and_score(accelerator, model, loader, postprocessor, evaluator, cri
     # a bar on a terminal only (the main process's): logs get the result lines of the caller
     bar = tqdm(loader, desc="validation", unit="batch", file=sys.stdout, leave=False, dynamic_ncols=True,
                total=batches, disable=not (accelerator.is_main_process and sys.stdout.isatty()))
+    # On CUDA a batch's post-processing (NMS, the host copy: host syncs, by nature) runs on a side stream while the
+    # next batch's forward runs on the compute stream: its syncs wait for its own kernels, not for that forward.
+    side = _side_stream(accelerator.device) if accelerator.device.type == "cuda" else None
+    pending = None  # (batch, maps, event): the previous batch, its forward enqueued, not yet post-processed
+
+    def finish(batch, feats, ready=None) -> None:
+        with torch.cuda.stream(side) if side is not None else contextlib.nullcontext():
+            if ready is not None:
+                side.wait_event(ready)
+            detections = postprocessor(feats)  # input pixels
+            original = to_original_pixels(detections, batch["ratio_pad"], batch["orig_sizes"])
+            # one copy to the host per batch, not one blocking copy per image; each image's rows then in a storage
+            # of their own (a pickled view, as gather_object sends them, would carry the whole batch)
+            on_host = torch.cat(original).cpu().split([len(det) for det in original]) if original else []
+            per_image.extend((int(i), det.clone()) for i, det in zip(batch["image_ids"], on_host, strict=True))
+            if len(samples) < num_samples:
+                samples.extend(_samples(batch, detections, num_samples - len(samples)))
+        if side is not None:
+            side.synchronize()  # its work on tensors of the compute stream done before they are freed
+
     for batch in bar:
         if stop is not None and stop():
             break
@@ -99,14 +121,18 @@ def _predict_and_score(accelerator, model, loader, postprocessor, evaluator, cri
         if parts is not None:
             loss_sum += parts
             batches_run += 1
-        detections = postprocessor(feats)  # input pixels
-        original = to_original_pixels(detections, batch["ratio_pad"], batch["orig_sizes"])
-        # one copy to the host per batch, not one blocking copy per image; each image's rows then in a storage of
-        # their own (a pickled view, as gather_object sends them, would carry the whole batch)
-        on_host = torch.cat(original).cpu().split([len(det) for det in original]) if original else []
-        per_image.extend((int(i), det.clone()) for i, det in zip(batch["image_ids"], on_host, strict=True))
-        if len(samples) < num_samples:
-            samples.extend(_samples(batch, detections, num_samples - len(samples)))
+        if side is None:
+            finish(batch, feats)
+            continue
+        # a copy of the maps: a graphed step's are its static outputs, which the next replay overwrites
+        feats = _copied(feats)
+        ready = torch.cuda.Event()
+        ready.record()
+        if pending is not None:
+            finish(*pending)
+        pending = (batch, feats, ready)
+    if pending is not None:
+        finish(*pending)
     bar.close()
     if stop is not None and _anyone(accelerator, stop()):
         raise ValidationStopped("validation stopped by a signal")
@@ -146,6 +172,20 @@ class ValStep:
         feats = float_maps(feats)
         parts = None if self.criterion is None else self.criterion(feats, boxes, labels)[1]
         return feats, parts
+
+
+@functools.cache
+def _side_stream(device: torch.device) -> torch.cuda.Stream:
+    """One post-processing stream per device for the process: the caching allocator keeps each stream's freed
+    memory for that stream, so a new one per validation would strand what the last one held."""
+    return torch.cuda.Stream(device)
+
+
+def _copied(feats):
+    """A copy of a model's maps: YOLO11's list or YOLO26's ``End2EndMaps``."""
+    if hasattr(feats, "one2one"):
+        return type(feats)(*([f.clone() for f in branch] for branch in feats))
+    return [f.clone() for f in feats]
 
 
 def _anyone(accelerator: Accelerator, flag: bool) -> bool:
