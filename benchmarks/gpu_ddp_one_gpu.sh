@@ -10,4 +10,4 @@ set -u
 cd "$(dirname "$0")/.."
 export CUDA_VISIBLE_DEVICES="${CUDA_VISIBLE_DEVICES:-0}"  # the tests share the first GPU when several are visible
 exec bash benchmarks/gpu_session.sh \
-  "nvidia-smi -L; python3 -m pytest -m gpu tests/test_ddp_one_gpu.py -v -s -rA --durations=0 -p no:cacheprovider"
+  "nvidia-smi -L; python3 -m pytest -m gpu -n 0 tests/test_ddp_one_gpu.py -v -s -rA --durations=0 -p no:cacheprovider"

@@ -6,17 +6,30 @@ launch``) names the same files, and a script run by path from that folder import
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 from pathlib import Path
 
 import pytest
 
+# Two pytest workers (`-n 2`, pyproject's addopts) share the cores with each other's launched runs: OpenMP threads
+# that spin at barriers while another process holds the core make a CPU step 50-100x slower; sleeping ones do not.
+# Read by libgomp when torch starts, here and in every process a test launches (it inherits the environment).
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 HELPERS = Path(__file__).resolve().parent / "helpers"
 if str(HELPERS) not in sys.path:
     sys.path.append(str(HELPERS))
 
 from helpers.engine_helpers import TINY_RUN_FLAGS, describe, launch, reset_accelerate_state  # noqa: E402
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The slow end-to-end tests first (their files first, for ``--dist loadfile``): two workers then share out
+    the long runs at the start, and the short tests fill in at the end instead of one long file ending the suite
+    alone."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # stable: each file keeps its order
 
 
 @pytest.fixture

@@ -101,8 +101,13 @@ class StopSignal:
         os.environ.pop(STOP_AT_VARIABLE)  # once
         if target == "group":
             os.killpg(os.getpgrp(), signum)
+            # unlike os.kill, killpg returns before this process has run its handler: the kernel may hand the
+            # signal to another thread, run later on a busy machine, and the phase would be over by then
+            deadline = time.monotonic() + 5.0
+            while self._previous and self.signum is None and time.monotonic() < deadline:
+                time.sleep(0.001)
         else:
-            os.kill(os.getpid(), signum)
+            os.kill(os.getpid(), signum)  # handled before os.kill returns (CPython checks its signals there)
 
     def _handle(self, signum: int, frame) -> None:
         if self.signum is None:
