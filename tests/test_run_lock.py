@@ -76,6 +76,21 @@ def test_numbered_run_folders_are_claimed_by_mkdir_not_by_a_look_first(tmp_path,
     assert path == tmp_path / "exp3" and made == path and list(path.iterdir()) == []
 
 
+def test_the_tools_numbered_folders_are_claimed_too_one_each_when_started_at_once(tmp_path):
+    """``yolo11-val`` and ``yolo11-predict`` name their folders with the same ``numbered_dir``: eight callers at
+    once get eight folders, each made by its call; ``exist_ok`` shares the named one."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from yolo11.run_folders import numbered_dir
+
+    base = tmp_path / "runs" / "val" / "exp"
+    with ThreadPoolExecutor(8) as pool:
+        folders = list(pool.map(lambda _: numbered_dir(base), range(8)))
+    assert sorted(folders) == sorted([base, *(base.with_name(f"exp{i}") for i in range(2, 9))])
+    assert all(folder.is_dir() for folder in folders)
+    assert numbered_dir(base, exist_ok=True) == base
+
+
 @pytest.mark.slow
 def test_a_second_job_into_a_running_folder_is_refused_in_one_line(tmp_path):
     """``--exist-ok`` (and ``--resume``) into a folder another process holds: exit 2 naming the folder and the pid,

@@ -160,7 +160,8 @@ def test_val_cli_on_coco128_matches_pycocotools_on_ultralytics_predictions(tmp_p
         "pycocotools_on_ultralytics_predictions"]
     out = tmp_path / "metrics.json"
     assert val.main([str(CHECKPOINT), "--data", str(DATA / "coco128.yaml"), "--cache-dir", str(tmp_path / "cache"),
-                     "--workers", "0", "--json", str(out), "--plots-dir", str(tmp_path / "plots")]) == 0
+                     "--workers", "0", "--json", str(out), "--plots-dir", str(tmp_path / "plots"),
+                     "--project", str(tmp_path / "val")]) == 0
     metrics = json.loads(out.read_text())
     # Same predictions up to float rounding (the reference json holds boxes to 3 decimals): a difference in the
     # rect batches' letterbox shapes of a few images moves mAP50 by 2e-4.
@@ -176,7 +177,7 @@ def test_val_cli_on_coco128_matches_pycocotools_on_ultralytics_predictions(tmp_p
 def test_val_two_processes_equal_one_process(tmp_path):
     data = subset_yaml(tmp_path, 7)  # 7 images, 2 per process: the last batch is padded by even_batches
     common = [str(CHECKPOINT), "--data", str(data), "--imgsz", "320", "--workers", "0",
-              "--cache-dir", str(tmp_path / "cache")]
+              "--cache-dir", str(tmp_path / "cache"), "--project", str(tmp_path / "val")]
     # Both runs in subprocesses with one thread each: the same float reductions, so the predictions are bitwise equal
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     env.pop("ACCELERATE_USE_CPU", None)

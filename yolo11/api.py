@@ -357,7 +357,8 @@ class YOLO:
     def _predictions(self, detector: Detector, source: Any, saving: dict[str, Any]) -> Iterator[Detections]:
         """Each image's (or video frame's) ``Detections``, in order, ``detector.batch`` images at a time; saved as
         ``saving`` asks (``yolo11 predict``'s ``PredictionWriter``)."""
-        from yolo11.tools.predict import PredictionWriter, numbered_dir
+        from yolo11.run_folders import numbered_dir
+        from yolo11.tools.predict import PredictionWriter
 
         writer = None
         if saving.get("save") or saving.get("save_txt"):

@@ -32,6 +32,7 @@ from yolo11.engine.progress import Progress
 from yolo11.engine.weight_trace import WeightTrace
 from yolo11.loss import DetectionLoss, End2EndLoss
 from yolo11.models import YOLO11Detector, create_model
+from yolo11.run_folders import numbered_dir
 from yolo11.weights import load_weights
 from yolo11.weights.safetensors_io import host_copies
 from yolo11.weights.transfer import describe_transfer, transfer_weights
@@ -62,7 +63,7 @@ def resolve_run_dir(config: TrainConfig, state: PartialState) -> tuple[Path, Pat
             if run.exist_ok or run.resume == "auto":  # a copied checkpoint's resume starts a new folder
                 path.mkdir(exist_ok=True)
             else:
-                path = _claim_numbered(base)
+                path = numbered_dir(base)
                 top = path if top is None or top == base else top
             choice = [str(path), None, None if top is None else str(top)]
         except OSError as err:  # a file where a folder should be, no permission, a full disk
@@ -72,18 +73,6 @@ def resolve_run_dir(config: TrainConfig, state: PartialState) -> tuple[Path, Pat
     if choice[1] is not None:
         raise ValueError(choice[1])
     return Path(choice[0]), None if choice[2] is None else Path(choice[2])
-
-
-def _claim_numbered(base: Path) -> Path:
-    """The first of ``base``, ``base2``, ``base3`` ... that ``mkdir`` makes (it fails on one that exists)."""
-    path, index = base, 1
-    while True:
-        try:
-            path.mkdir()
-            return path
-        except FileExistsError:
-            index += 1
-            path = base.with_name(f"{base.name}{index}")
 
 
 def build_accelerator(plan: RunPlan, run_dir: Path, log_with: list[str]) -> Accelerator:

@@ -51,6 +51,7 @@ from typing import TYPE_CHECKING
 
 from yolo11.arguments import ArgumentParser
 from yolo11.preflight import parse_tool_args
+from yolo11.run_folders import numbered_dir
 from yolo11.tools import add_nms_flag, cli
 from yolo11.tools.predict_sources import (
     Source,
@@ -66,15 +67,6 @@ if TYPE_CHECKING:  # torch and OpenCV load in main, after the arguments and sour
     import cv2
 
     from yolo11.predictor import Detections, Detector, ImageTiming
-
-
-def numbered_dir(base: Path, exist_ok: bool = False) -> Path:
-    """``base`` if it does not exist (or ``exist_ok``), else the first free ``base2``, ``base3``... (Ultralytics'
-    numbering, so a second run never overwrites the first)."""
-    path, index = base, 2
-    while path.exists() and not exist_ok:
-        path, index = base.with_name(f"{base.name}{index}"), index + 1
-    return path
 
 
 def yolo_txt_lines(detections: Detections, save_conf: bool = False) -> list[str]:

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING
 
 from yolo11.arguments import ArgumentParser
 from yolo11.preflight import parse_tool_args
+from yolo11.run_folders import numbered_dir
 from yolo11.tools import add_nms_flag, cli
 
 if TYPE_CHECKING:  # torch and the data stack load in main, after the arguments are checked (--help is instant)
@@ -187,8 +188,6 @@ def resolve_settings(args: argparse.Namespace) -> tuple[dict, str | None]:
 
 def output_folder(args: argparse.Namespace) -> Path:
     """``--project/--name``, numbered (exp2, exp3...) unless ``--exist-ok``: Ultralytics' ``runs/detect/val``."""
-    from yolo11.tools.predict import numbered_dir
-
     return numbered_dir(args.project / args.name, args.exist_ok)
 
 
