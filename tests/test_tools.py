@@ -223,7 +223,8 @@ def test_validation_during_training_equals_the_val_tool(tmp_path, processes):
     for rect in ("--rect", "--no-rect"):
         out = tmp_path / f"{rect}.json"
         assert val.main([str(tmp_path / "runs" / "a" / "weights" / "last.safetensors"), *common,
-                         "--batch", str(8 // processes), rect, "--json", str(out)]) == 0  # validation batch: 2 x 4
+                         "--batch", str(8 // processes), rect, "--json", str(out),
+                         "--project", str(tmp_path / "val")]) == 0  # validation batch: 2 x 4
         metrics[rect] = json.loads(out.read_text())
     assert metrics["--rect"]["map50"] > 0.0
     # last.safetensors holds float16 weights (as Ultralytics' last.pt), training validated the float32 EMA: equal to
