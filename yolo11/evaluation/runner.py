@@ -96,9 +96,9 @@ def _predict_and_score(accelerator, model, loader, postprocessor, evaluator, cri
     # On CUDA a batch's post-processing (NMS, the host copy: host syncs, by nature) runs on a side stream while the
     # next batch's forward runs on the compute stream: its syncs wait for its own kernels, not for that forward.
     side = _side_stream(accelerator.device) if accelerator.device.type == "cuda" else None
-    pending = None  # (batch, maps, event): the previous batch, its forward enqueued, not yet post-processed
+    pending = None  # (batch, maps, event or None): the previous batch, its forward run, not yet post-processed
 
-    def finish(batch, feats, ready=None) -> None:
+    def finish(batch, feats, ready) -> None:
         with torch.cuda.stream(side) if side is not None else contextlib.nullcontext():
             if ready is not None:
                 side.wait_event(ready)
@@ -121,14 +121,13 @@ def _predict_and_score(accelerator, model, loader, postprocessor, evaluator, cri
         if parts is not None:
             loss_sum += parts
             batches_run += 1
-        if side is None:
-            finish(batch, feats)
-            continue
-        # a copy of the maps: a graphed step's are its static outputs, which the next replay overwrites
-        feats = _copied(feats)
-        ready = torch.cuda.Event()
-        ready.record()
-        if pending is not None:
+        ready = None
+        if side is not None:
+            # a copy of the maps: a graphed step's are its static outputs, which the next replay overwrites
+            feats = _copied(feats)
+            ready = torch.cuda.Event()
+            ready.record()
+        if pending is not None:  # one order on every device (on the CPU nothing overlaps: it is just later)
             finish(*pending)
         pending = (batch, feats, ready)
     if pending is not None:
@@ -182,7 +181,9 @@ def _side_stream(device: torch.device) -> torch.cuda.Stream:
 
 
 def _copied(feats):
-    """A copy of a model's maps: YOLO11's list or YOLO26's ``End2EndMaps``."""
+    """A copy of a model's maps: YOLO11's list, YOLO26's ``End2EndMaps``, or an exported graph's one tensor."""
+    if isinstance(feats, torch.Tensor):
+        return feats.clone()
     if hasattr(feats, "one2one"):
         return type(feats)(*([f.clone() for f in branch] for branch in feats))
     return [f.clone() for f in feats]
