@@ -265,7 +265,7 @@ def test_graphed_validation_equals_eager_validation_through_the_validator(determ
 
 @cuda
 @pytest.mark.gpu
-def test_validation_post_processes_on_a_side_stream_with_each_batchs_own_maps(deterministic, tmp_path):
+def test_validation_on_a_side_stream_equals_each_batch_post_processed_alone(deterministic, tmp_path):
     """``predict_and_score`` on CUDA post-processes a batch on a side stream while the next batch's graphed forward
     replays into the same static outputs: every detection equals the one made from that batch's maps post-processed
     at once, with the device synchronised between batches, bit for bit."""
