@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Two processes sharing one GPU (YOLO11_SHARE_GPU=1, issue 39): the GPU tests of tests/test_ddp_one_gpu.py in one
-# call, through gpu_session.sh (which installs the carried wheels first: carry .whl). On the device machine, from the
+# call, through gpu_session.sh (which installs the carried wheels first: carry .whl). On the GPU machine, from the
 # repository root:
 #   bash benchmarks/gpu_ddp_one_gpu.sh
 # Logs under $OUT: run1.log (pytest -v -rA: every test's outcome; -s: the parity and evaluation figures the tests

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Every GPU measure of issue 38 (whole small runs against Ultralytics) in one script, most wanted first, each logged
 # under $OUT as it finishes (a call cut short keeps what ran). Carry .whl (with the Ultralytics 8.4.190, its thop
-# and polars wheels) and .data (coco128 and coco128.yaml). On the device machine, from the repository root:
+# and polars wheels) and .data (coco128 and coco128.yaml). On the GPU machine, from the repository root:
 #   bash benchmarks/gpu_issue38.sh [quick]
 # quick: the first-use figures, the GPU tests of this work, a validation pass's profile and one coco128 tutorial pair
 # (~6 minutes with the install); without it also the generated 2,000/500 runs for yolo11n and yolo26n, yolo26n's

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # On the GPU machine: install the carried wheels, then run the benchmark commands given as arguments, each logged
-# under $OUT. Usage on the device machine:  bash benchmarks/gpu_session.sh "<cmd 1>" "<cmd 2>" ...
+# under $OUT. Usage on the GPU machine:  bash benchmarks/gpu_session.sh "<cmd 1>" "<cmd 2>" ...
 # The carried wheels (.whl/): datasets, dill, multiprocess, pycocotools, and pytest-xdist with execnet (pyproject's
 # pytest options name -n); the Ultralytics 8.4.190, ultralytics-thop and polars wheels for comparisons.
 set -u

@@ -1,6 +1,6 @@
 """Where training's validation spends its time: the trainer's ``Validator`` on a dataset, as an epoch runs it
 (EMA-like weights, the loss, rect batches, CUDA graphs where the run would have them), timed per pass and
-profiled once with ``torch.profiler`` (host time by op, with the device time beside it).
+profiled once with ``torch.profiler`` (host time by op, with the GPU time beside it).
 
     python benchmarks/val_profile.py --data coco128.yaml --imgsz 640 --batch 16 --passes 20
 
