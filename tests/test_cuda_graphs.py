@@ -334,3 +334,22 @@ def test_a_signal_stops_the_graphed_loop_at_a_step_boundary(graphs, deterministi
     reference, _, _ = train(batches[:4], graphs=graphs, cpu=not graphs, ramp=-1)
     for a, b in zip(step.model.parameters(), reference.model.parameters(), strict=True):
         assert torch.equal(a, b)
+
+
+@cuda
+@pytest.mark.gpu
+def test_one_process_without_a_launcher_trains_in_bf16_with_graphs(tmp_path):
+    """``yolo11 train`` on a GPU (no ``accelerate launch``, so no config): bf16 autocast, as Ultralytics' AMP, and the
+    graphed step, not a float32 run at half the speed."""
+    import subprocess
+    import sys
+
+    env = {key: value for key, value in os.environ.items() if not key.startswith("ACCELERATE_")}
+    result = subprocess.run([sys.executable, "-m", "yolo11.train", "--data", "synthetic:imgsz=64,num_images=32",
+                             "--imgsz", "64", "--epochs", "1", "--batch-size", "16", "--workers", "0",
+                             "--output-dir", str(tmp_path), "--name", "run"],
+                            env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    expected = "bf16" if torch.cuda.is_bf16_supported(including_emulation=False) else "fp16"
+    assert f"mixed precision: {expected} (no Accelerate config" in result.stdout
+    assert ("CUDA graphs: the training step" in result.stdout) == (expected == "bf16")

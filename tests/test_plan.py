@@ -116,6 +116,35 @@ def test_the_plan_decides_from_explicit_inputs_only(monkeypatch):
                         distributed_type="DEEPSPEED").cuda_graphs.enabled
 
 
+def test_mixed_precision_is_the_accelerate_configs_else_amp_on_a_gpu():
+    """A launch's config decides (its "no" too); without one (``yolo11 train``, the Python API) a CUDA run autocasts
+    as Ultralytics' AMP does: bf16 where the GPU has it natively, else fp16, whose scaler keeps CUDA graphs off."""
+    config = parse_config([])
+    assert plan_run(config, 1, 100, 80, "cuda", mixed_precision="no", bf16_native=True).mixed_precision == "no"
+    bf16 = plan_run(config, 1, 100, 80, "cuda", mixed_precision=None, bf16_native=True)
+    assert bf16.mixed_precision == "bf16" and bf16.cuda_graphs.enabled
+    assert bf16.precision_reason.startswith("mixed precision: bf16 (no Accelerate config")
+    fp16 = plan_run(config, 1, 100, 80, "cuda", mixed_precision=None, bf16_native=False)
+    assert fp16.mixed_precision == "fp16" and not fp16.cuda_graphs.enabled
+    assert plan_run(config, 1, 100, 80, "cpu", mixed_precision=None).mixed_precision == "no"
+
+
+def test_configured_precision_is_the_launchers_or_an_earlier_accelerators(monkeypatch, fresh_accelerate_state):
+    from accelerate import Accelerator
+    from helpers.engine_helpers import reset_accelerate_state
+
+    from yolo11.engine.process_group import configured_precision
+
+    reset_accelerate_state()  # an Accelerator of an earlier test in this process
+    monkeypatch.delenv("ACCELERATE_MIXED_PRECISION", raising=False)
+    assert configured_precision() is None
+    monkeypatch.setenv("ACCELERATE_MIXED_PRECISION", "fp16")
+    assert configured_precision() == "fp16"
+    monkeypatch.delenv("ACCELERATE_MIXED_PRECISION")
+    Accelerator(cpu=True, mixed_precision="bf16")  # Accelerate cannot change its precision after this
+    assert configured_precision() == "bf16"
+
+
 def test_forced_image_cache_beyond_the_ram_rule_is_refused_before_decoding():
     gib = 2**30
     forced = parse_config(["--cache-images", "true"])

@@ -80,6 +80,7 @@ def build_accelerator(plan: RunPlan, run_dir: Path, log_with: list[str]) -> Acce
     steps), except under DeepSpeed, which accumulates by its own fixed count."""
     deepspeed = PartialState().distributed_type == DistributedType.DEEPSPEED
     accelerator = Accelerator(
+        mixed_precision=plan.mixed_precision,
         gradient_accumulation_steps=plan.accumulation_steps if deepspeed else 1,
         log_with=log_with or None,
         project_config=ProjectConfiguration(project_dir=str(run_dir), logging_dir=str(run_dir)),

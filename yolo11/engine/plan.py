@@ -49,6 +49,8 @@ class RunPlan:
     fast_layers: bool  # a compiled model gets the fast training variants of its blocks (measured on CUDA only)
     eval_device: str  # where the COCO evaluator scores: the GPU from GPU_EVALUATION_MIN_IMAGES images, else the CPU
     pin_memory: bool  # the loaders' batches in pinned memory, copied to the device without blocking
+    mixed_precision: str  # "no", "bf16", "fp16" (Accelerate's names): the Accelerator is made with it
+    precision_reason: str  # for the run's first lines
 
     @property
     def effective_batch(self) -> int:
@@ -90,13 +92,15 @@ def cpu_fallback_warning(device_type: str) -> str | None:
 
 def plan_run(config: TrainConfig, num_processes: int, num_train_images: int, num_classes: int,
              device_type: str = "cpu", cache_bytes: int = 0, available_ram: int | None = None,
-             mixed_precision: str = "no", *, local_processes: int | None = None, distributed_type: str = "NO",
-             num_val_images: int = 0, omp_num_threads: str | None = None) -> RunPlan:
+             mixed_precision: str | None = "no", *, local_processes: int | None = None, distributed_type: str = "NO",
+             num_val_images: int = 0, omp_num_threads: str | None = None, bf16_native: bool = False) -> RunPlan:
     """Every value derived from the config and the launch, computed once, from explicit inputs only (nothing read
     from the environment or Accelerate's state here): ``device_type`` "cuda", "cpu"...; ``cache_bytes``: one
     process's RAM for ``--cache-images``; ``available_ram``: bytes, None if unknown; ``mixed_precision`` "no",
-    "bf16", "fp16"; ``local_processes``: the processes of this machine (default all); ``distributed_type``:
-    Accelerate's (``DistributedType`` value, "DEEPSPEED"...); ``num_val_images``: for the evaluator's device."""
+    "bf16", "fp16" as the Accelerate config gives it, None without one (``decide_precision``); ``bf16_native``:
+    the GPU computes bf16 natively (compute capability 8.0 and later); ``local_processes``: the processes of this
+    machine (default all); ``distributed_type``: Accelerate's (``DistributedType`` value, "DEEPSPEED"...);
+    ``num_val_images``: for the evaluator's device."""
     run, optim = config.run, config.optim
     if run.batch_size % num_processes:
         raise ValueError(f"--batch-size {run.batch_size} is the global batch and must be divisible by the "
@@ -125,8 +129,9 @@ def plan_run(config: TrainConfig, num_processes: int, num_train_images: int, num
         workers = (workers[0], f"{workers[1]}; {threads_reason}")
     compile_choice = decide_compile(config.run.compile, config.run.compile_loss, config.run.compile_mode,
                                     device_type, run.epochs * num_train_images, num_processes)
+    precision, precision_reason = decide_precision(mixed_precision, device_type, bf16_native)
     graphs = decide_cuda_graphs(config.run.cuda_graphs, device_type, num_processes, compile_choice.model,
-                                mixed_precision, distributed_type)
+                                precision, distributed_type)
     return RunPlan(
         num_processes=num_processes,
         per_process_batch=per_process,
@@ -151,7 +156,25 @@ def plan_run(config: TrainConfig, num_processes: int, num_train_images: int, num
         fast_layers=device_type == "cuda",
         eval_device=device_type if device_type == "cuda" and num_val_images >= GPU_EVALUATION_MIN_IMAGES else "cpu",
         pin_memory=device_type == "cuda",
+        mixed_precision=precision,
+        precision_reason=precision_reason,
     )
+
+
+def decide_precision(configured: str | None, device_type: str, bf16_native: bool) -> tuple[str, str]:
+    """The run's mixed precision and why. ``configured``: the Accelerate config's (``accelerate launch`` always
+    sets one), None without a launcher (``yolo11 train``, the Python API, ``python train_accelerate.py``). Without
+    one a CUDA run autocasts as Ultralytics' default AMP does, so that one process on a GPU is not fp32 (half the
+    speed) for want of a config: bf16 where the GPU computes it natively, fp16 with a gradient scaler elsewhere
+    (V100, T4)."""
+    if configured:
+        return configured, f"mixed precision: {configured} (the Accelerate config)"
+    if device_type != "cuda":
+        return "no", f"mixed precision: no (a {device_type} run)"
+    chosen = "bf16" if bf16_native else "fp16"
+    why = "the GPU computes bf16 natively" if bf16_native else "the GPU has no native bf16"
+    return chosen, (f"mixed precision: {chosen} (no Accelerate config: {why}; ACCELERATE_MIXED_PRECISION=no for "
+                    "float32)")
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,7 @@ from datetime import timedelta
 
 import torch
 from accelerate import PartialState
+from accelerate.state import AcceleratorState
 from accelerate.utils import parse_flag_from_env
 
 from yolo11.engine.plan import LaunchError
@@ -68,6 +69,20 @@ def launch_state() -> PartialState:
     if share:
         share_one_gpu(state)
     return state
+
+
+def configured_precision(environ: Mapping[str, str] = os.environ) -> str | None:
+    """The mixed precision that Accelerate set for this process: an Accelerator's made earlier in it (Accelerate
+    cannot change it afterwards) or ``accelerate launch``'s (``ACCELERATE_MIXED_PRECISION``, from its config); None
+    where neither did (``plan.decide_precision`` then chooses)."""
+    if AcceleratorState._shared_state:
+        return AcceleratorState().mixed_precision
+    return environ.get("ACCELERATE_MIXED_PRECISION") or None
+
+
+def native_bf16(device: torch.device) -> bool:
+    """Whether ``device`` computes bf16 natively (CUDA compute capability 8.0 and later), not by emulation."""
+    return device.type == "cuda" and torch.cuda.is_bf16_supported(including_emulation=False)
 
 
 def share_gpu_requested(environ: Mapping[str, str] = os.environ) -> bool:

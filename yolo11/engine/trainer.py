@@ -60,7 +60,7 @@ from yolo11.engine.interrupt import StopAgreement, StopRequested, StopSignal, te
 from yolo11.engine.loop import TrainStep, train_one_epoch
 from yolo11.engine.optim import auto_optimizer_note, build_optimizer
 from yolo11.engine.plan import LaunchError, RunPlan, check_launch, cpu_fallback_warning, plan_run
-from yolo11.engine.process_group import launch_state, share_gpu_note
+from yolo11.engine.process_group import configured_precision, launch_state, native_bf16, share_gpu_note
 from yolo11.engine.profiling import StepProfiler
 from yolo11.engine.progress import Progress, loss_names, print_summary
 from yolo11.engine.resume import Resume, RunProgress, finished, prepare_resume, resume_command
@@ -169,7 +169,7 @@ def _train(config: TrainConfig, typed: frozenset[str] | None, launch: PartialSta
         # the launch's facts, read once here and handed to the plan (which reads neither state nor environment)
         plan = plan_run(config, launch.num_processes, len(train_source.dataset), len(train_source.class_names),
                         launch.device.type, cache_bytes=needed, available_ram=available_memory(),
-                        mixed_precision=os.environ.get("ACCELERATE_MIXED_PRECISION", "no"),
+                        mixed_precision=configured_precision(), bf16_native=native_bf16(launch.device),
                         local_processes=int(os.environ.get("LOCAL_WORLD_SIZE", launch.num_processes)),
                         distributed_type=launch.distributed_type, num_val_images=len(val_source.dataset),
                         omp_num_threads=os.environ.get("OMP_NUM_THREADS"))
@@ -377,6 +377,7 @@ def start_run(run: Run, val_source: DetectionSource, resume: Resume | None = Non
                       f"{plan.accumulation_steps} | {plan.optimizer.name} lr {plan.optimizer.lr:g} | "
                       f"{len(run.train_source.dataset)} train / {len(val_source.dataset)} val images | "
                       f"{run.run_dir}")
+    accelerator.print(plan.precision_reason)
     accelerator.print(plan.cache_reason)
     accelerator.print(plan.workers_reason)
     accelerator.print(plan.compile.reason)

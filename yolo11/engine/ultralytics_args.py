@@ -28,7 +28,7 @@ RENAMED = {"batch": "batch_size", "project": "output_dir", "nbs": "nominal_batch
 
 # Why a few Ultralytics keys have no counterpart here (the others: not implemented).
 REASONS = {"device": "devices and processes come from the Accelerate config",
-           "amp": "mixed precision comes from the Accelerate config",
+           "amp": "mixed precision comes from the Accelerate config (without one: bf16 autocast on a GPU)",
            "save_dir": "the run folder is --output-dir/--name"}
 
 # ultralytics/cfg/default.yaml of 8.4.190 (every key an args.yaml holds, plus `save_dir`): its defaults tell which
