@@ -10,8 +10,10 @@ every epoch and validation, plots, saving). The final mAP50-95 is each trainer's
 
 ``generated``: 2,000 train and 500 val images written once as a YOLO-format folder (the shapes of
 ``yolo11.data.sources.synthetic``, 1-8 objects on a textured background, 480 px JPEGs), the kind of custom dataset
-a user brings. ``--variants`` picks among ultralytics, ours, ours-eager (``--cuda-graphs false``) and
-ours-cudnn-v7 (``TORCH_CUDNN_V8_API_DISABLED=1``: cuDNN's older convolution API, whose algorithm choice per new
+a user brings. ``--variants`` picks among ultralytics, ours (README's ``accelerate launch --config_file
+accelerate_configs/1gpu.yaml train_accelerate.py``, through Accelerate's own CLI, whose start imports every
+``accelerate`` subcommand: timm with torchvision among them), ours-cli (``yolo11 train key=value``, one process and
+no launcher, as Ultralytics' ``yolo train``), ours-eager (``--cuda-graphs false``) and ours-cudnn-v7 (``TORCH_CUDNN_V8_API_DISABLED=1``: cuDNN's older convolution API, whose algorithm choice per new
 shape is a lookup rather than a plan build).
 """
 
@@ -73,8 +75,14 @@ def command(args, variant: str, data: Path, seed: int) -> tuple[list[str], Path]
                      project=str(args.out.resolve()), name=name, exist_ok=True)
         script = f"from ultralytics import YOLO; YOLO({args.model + '.yaml'!r}).train(**{train!r})"
         return [sys.executable, "-c", script], args.out / name / "results.csv"
+    if variant == "ours-cli":
+        keys = dict(data=data, model=args.model, epochs=args.epochs, batch=args.batch, imgsz=args.imgsz, seed=seed,
+                    project=args.out, name=name, exist_ok="true")
+        return ([sys.executable, "-m", "yolo11.cli", "train", *(f"{k}={v}" for k, v in keys.items())],
+                args.out / name / "results.csv")
     flags = ["--cuda-graphs", "false"] if variant == "ours-eager" else []
-    return ([sys.executable, "-m", "accelerate.commands.launch", "--config_file",
+    # the `accelerate` console script is this module's main(): the same imports, wherever the script lies
+    return ([sys.executable, "-m", "accelerate.commands.accelerate_cli", "launch", "--config_file",
              str(ROOT / "accelerate_configs" / "1gpu.yaml"), str(ROOT / "train_accelerate.py"), "--model", args.model,
              "--data", str(data), "--epochs", str(args.epochs), "--batch-size", str(args.batch), "--imgsz",
              str(args.imgsz), "--seed", str(seed), "--output-dir", str(args.out), "--name", name, "--exist-ok", "true",
@@ -99,7 +107,7 @@ def main() -> int:
     parser.add_argument("--dataset", default="coco128",
                         help="coco128, coco8 (../shared/data), a data YAML, or generated")
     parser.add_argument("--variants", nargs="+", default=["ultralytics", "ours"],
-                        choices=["ultralytics", "ours", "ours-eager", "ours-cudnn-v7"])
+                        choices=["ultralytics", "ours", "ours-cli", "ours-eager", "ours-cudnn-v7"])
     parser.add_argument("--model", default="yolo11n")
     parser.add_argument("--epochs", type=int, default=100)
     parser.add_argument("--batch", type=int, default=16)
