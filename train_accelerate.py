@@ -7,9 +7,8 @@ After a plain ``pip install`` the same trainer runs as ``accelerate launch -m yo
 ``yolo11-train ...`` (one process). ``python train_accelerate.py --help`` lists every flag.
 """
 
-import sys
-
+from yolo11.program_exit import exit_process
 from yolo11.train import main
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_process(main())

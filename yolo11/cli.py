@@ -19,6 +19,7 @@ import sys
 from collections.abc import Sequence
 
 from yolo11.arguments import closest
+from yolo11.program_exit import exit_process, program
 
 COMMANDS = {"train": "yolo11.train", "val": "yolo11.tools.val", "predict": "yolo11.tools.predict",
             "export": "yolo11.tools.export", "convert": "yolo11.tools.convert", "info": "yolo11.tools.info"}
@@ -56,5 +57,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     return importlib.import_module(COMMANDS[command]).main(rest)
 
 
+# The console scripts (pyproject.toml): each program's main() on the command line, ended by exit_process.
+run = program("yolo11.cli")
+train = program("yolo11.train")
+launch = program("yolo11.launch")
+val = program("yolo11.tools.val")
+predict = program("yolo11.tools.predict")
+export = program("yolo11.tools.export")
+convert = program("yolo11.tools.convert")
+
 if __name__ == "__main__":
-    raise SystemExit(main())
+    exit_process(main())

@@ -40,4 +40,6 @@ def exit_code(returncode: int) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from yolo11.program_exit import exit_process
+
+    exit_process(main())

@@ -30,4 +30,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from yolo11.program_exit import exit_process
+
+    exit_process(main())

@@ -160,4 +160,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from yolo11.program_exit import exit_process
+
+    exit_process(main())
