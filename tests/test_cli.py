@@ -25,13 +25,18 @@ def _run_python(code: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
 
 
+def _as_program(module: str, args: list[str]) -> str:
+    """Python code that runs ``module`` as ``python -m module args`` would and prints, as the process ends (an exit
+    handler: the programs end through ``exit_process``), which heavy modules it had loaded."""
+    return (f"import atexit, runpy, sys\nsys.argv = {[module, *args]!r}\n"
+            f"atexit.register(lambda: print('LOADED', sorted(m for m in {HEAVY!r} if m in sys.modules)))\n"
+            f"runpy.run_module({module!r}, run_name='__main__')")
+
+
 @pytest.mark.parametrize("module", TOOLS)
 def test_help_loads_no_torch(module):
     """``--help`` of each tool exits 0 with its usage and leaves torch, timm, accelerate, datasets unimported."""
-    code = (f"import runpy, sys\nsys.argv = ['{module}', '--help']\ntry:\n    runpy.run_module('{module}', "
-            f"run_name='__main__')\nexcept SystemExit as e:\n    assert e.code in (0, None), e.code\n"
-            f"print('LOADED', sorted(m for m in {HEAVY!r} if m in sys.modules))")
-    result = _run_python(code)
+    result = _run_python(_as_program(module, ["--help"]))
     assert result.returncode == 0, result.stderr
     assert "usage:" in result.stdout
     assert "LOADED []" in result.stdout
@@ -47,11 +52,8 @@ def test_help_loads_no_torch(module):
     (["yolo11.train", "--weights", "missing.safetensors"], "no such weights file or folder: missing.safetensors"),
 ])
 def test_wrong_paths_and_names_fail_before_torch(argv, expected):
-    code = (f"import runpy, sys\nsys.argv = {argv!r}\ntry:\n    runpy.run_module('{argv[0]}', run_name='__main__')\n"
-            f"except SystemExit as e:\n    print('EXIT', e.code)\n"
-            f"print('LOADED', sorted(m for m in {HEAVY!r} if m in sys.modules))")
-    result = _run_python(code)
-    assert "EXIT 2" in result.stdout and "LOADED []" in result.stdout, result.stdout + result.stderr
+    result = _run_python(_as_program(argv[0], argv[1:]))
+    assert result.returncode == 2 and "LOADED []" in result.stdout, result.stdout + result.stderr
     assert expected in result.stderr
 
 
