@@ -23,6 +23,7 @@ from yolo11.data import (
     build_dataloader,
     build_train_stream,
     build_val_stream,
+    first_batches,
     load_source,
     save_batch_preview,
 )
@@ -247,6 +248,17 @@ def test_val_stream_repeats_the_val_loaders_batches_shared_out_whole(source, pro
         assert_same_batches(expected[rank::processes], passes[rank])
     ids = [i for batches in passes for batch in batches for i in batch["image_ids"]]
     assert sorted(ids) == sorted(source.dataset["image_id"])
+
+
+def test_first_batches_are_the_loaders_and_leave_the_global_rng_alone(source) -> None:
+    """The previews' batches (built on a thread while training starts) are the train loader's first ones, and
+    building them draws nothing from torch's global RNG, which a DataLoader's iterator would."""
+    config = LoaderConfig(imgsz=64, batch_size=5, workers=0, pin_memory=False)
+    expected = list(itertools.islice(build_dataloader(source, "train", config), 3))
+    state = torch.get_rng_state()
+    ours = list(first_batches(source, config, 3))
+    assert torch.equal(torch.get_rng_state(), state)
+    assert_same_batches(expected, ours)
 
 
 def test_batch_preview(source, tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ _MODULE_OF = {
     "DetectionDataset": "dataset", "EpochKeySampler": "dataset",
     "BatchHSV": "device_hsv",
     "LoaderConfig": "loader", "build_dataloader": "loader", "build_train_stream": "loader",
-    "build_val_stream": "loader",
+    "build_val_stream": "loader", "first_batches": "loader",
     "save_batch_preview": "preview",
     "BadSampleSummary": "schema", "DataSourceError": "schema", "DetectionSource": "schema",
     "class_names_of": "schema",

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -95,6 +97,16 @@ def build_dataloader(source: DetectionSource, split: str = "train",
     dataset, sampler = _dataset_and_sampler(source, split, config)
     return _loader(dataset, BatchSampler(sampler, config.batch_size, drop_last=False), config,
                    same_size=split == "train")
+
+
+def first_batches(source: DetectionSource, config: LoaderConfig, count: int) -> Iterator[dict]:
+    """The first ``count`` training batches of epoch 0 (as ``build_dataloader``'s train loader gives them), built
+    in the calling thread without a DataLoader: a DataLoader's iterator draws its seed from torch's global RNG,
+    which a background thread must leave to the training process's own order."""
+    dataset, sampler = _dataset_and_sampler(source, "train", dataclasses.replace(config, workers=0))
+    collate = DetectionCollate(config.max_boxes)
+    for indices in itertools.islice(BatchSampler(sampler, config.batch_size, drop_last=False), count):
+        yield collate([dataset[index] for index in indices])
 
 
 def build_val_stream(source: DetectionSource, config: LoaderConfig, *, num_processes: int = 1,

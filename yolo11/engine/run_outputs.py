@@ -236,8 +236,13 @@ class RunOutputs:
             final = self.weights_dir / f"{name}.safetensors"
             # float16 as Ultralytics' last.pt/best.pt: half the size; resume reads the float32 checkpoints instead
             snapshot = weights_snapshot(self.accelerator.unwrap_model(model, keep_torch_compile=False), half=True)
-            self.wait_for_writes()  # one file in flight: the previous epoch's error, if any, surfaces here
-            self._written = self._writer.submit(_write_weights_files, snapshot, final, also_best)
+            self.write_in_background(_write_weights_files, snapshot, final, also_best)
+
+    def write_in_background(self, write: Callable, *args) -> None:
+        """``write(*args)`` on the writer thread once what was submitted before is written (one job in flight:
+        its error, if any, surfaces here or at ``wait_for_writes``)."""
+        self.wait_for_writes()
+        self._written = self._writer.submit(write, *args)
 
     def wait_for_writes(self) -> None:
         """Until the weights files submitted so far are written; raises a write's error (``OSError``)."""

@@ -21,7 +21,15 @@ import torch
 from accelerate import PartialState
 from accelerate.utils import DistributedType, broadcast, set_seed
 
-from yolo11.data import BatchHSV, DataSourceError, DetectionSource, build_dataloader, load_source, save_batch_preview
+from yolo11.data import (
+    BatchHSV,
+    DataSourceError,
+    DetectionSource,
+    LoaderConfig,
+    first_batches,
+    load_source,
+    save_batch_preview,
+)
 from yolo11.data.dataset import available_memory, cache_bytes
 from yolo11.data.sources import VAL_FALLBACKS, report_same_data
 from yolo11.engine import dashboards, tracking
@@ -368,9 +376,11 @@ def start_run(run: Run, val_source: DetectionSource, resume: Resume | None = Non
                                  report_to=report_to, lr_groups=len(run.step.optimizer.param_groups),
                                  loss_names=loss_names(model.end2end), clock=run.clock)
         if resume_from is None and config.run.plots and accelerator.is_main_process:
-            save_first_batches(run)
+            # on the writer thread: 0.9 s of mosaics at 640 px that the first steps need not wait for
+            run.outputs.write_in_background(save_first_batches, run.train_source, build_train_loader_config(
+                run.config, run.plan), run.run_dir)
             run.outputs.draw(plot_labels, *labels_plot_data(run.train_source), run.run_dir / "labels.jpg")
-            mark_startup("first batches drawn")
+            mark_startup("previews started")
     dashboards.log_model_info(accelerator, model, config.data.imgsz)
     accelerator.print(f"{model.config['name']}: {sum(p.numel() for p in model.parameters()):,} parameters | "
                       f"{plan.num_processes} process(es) x batch {plan.per_process_batch} x accumulation "
@@ -399,17 +409,16 @@ def report_set_aside(run_dir: Path, resumed: Path | None) -> None:
               "checkpoints start afresh", flush=True)
 
 
-def save_first_batches(run: Run, count: int = 3) -> None:
+def save_first_batches(source: DetectionSource, config: LoaderConfig, run_dir: Path, count: int = 3) -> None:
     """train_batch0.jpg ... train_batch2.jpg, the first training batches as Ultralytics draws them. Augmentation is
     a function of (seed, epoch, index): these are exactly the first batches. Their HSV is OpenCV's, as workers
     apply it (the same gains; the device's ``BatchHSV`` is within 1 of it per pixel), which on the CPU takes
     milliseconds where ``BatchHSV`` takes seconds of the run's start."""
-    config = dataclasses.replace(build_train_loader_config(run.config, run.plan), workers=0, cache_images=False,
-                                 hsv_on_device=False)
-    for index, batch in enumerate(itertools.islice(build_dataloader(run.train_source, "train", config), count)):
-        path = run.run_dir / f"train_batch{index}.jpg"
+    config = dataclasses.replace(config, cache_images=False, hsv_on_device=False, pin_memory=False)
+    for index, batch in enumerate(first_batches(source, config, count)):
+        path = run_dir / f"train_batch{index}.jpg"
         with replaced(path) as tmp, writing(path):
-            save_batch_preview(batch, run.train_source.class_names, tmp)
+            save_batch_preview(batch, source.class_names, tmp)
 
 
 def labels_plot_data(source: DetectionSource) -> tuple[np.ndarray, list[int], list[str]]:
