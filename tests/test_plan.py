@@ -319,3 +319,34 @@ def test_a_cpu_run_in_a_callers_process_gives_its_thread_count_back(tmp_path, mo
         assert torch.get_num_threads() == 1
     finally:
         torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize(("launcher", "launcher_env", "expected"), [
+    (["python3", "/venv/bin/accelerate", "launch", "--config_file", "cpu.yaml", "train.py"], {}, None),
+    (["python3", "-m", "accelerate.commands.launch", "train.py"], {}, None),
+    (["python3", "/venv/bin/accelerate", "launch", "--num_cpu_threads_per_process", "2", "train.py"], {}, "2"),
+    (["python3", "/venv/bin/accelerate", "launch", "train.py"], {"OMP_NUM_THREADS": "2"}, "2"),
+    (["python3", "-m", "torch.distributed.run", "train.py"], {}, "2"),  # not Accelerate's: passed on as given
+])
+def test_omp_threads_that_accelerate_launch_set_by_itself_are_not_a_choice(monkeypatch, launcher, launcher_env,
+                                                                            expected):
+    """`accelerate launch` always sets OMP_NUM_THREADS (its default: the physical cores per process on a CPU
+    config); the trainer gives way only to a value someone chose: the flag, or the variable set for the launcher."""
+    import psutil
+
+    from yolo11.engine.process_group import chosen_omp_threads
+
+    class Parent:
+        def __init__(self, pid):
+            pass
+
+        def cmdline(self):
+            return launcher
+
+        def environ(self):
+            return launcher_env
+
+    monkeypatch.setattr(psutil, "Process", Parent)
+    assert chosen_omp_threads({"OMP_NUM_THREADS": "2", "ACCELERATE_MIXED_PRECISION": "no"}) == expected
+    assert chosen_omp_threads({"OMP_NUM_THREADS": "3"}) == "3"  # no launcher: the user's own
+    assert chosen_omp_threads({"ACCELERATE_MIXED_PRECISION": "no"}) is None

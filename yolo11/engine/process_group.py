@@ -85,6 +85,33 @@ def native_bf16(device: torch.device) -> bool:
     return device.type == "cuda" and torch.cuda.is_bf16_supported(including_emulation=False)
 
 
+LAUNCHERS = ("accelerate", "yolo11-launch", "accelerate.commands.launch", "accelerate.commands.accelerate_cli",
+             "yolo11.launch")  # how a process that runs Accelerate's launch_command is typed
+
+
+def chosen_omp_threads(environ: Mapping[str, str] = os.environ) -> str | None:
+    """``OMP_NUM_THREADS`` where someone chose it; None where ``accelerate launch`` put it there by itself. The
+    launcher always sets it for its processes: to ``--num_cpu_threads_per_process`` or, without that flag and
+    without the variable in its own environment, to its default (the physical cores per process on a CPU
+    config: a thread on every core of a 2-core machine, which made the README's main job train at half speed,
+    benchmarks/RESULTS.md). Only a choice should replace the trainer's own thread count."""
+    value = environ.get("OMP_NUM_THREADS") or None
+    if value is None or "ACCELERATE_MIXED_PRECISION" not in environ:  # not started by Accelerate's launcher
+        return value
+    try:
+        import psutil  # an Accelerate dependency
+
+        parent = psutil.Process(os.getppid())
+        words = parent.cmdline()
+        if not any(os.path.basename(word) in LAUNCHERS for word in words):
+            return value  # torch elastic's agent, mpirun...: they pass on what they were given
+        chosen = "OMP_NUM_THREADS" in parent.environ() or any(
+            word.startswith("--num_cpu_threads_per_process") for word in words)
+    except Exception:  # noqa: BLE001 - psutil.Error, ImportError: gone, or not ours to read: take it as chosen
+        return value
+    return value if chosen else None
+
+
 def share_gpu_requested(environ: Mapping[str, str] = os.environ) -> bool:
     """Whether ``YOLO11_SHARE_GPU`` asks for it (1/true/yes; unset, empty, 0/false/no: not); anything else is an
     error rather than a guess."""

@@ -68,7 +68,13 @@ from yolo11.engine.interrupt import StopAgreement, StopRequested, StopSignal, te
 from yolo11.engine.loop import TrainStep, train_one_epoch
 from yolo11.engine.optim import auto_optimizer_note, build_optimizer
 from yolo11.engine.plan import LaunchError, RunPlan, check_launch, cpu_fallback_warning, plan_run
-from yolo11.engine.process_group import configured_precision, launch_state, native_bf16, share_gpu_note
+from yolo11.engine.process_group import (
+    chosen_omp_threads,
+    configured_precision,
+    launch_state,
+    native_bf16,
+    share_gpu_note,
+)
 from yolo11.engine.profiling import StepProfiler
 from yolo11.engine.progress import Progress, loss_names, print_summary
 from yolo11.engine.resume import Resume, RunProgress, finished, prepare_resume, resume_command
@@ -180,7 +186,7 @@ def _train(config: TrainConfig, typed: frozenset[str] | None, launch: PartialSta
                         mixed_precision=configured_precision(), bf16_native=native_bf16(launch.device),
                         local_processes=int(os.environ.get("LOCAL_WORLD_SIZE", launch.num_processes)),
                         distributed_type=launch.distributed_type, num_val_images=len(val_source.dataset),
-                        omp_num_threads=os.environ.get("OMP_NUM_THREADS"))
+                        omp_num_threads=chosen_omp_threads())
         if plan.cpu_threads is not None:
             torch.set_num_threads(plan.cpu_threads)
         note = auto_optimizer_note(config.optim, plan.optimizer, typed)
