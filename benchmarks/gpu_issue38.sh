@@ -2,8 +2,8 @@
 # Every GPU measure of issue 38 (whole small runs against Ultralytics) in one script, most wanted first, each logged
 # under $OUT as it finishes (a call cut short keeps what ran). Carry .whl (with the Ultralytics 8.4.190, its thop
 # and polars wheels) and .data (coco128 and coco128.yaml). On the GPU machine, from the repository root:
-#   bash benchmarks/gpu_issue38.sh [quick]
-# quick: the first-use figures, the GPU tests of this work, a validation pass's profile and one coco128 tutorial pair
+#   bash benchmarks/gpu_issue38.sh [quick | core]
+# core: the GPU tests and the coco128 tutorial runs only (~5 minutes); quick: the first-use figures, the GPU tests of this work, a validation pass's profile and one coco128 tutorial pair
 # (~6 minutes with the install); without it also the generated 2,000/500 runs for yolo11n and yolo26n, yolo26n's
 # training speed against Ultralytics' at batch 16 (whole trainer) and 128 (the step), and seeds 1 and 2 (~35 minutes:
 # more than one call's 10; run the rest as separate calls).
@@ -15,7 +15,9 @@ runs=(
   "python3 benchmarks/val_profile.py --data .data/coco128.yaml --passes 20 2>&1 | head -3"
   "python3 benchmarks/user_runs.py --dataset .data/coco128.yaml --variants ours ours-cli ultralytics --epochs 100 --batch 16 --imgsz 640 --seeds 0 && grep -hE 'time:|finished in|mixed precision' runs/user_runs/coco128_ours*_seed0.log"
 )
-if [ "${1:-}" != quick ]; then
+if [ "${1:-}" = core ]; then  # the least that says whether the work holds: the GPU tests and the coco128 runs
+  runs=("${runs[1]}" "${runs[3]}")
+elif [ "${1:-}" != quick ]; then
   runs+=(
     "python3 benchmarks/user_runs.py --dataset generated --variants ours ultralytics --epochs 30 --batch 32 --imgsz 320 --seeds 0 && grep -hE 'time:' runs/user_runs/generated_ours_seed0.log"
     "python3 benchmarks/user_runs.py --dataset generated --model yolo26n --out runs/user_runs26 --variants ours ultralytics --epochs 30 --batch 32 --imgsz 320 --seeds 0 && grep -hE 'time:' runs/user_runs26/generated_ours_seed0.log"
