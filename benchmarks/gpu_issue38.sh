@@ -3,8 +3,8 @@
 # under $OUT as it finishes (a call cut short keeps what ran). Carry .whl (with the Ultralytics 8.4.190, its thop
 # and polars wheels) and .data (coco128 and coco128.yaml). On the GPU machine, from the repository root:
 #   bash benchmarks/gpu_issue38.sh [quick | core]
-# core: the GPU tests and the coco128 tutorial runs only (~5 minutes); quick: the first-use figures, the GPU tests of this work, a validation pass's profile and one coco128 tutorial pair
-# (~6 minutes with the install); without it also the generated 2,000/500 runs for yolo11n and yolo26n, yolo26n's
+# core: the GPU tests and the coco128 tutorial runs only (~5 minutes with the install); quick: also the first-use
+# figures and a validation pass's profile (~6 minutes); without either, also the generated 2,000/500 runs for yolo11n and yolo26n, yolo26n's
 # training speed against Ultralytics' at batch 16 (whole trainer) and 128 (the step), and seeds 1 and 2 (~35 minutes:
 # more than one call's 10; run the rest as separate calls).
 set -u
