@@ -4,9 +4,9 @@
 # and polars wheels) and .data (coco128 and coco128.yaml). On the GPU machine, from the repository root:
 #   bash benchmarks/gpu_issue38.sh [quick | core]
 # core: the GPU tests and the coco128 tutorial runs only (~5 minutes with the install); quick: also the first-use
-# figures and a validation pass's profile (~6 minutes); without either, also the generated 2,000/500 runs for yolo11n and yolo26n, yolo26n's
-# training speed against Ultralytics' at batch 16 (whole trainer) and 128 (the step), and seeds 1 and 2 (~35 minutes:
-# more than one call's 10; run the rest as separate calls).
+# figures and a validation pass's profile (~6 minutes); without either, also the generated 2,000/500 runs for
+# yolo11n and yolo26n, yolo26n's training speed against Ultralytics' at batch 16 (whole trainer) and 128 (the step),
+# and seeds 1 and 2 (~35 minutes: more than one call's 10; run the rest as separate calls).
 set -u
 cd "$(dirname "$0")/.."
 runs=(
