@@ -19,6 +19,10 @@ import atexit, sys, threading, time
 from concurrent.futures import ThreadPoolExecutor
 from yolo11.program_exit import exit_process
 
+class Heap:
+    def __del__(self):  # the interpreter's teardown, which a successful program skips
+        print("teardown")
+kept = Heap()
 atexit.register(lambda: print("exit handler ran"))
 def write_late():
     time.sleep(0.3)
@@ -27,16 +31,19 @@ threading.Thread(target=write_late).start()
 ThreadPoolExecutor(1).submit(int)  # an idle executor thread: a join alone would wait for it forever
 print("buffered", end=" ")
 sys.stderr.write("to stderr")
-exit_process(3)
+exit_process(int(sys.argv[2]))
 """
 
 
-def test_exit_process_does_what_a_normal_exit_does_that_anyone_sees(tmp_path):
+@pytest.mark.parametrize("code", [0, 3])
+def test_exit_process_does_what_a_normal_exit_does_that_anyone_sees(tmp_path, code):
+    """Success: threads joined, exit handlers run, output flushed, and no teardown. A failure exits normally."""
     late = tmp_path / "late.txt"
-    result = subprocess.run([sys.executable, "-c", SCRIPT, str(late)], capture_output=True, text=True, timeout=60,
-                            cwd=ROOT)
-    assert result.returncode == 3
-    assert result.stdout == "buffered exit handler ran\n" and result.stderr == "to stderr"
+    result = subprocess.run([sys.executable, "-c", SCRIPT, str(late), str(code)], capture_output=True, text=True,
+                            timeout=60, cwd=ROOT)
+    assert result.returncode == code
+    assert result.stdout == "buffered exit handler ran\n" + ("teardown\n" if code else "")
+    assert result.stderr == "to stderr"
     assert late.read_text() == "written"  # the non-daemon thread finished before the process ended
 
 

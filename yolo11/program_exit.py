@@ -2,8 +2,8 @@
 
 A training process holds torch (and often torch._dynamo), a dataset, loader state and a CUDA context. At a normal
 exit Python then frees the whole heap object by object and unloads every module: 0.8 s on a 2-core CPU after the
-last file of a run was written (benchmarks/RESULTS.md), time the user waits for nothing. ``exit_process`` does
-what a normal exit does that anyone can observe (non-daemon threads joined, ``atexit`` handlers run: loader workers
+last file of a run was written (benchmarks/RESULTS.md), time the user waits for nothing. For a program that
+succeeded, ``exit_process`` does what a normal exit does that anyone can observe (non-daemon threads joined, ``atexit`` handlers run: loader workers
 stopped, trackers finished, logging flushed; stdout and stderr flushed) and then ends the process with
 ``os._exit``. Every file is complete by then: the trainer and the tools write through temporary files that they
 rename before returning.
@@ -25,11 +25,14 @@ from typing import NoReturn
 
 
 def exit_process(code: int | None) -> NoReturn:
-    """End the program with ``code`` (None: 0) as described above. Where this Python lacks the private hooks a
-    normal exit uses (``threading._shutdown``), it exits normally instead."""
+    """End the program with ``code`` (None: 0) as described above when it succeeded. A failed or stopped program
+    exits normally: under a launcher its peers may still be stopping, and the quick exit closed a rank's
+    connections under a peer's barrier before the launcher's signal had reached that peer (a traceback instead of a
+    clean stop). Where this Python lacks the private hook a normal exit uses (``threading._shutdown``), it exits
+    normally too."""
     code = 0 if code is None else int(code)
     shutdown = getattr(threading, "_shutdown", None)
-    if shutdown is None or threading.current_thread() is not threading.main_thread():
+    if code != 0 or shutdown is None or threading.current_thread() is not threading.main_thread():
         sys.exit(code)
     try:
         shutdown()  # threading's own exit step: executors told to stop, then non-daemon threads joined
