@@ -3,10 +3,10 @@
 A training process holds torch (and often torch._dynamo), a dataset, loader state and a CUDA context. At a normal
 exit Python then frees the whole heap object by object and unloads every module: 0.8 s on a 2-core CPU after the
 last file of a run was written (benchmarks/RESULTS.md), time the user waits for nothing. For a program that
-succeeded, ``exit_process`` does what a normal exit does that anyone can observe (non-daemon threads joined, ``atexit`` handlers run: loader workers
-stopped, trackers finished, logging flushed; stdout and stderr flushed) and then ends the process with
-``os._exit``. Every file is complete by then: the trainer and the tools write through temporary files that they
-rename before returning.
+succeeded, ``exit_process`` does what a normal exit does that anyone can observe (non-daemon threads joined,
+``atexit`` handlers run: loader workers stopped, trackers finished, logging flushed; stdout and stderr flushed)
+and then ends the process with ``os._exit``. Every file is complete by then: the trainer and the tools write
+through temporary files that they rename before returning.
 
 Only the programs' entry points call it (the console scripts, ``python -m ...``, ``train_accelerate.py``); the
 ``main`` functions return their exit code, so that Python callers (notebooks, tests) keep their interpreter.
