@@ -75,7 +75,7 @@ class RunOutputs:
         self.report_to = report_to
         self._figures: PlotPool | None = None  # started with the first figure (main process, --plots)
         # last/best.safetensors are written by a thread while the next epoch trains (tens of ms each on a GPU
-        # machine's disk, every epoch of a small run)
+        # machine's disk, every epoch of a small run), and train_batch0-2.jpg while the first one does
         self._writer = ThreadPoolExecutor(1, thread_name_prefix="weights")
         self._written: Future | None = None
         self.final_metrics: dict | None = None  # the validation whose plots were drawn: the dashboards' curves
@@ -245,7 +245,8 @@ class RunOutputs:
         self._written = self._writer.submit(write, *args)
 
     def wait_for_writes(self) -> None:
-        """Until the weights files submitted so far are written; raises a write's error (``OSError``)."""
+        """Until the files submitted so far (weights, the first batches' previews) are written; raises a write's
+        error (``OSError``)."""
         written, self._written = self._written, None
         if written is not None:
             written.result()
