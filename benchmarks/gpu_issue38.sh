@@ -13,7 +13,7 @@ runs=(
   "python3 benchmarks/first_use.py"
   "python3 -m pytest -q -m gpu -n 0 -p no:cacheprovider tests/test_cuda_graphs.py tests/test_models.py tests/test_evaluate.py tests/test_evaluation.py tests/test_yolo26_train.py tests/test_compile.py 2>&1 | tail -15"
   "python3 benchmarks/val_profile.py --data .data/coco128.yaml --passes 20 2>&1 | head -3"
-  "python3 benchmarks/user_runs.py --dataset .data/coco128.yaml --variants ours ours-cli ultralytics --epochs 100 --batch 16 --imgsz 640 --seeds 0 && grep -hE 'time:|finished in|mixed precision' runs/user_runs/coco128_ours*_seed0.log"
+  "python3 benchmarks/user_runs.py --dataset .data/coco128.yaml --variants ours ultralytics ours-cli --epochs 100 --batch 16 --imgsz 640 --seeds 0 && grep -hE 'time:|finished in|mixed precision' runs/user_runs/coco128_ours*_seed0.log"
 )
 if [ "${1:-}" = core ]; then  # the least that says whether the work holds: the GPU tests and the coco128 runs
   runs=("${runs[1]}" "${runs[3]}")
