@@ -211,6 +211,9 @@ def _train(config: TrainConfig, typed: frozenset[str] | None, launch: PartialSta
         return 128 + signum
     except BaseException as err:
         remove_unused(made, launch)
+        signum = stopped_by_peer(err, launch, stop)
+        if signum is not None:
+            return 128 + signum
         if not isinstance(err, OSError) or err.errno not in WRITE_ERRNOS:
             raise
         stop.leaving()
@@ -577,6 +580,25 @@ def drop_finished_checkpoints(run: Run) -> None:
         if names:
             print(f"--keep-checkpoints 0: the finished run's checkpoint ({', '.join(names)}) removed; "
                   f"{run.run_dir / 'weights'} holds its weights", flush=True)
+
+
+PEER_STOP_GRACE = 5.0  # seconds for a launcher's forwarded stop signal to reach this rank
+
+
+def stopped_by_peer(err: BaseException, launch: PartialState, stop: StopSignal) -> int | None:
+    """The signal that stops this rank when ``err`` is a collective that a stopping peer broke during start-up:
+    the launcher forwards a stop to every rank, but the first rank to stop may exit, and close its connections
+    under this rank's barrier, before the signal reaches this one. Waits up to ``PEER_STOP_GRACE`` for it; None
+    for any other error (which is then raised as it is, that much later)."""
+    if launch.num_processes == 1 or not isinstance(err, RuntimeError):
+        return None
+    try:
+        deadline = time.monotonic() + PEER_STOP_GRACE
+        while stop.signum is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+    except StopRequested as stopped:  # the start-up's handler raises at the first signal
+        return stopped.signum
+    return stop.signum
 
 
 def process_start() -> float | None:
