@@ -13,8 +13,9 @@ every epoch and validation, plots, saving). The final mAP50-95 is each trainer's
 a user brings. ``--variants`` picks among ultralytics, ours (README's ``accelerate launch --config_file
 accelerate_configs/1gpu.yaml train_accelerate.py``, through Accelerate's own CLI, whose start imports every
 ``accelerate`` subcommand: timm with torchvision among them), ours-cli (``yolo11 train key=value``, one process and
-no launcher, as Ultralytics' ``yolo train``), ours-eager (``--cuda-graphs false``) and ours-cudnn-v7 (``TORCH_CUDNN_V8_API_DISABLED=1``: cuDNN's older convolution API, whose algorithm choice per new
-shape is a lookup rather than a plan build).
+no launcher, as Ultralytics' ``yolo train``), ours-eager (``--cuda-graphs false``) and ours-cudnn-v7
+(``TORCH_CUDNN_V8_API_DISABLED=1``: cuDNN's older convolution API, whose algorithm choice per new shape is a lookup
+rather than a plan build).
 """
 
 from __future__ import annotations
