@@ -26,10 +26,9 @@ from typing import NoReturn
 
 def exit_process(code: int | None) -> NoReturn:
     """End the program with ``code`` (None: 0) as described above when it succeeded. A failed or stopped program
-    exits normally: under a launcher its peers may still be stopping, and the quick exit closed a rank's
-    connections under a peer's barrier before the launcher's signal had reached that peer (a traceback instead of a
-    clean stop). Where this Python lacks the private hook a normal exit uses (``threading._shutdown``), it exits
-    normally too."""
+    exits normally: nothing waits on it, and under a launcher its peers may still be stopping (a rank that leaves
+    closes its connections under their collectives). Where this Python lacks the private hook a normal exit uses
+    (``threading._shutdown``), it exits normally too."""
     code = 0 if code is None else int(code)
     shutdown = getattr(threading, "_shutdown", None)
     if code != 0 or shutdown is None or threading.current_thread() is not threading.main_thread():

@@ -164,8 +164,8 @@ def plan_run(config: TrainConfig, num_processes: int, num_train_images: int, num
 def decide_precision(configured: str | None, device_type: str, bf16_native: bool) -> tuple[str, str]:
     """The run's mixed precision and why. ``configured``: the Accelerate config's (``accelerate launch`` always
     sets one), None without a launcher (``yolo11 train``, the Python API, ``python train_accelerate.py``). Without
-    one a CUDA run autocasts as Ultralytics' default AMP does, so that one process on a GPU is not fp32 (half the
-    speed) for want of a config: bf16 where the GPU computes it natively, fp16 with a gradient scaler elsewhere
+    one a CUDA run autocasts as Ultralytics' default AMP does, so that one process on a GPU is not float32 for want
+    of a config: bf16 where the GPU computes it natively, fp16 with a gradient scaler elsewhere
     (V100, T4)."""
     if configured:
         return configured, f"mixed precision: {configured} (the Accelerate config)"
