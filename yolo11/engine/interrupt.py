@@ -89,6 +89,14 @@ class StopSignal:
     def exit_code(self) -> int:
         return 128 + int(self.signum or 0)
 
+    def wait(self, seconds: float) -> int | None:
+        """Until a signal has come while installed (its number) or ``seconds`` have passed (None). With
+        ``raise_first`` before ``defer()``, the first signal's ``StopRequested`` comes out of here."""
+        deadline = time.monotonic() + seconds
+        while self._previous and self.signum is None and time.monotonic() < deadline:
+            time.sleep(0.001)
+        return self.signum
+
     def enter(self, phase: str, rank: int = 0) -> None:
         """The run starts ``phase``: sends the test's signal when ``YOLO11_STOP_AT`` names it."""
         wanted = os.environ.get(STOP_AT_VARIABLE, "").split(":")
@@ -103,9 +111,7 @@ class StopSignal:
             os.killpg(os.getpgrp(), signum)
             # unlike os.kill, killpg returns before this process has run its handler: the kernel may hand the
             # signal to another thread, run later on a busy machine, and the phase would be over by then
-            deadline = time.monotonic() + 5.0
-            while self._previous and self.signum is None and time.monotonic() < deadline:
-                time.sleep(0.001)
+            self.wait(5.0)
         else:
             os.kill(os.getpid(), signum)  # handled before os.kill returns (CPython checks its signals there)
 

@@ -423,7 +423,7 @@ def save_first_batches(source: DetectionSource, config: LoaderConfig, run_dir: P
     a function of (seed, epoch, index): these are exactly the first batches. Their HSV is OpenCV's, as workers
     apply it (the same gains; the device's ``BatchHSV`` is within 1 of it per pixel), which on the CPU takes
     milliseconds where ``BatchHSV`` takes seconds of the run's start."""
-    config = dataclasses.replace(config, cache_images=False, hsv_on_device=False, pin_memory=False)
+    config = dataclasses.replace(config, cache_images=False, hsv_on_device=False)
     for index, batch in enumerate(first_batches(source, config, count)):
         path = run_dir / f"train_batch{index}.jpg"
         with replaced(path) as tmp, writing(path):
@@ -593,12 +593,9 @@ def stopped_by_peer(err: BaseException, launch: PartialState, stop: StopSignal) 
     if launch.num_processes == 1 or not isinstance(err, RuntimeError):
         return None
     try:
-        deadline = time.monotonic() + PEER_STOP_GRACE
-        while stop.signum is None and time.monotonic() < deadline:
-            time.sleep(0.01)
+        return stop.wait(PEER_STOP_GRACE)
     except StopRequested as stopped:  # the start-up's handler raises at the first signal
         return stopped.signum
-    return stop.signum
 
 
 def process_start() -> float | None:
