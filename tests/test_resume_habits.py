@@ -136,6 +136,9 @@ def test_weights_last_of_a_run_resumes_before_that_file_is_written(tmp_path, mon
     ("/src/yolo11/train.py", ["/venv/bin/python", "/venv/bin/torchrun", "--nproc-per-node", "2", "-m",
                               "yolo11.train"],
      "torchrun --nproc-per-node 2 -m yolo11.train --resume runs/train/x --epochs 6"),
+    ("train_accelerate.py", ["/venv/bin/python3", "-m", "accelerate.commands.launch", "--num_processes", "2",
+                             "train_accelerate.py"],
+     "python3 -m accelerate.commands.launch --num_processes 2 train_accelerate.py --resume runs/train/x --epochs 6"),
 ])
 def test_the_resume_command_is_the_way_this_run_was_started(monkeypatch, argv0, launcher, expected):
     from pathlib import Path

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import timedelta
 
 import torch
@@ -85,8 +86,43 @@ def native_bf16(device: torch.device) -> bool:
     return device.type == "cuda" and torch.cuda.is_bf16_supported(including_emulation=False)
 
 
-LAUNCHERS = ("accelerate", "yolo11-launch", "accelerate.commands.launch", "accelerate.commands.accelerate_cli",
-             "yolo11.launch")  # how a process that runs Accelerate's launch_command is typed
+# How a launcher that starts our processes is typed, and which it is: "accelerate" runs Accelerate's launch_command
+# (its CLI, or yolo11-launch), "torchrun" torch's elastic agent. Programs by their file name; modules after `-m`.
+LAUNCHER_PROGRAMS = {"accelerate": "accelerate", "yolo11-launch": "accelerate", "torchrun": "torchrun"}
+LAUNCHER_MODULES = {"accelerate.commands.launch": "accelerate", "accelerate.commands.accelerate_cli": "accelerate",
+                    "yolo11.launch": "accelerate", "torch.distributed.run": "torchrun"}
+
+
+@dataclass(frozen=True)
+class Launcher:
+    """The launcher in a command line: ``words[start:]`` is it and what it was given (``start`` at ``python`` for a
+    ``python -m <module>`` launcher)."""
+
+    kind: str  # a value of LAUNCHER_PROGRAMS / LAUNCHER_MODULES
+    words: list[str]
+    start: int
+
+
+def find_launcher(words: list[str]) -> Launcher | None:
+    """The first launcher (``LAUNCHER_PROGRAMS``, ``LAUNCHER_MODULES``) in the command line ``words``, or None."""
+    for index, word in enumerate(words):
+        kind = LAUNCHER_PROGRAMS.get(os.path.basename(word))
+        if kind is not None:
+            return Launcher(kind, words, index)
+        kind = LAUNCHER_MODULES.get(word)
+        if kind is not None and index >= 2 and words[index - 1] == "-m":
+            return Launcher(kind, words, index - 2)
+    return None
+
+
+def parent_process():
+    """This process's parent as ``psutil.Process``; None where psutil cannot tell (gone, not ours to read)."""
+    try:
+        import psutil  # an Accelerate dependency
+
+        return psutil.Process(os.getppid())
+    except Exception:  # noqa: BLE001 - psutil.Error, ImportError
+        return None
 
 
 def chosen_omp_threads(environ: Mapping[str, str] = os.environ) -> str | None:
@@ -98,16 +134,15 @@ def chosen_omp_threads(environ: Mapping[str, str] = os.environ) -> str | None:
     value = environ.get("OMP_NUM_THREADS") or None
     if value is None or "ACCELERATE_MIXED_PRECISION" not in environ:  # not started by Accelerate's launcher
         return value
+    parent = parent_process()
     try:
-        import psutil  # an Accelerate dependency
-
-        parent = psutil.Process(os.getppid())
         words = parent.cmdline()
-        if not any(os.path.basename(word) in LAUNCHERS for word in words):
+        launcher = find_launcher(words)
+        if launcher is None or launcher.kind != "accelerate":
             return value  # torch elastic's agent, mpirun...: they pass on what they were given
         chosen = "OMP_NUM_THREADS" in parent.environ() or any(
             word.startswith("--num_cpu_threads_per_process") for word in words)
-    except Exception:  # noqa: BLE001 - psutil.Error, ImportError: gone, or not ours to read: take it as chosen
+    except Exception:  # noqa: BLE001 - psutil.Error, or no parent: not ours to read, so taken as chosen
         return value
     return value if chosen else None
 

@@ -28,6 +28,7 @@ from typing import Any
 
 from yolo11.engine.checkpoint import latest_checkpoint, resolve_resume
 from yolo11.engine.config import LOCAL, TrainConfig, flags_with_rule
+from yolo11.engine.process_group import find_launcher, parent_process
 from yolo11.engine.run_state import CONFIG_FILE, RUN_CONFIG, STATE_FILE, checkpoint_root
 from yolo11.gate import read_json
 
@@ -160,24 +161,20 @@ def resume_command(run: Path, **changes: Any) -> str:
 
 
 def _launcher_words() -> list[str] | None:
-    """``accelerate launch <options> <script>`` (or torchrun's, yolo11-launch's) as the launcher that started this
-    process was typed, without the trainer's arguments; None when no launcher started it."""
+    """``accelerate launch <options> <script>`` (or torchrun's, yolo11-launch's, ``python -m`` forms included) as
+    the launcher that started this process was typed, without the trainer's arguments; None when no launcher
+    started it."""
+    parent = parent_process()
     try:
-        import psutil  # an Accelerate dependency
-
-        words = psutil.Process(os.getppid()).cmdline()
-    except Exception:  # noqa: BLE001 - psutil.Error, ImportError: gone, or not ours to read
+        words = parent.cmdline()
+    except Exception:  # noqa: BLE001 - psutil.Error, or no parent: gone, or not ours to read
         return None
-    names = [os.path.basename(word) for word in words]
-    start = next((i for i, name in enumerate(names) if name in ("accelerate", "torchrun", "yolo11-launch")), None)
-    if start is None:
-        start = next((i - 2 for i, word in enumerate(words) if word in ("yolo11.launch", "torch.distributed.run")
-                      and i >= 2 and words[i - 1] == "-m"), None)
+    launcher = find_launcher(words)
     trainer_args = sys.argv[1:]
     end = len(words) - len(trainer_args)
-    if start is None or start < 0 or end <= start or words[end:] != trainer_args:
+    if launcher is None or end <= launcher.start or words[end:] != trainer_args:
         return None
-    return [names[start], *words[start + 1:end]]
+    return [os.path.basename(words[launcher.start]), *words[launcher.start + 1:end]]
 
 
 def saved_config(checkpoint: Path) -> dict | None:
