@@ -28,8 +28,7 @@ from yolo11.gate import (
 )
 from yolo11.models.detector import YOLO11Detector, create_model
 from yolo11.models.neck import ULTRALYTICS_LAYERS
-from yolo11.weights import safe_pickle
-from yolo11.weights.safe_pickle import StubModule
+from yolo11.weights.safe_pickle import StubModule, Unpickler
 
 HEAD_LAYER = 23
 _KEY = re.compile(r"model\.(\d+)\.(.+)")
@@ -37,7 +36,7 @@ _KEY = re.compile(r"model\.(\d+)\.(.+)")
 
 def read_checkpoint(path: str | Path) -> dict[str, Any]:
     """The checkpoint's top-level dict, with module objects as inert ``StubModule``s (restricted unpickling)."""
-    checkpoint = read_torch_file(path, safe_pickle.Unpickler)  # the gate: never torch.load (TorchScript)
+    checkpoint = read_torch_file(path, Unpickler)  # the gate: never torch.load (TorchScript)
     if not isinstance(checkpoint, dict):
         raise FileRefusedError(path, f"expected an Ultralytics checkpoint dict, got {type(checkpoint).__name__}")
     return checkpoint
