@@ -25,6 +25,7 @@ What is not captured, and runs the eager micro-step instead: multi-process runs 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -106,6 +107,7 @@ class GraphedMicroStep:
         self.graphs: dict[tuple, _Captured] = {}
         self._warmed: set[tuple] = set()
         self.captures = 0
+        self.capture_seconds = 0.0  # host time of the captures (instantiation included): the run's summary
 
     def __call__(self, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
         boxes, labels = pad_targets(batch["boxes"], batch["labels"], box_bucket(batch["boxes"].shape[1]))
@@ -134,6 +136,7 @@ class GraphedMicroStep:
         return out
 
     def _capture(self, inputs: dict) -> _Captured:
+        started = time.perf_counter()
         for param in self.step.model.parameters():  # accumulation into gradients that outlive the graph
             if param.requires_grad and param.grad is None:
                 param.grad = torch.zeros_like(param)
@@ -145,6 +148,7 @@ class GraphedMicroStep:
             outputs = self.step(static["images"], static.get("gains"), static["boxes"], static["labels"])
         current.wait_stream(self.stream)
         self.captures += 1
+        self.capture_seconds += time.perf_counter() - started
         return _Captured(graph, static, outputs)
 
 
@@ -166,6 +170,7 @@ class GraphedValStep:
         self.pool = torch.cuda.graph_pool_handle()
         self.graphs: dict[tuple, tuple[torch.cuda.CUDAGraph, dict[str, torch.Tensor], tuple]] = {}
         self._warmed: set[tuple] = set()
+        self.capture_seconds = 0.0  # as GraphedMicroStep's
 
     def __call__(self, images: torch.Tensor, boxes: torch.Tensor | None = None,
                  labels: torch.Tensor | None = None) -> tuple[list[torch.Tensor], torch.Tensor | None]:
@@ -187,6 +192,7 @@ class GraphedValStep:
                 outputs = self.step(**inputs)
             current.wait_stream(self.stream)
             return outputs
+        started = time.perf_counter()
         with torch.cuda.stream(self.stream):
             static = {name: tensor.clone() for name, tensor in inputs.items()}
         graph = torch.cuda.CUDAGraph()
@@ -194,5 +200,6 @@ class GraphedValStep:
             outputs = self.step(**static)
         current.wait_stream(self.stream)
         self.graphs[key] = (graph, static, outputs)
+        self.capture_seconds += time.perf_counter() - started
         graph.replay()
         return outputs

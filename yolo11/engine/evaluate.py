@@ -73,6 +73,10 @@ class Validator:
         return cls(accelerator, loader, postprocessor, evaluator, plan.val_channels_last, run.val_images,
                    cuda_graphs=plan.cuda_graphs.enabled, trained_channels_last=plan.channels_last)
 
+    def capture_seconds(self) -> float:
+        """Host seconds spent capturing validation's CUDA graphs so far."""
+        return sum(step.capture_seconds for step in self._graphed.values())
+
     def close(self) -> None:
         """Stop the loader's workers (and drop the batches they built ahead)."""
         self._batches = None

@@ -3,7 +3,7 @@
     clock = RunClock(started=process_start)      # start-up counts from the process's launch
     with clock("training"): ...                   # phases add up over the run
     clock.add("scoring", seconds)                 # a part of a phase measured elsewhere (the evaluator's compute)
-    clock.split()                                 # "start-up 8.1 s, training 25.9 s, validation 21.9 s (data ...)"
+    clock.split()                                 # "start-up 8.1 s, training 25.9 s (captures 1.2 s), ..."
 
 Phases are this process's wall time (the main process's is what the summary prints). A leaf: standard library only.
 
@@ -20,7 +20,9 @@ from collections.abc import Iterator
 # Top-level phases, in the order the summary prints them; "other" is the wall time none of them covers.
 PHASES = ("start-up", "training", "validation", "saving", "plots")
 # Parts of a phase (measured inside it, not added to the wall-time split twice): part -> its phase.
-PARTS = {"validation data": "validation", "scoring": "validation"}
+PARTS = {"training captures": "training", "validation data": "validation", "scoring": "validation",
+         "validation captures": "validation"}
+SHOWN_WHEN_ZERO = ("validation data", "scoring")  # the other parts are printed where they took time
 
 _STARTUP_MARKS: list[tuple[str, float]] = []  # (the part that ended, time.time()) in this process
 
@@ -92,8 +94,9 @@ class RunClock:
     def split(self) -> str:
         """The summary's ``time:`` line body: each phase, the parts of validation, and the rest as "other"."""
         other = self.total() - sum(self._seconds[phase] for phase in PHASES)
-        parts = ", ".join(f"{part.removeprefix('validation ')} {self._seconds[part]:.1f} s" for part in PARTS)
         text = []
         for phase in PHASES:
-            text.append(f"{phase} {self._seconds[phase]:.1f} s" + (f" ({parts})" if phase == "validation" else ""))
+            parts = ", ".join(f"{part.removeprefix(phase + ' ')} {self._seconds[part]:.1f} s" for part, of in
+                              PARTS.items() if of == phase and (self._seconds[part] or part in SHOWN_WHEN_ZERO))
+            text.append(f"{phase} {self._seconds[phase]:.1f} s" + (f" ({parts})" if parts else ""))
         return ", ".join(text) + f", other {max(other, 0.0):.1f} s"

@@ -617,6 +617,9 @@ def finish(run: Run, images_seen: int, push: bool) -> bool:
         step.profiler.close(run.state.optimizer_steps)
     with run.clock("saving"), agreed(step.accelerator):  # the weights written in the background: their error
         run.outputs.wait_for_writes()
+    if step.graphed is not None:
+        run.clock.add("training captures", step.graphed.capture_seconds)
+    run.clock.add("validation captures", run.validator.capture_seconds())
     stopping = step.stop.agreed_now()
     with agreed(step.accelerator):
         run.outputs.finish_figures(cancel=stopping)  # drawn by workers since the last epoch; a stop drops the rest
