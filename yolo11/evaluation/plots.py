@@ -161,12 +161,19 @@ def confusion_matrix_figure(matrix: np.ndarray, class_names: list[str], normaliz
         names, matrix = names[::step], matrix[np.ix_(keep, keep)]
     rows = len(names) + 1
     tick_size, label_size = max(6.0, 15 - 0.1 * rows), max(6.0, 12 - 0.1 * rows)
-    fig, ax = plt.subplots(1, 1, figsize=MATRIX_FIGSIZE, layout="constrained")
+    fig, ax = plt.subplots(1, 1, figsize=MATRIX_FIGSIZE)
+    labels = [*names, "background"]
+    # margins from the widest tick label (measured once): a constrained layout measured all of them, a third of
+    # the figure's drawing time at COCO's 80 classes
+    label = _text_inches(fig, max(labels, key=len), tick_size) if rows < MATRIX_LABELLED else 0.0
+    title = (label_size * 1.4 + 8) / 72  # a line of text and its pad
+    width, height = MATRIX_FIGSIZE
+    fig.subplots_adjust(left=min(0.4, (label + 0.1 + title) / width), right=0.9,
+                        bottom=min(0.4, (label + 0.1 + title) / height), top=1 - title / height - 0.01)
     image = ax.imshow(np.where(matrix > 0, matrix, np.nan), cmap="Blues", vmin=0.0, interpolation="none")
     fig.colorbar(image, ax=ax, fraction=0.046, pad=0.02)
     ticks = np.arange(rows)
     if rows < MATRIX_LABELLED:
-        labels = [*names, "background"]
         ax.set_xticks(ticks, labels, rotation=90, fontsize=tick_size)
         ax.set_yticks(ticks, labels, fontsize=tick_size)
     if rows < MATRIX_VALUES:
@@ -181,6 +188,14 @@ def confusion_matrix_figure(matrix: np.ndarray, class_names: list[str], normaliz
     ax.set_ylabel("Predicted", fontsize=label_size)
     ax.set_title("Confusion Matrix" + (" Normalized" if normalize else ""), fontsize=label_size)
     return fig
+
+
+def _text_inches(fig, text: str, size: float) -> float:
+    """The width of ``text`` at ``size`` points on ``fig``, in inches."""
+    probe = fig.text(0, 0, text, fontsize=size)
+    inches = probe.get_window_extent(fig.canvas.get_renderer()).width / fig.dpi
+    probe.remove()
+    return inches
 
 
 def plot_confusion_matrix(metrics: dict, class_names: list[str], out_path: Path, normalize: bool = True) -> Path:
