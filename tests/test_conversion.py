@@ -21,7 +21,7 @@ DATA = ROOT.parent / "shared" / "data"
 def dirty_dataset(root: Path) -> Path:
     """20 images with boxes, a background, a bad label line, and three broken images in the middle."""
     labels = {f"{k:03d}": f"{k % 3} 0.5 0.5 0.{k % 8 + 1} 0.3\n1 0.2 0.2 0.1 0.1\n" for k in range(20)}
-    labels["005"], labels["007"] = None, "0 0.5 0.5 0.2\n"
+    labels["005"], labels["007"] = None, "0 0.5 0.5 0.2\n1 0.2 0.2 0.1 0.1\n"
     yaml_path = make_dataset(root, labels)
     images = root / "images" / "train"
     (images / "010.jpg").write_bytes(corrupt_middle(write_image(images / "010.jpg", seed=10, size=(120, 160))))

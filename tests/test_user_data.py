@@ -112,7 +112,7 @@ def test_label_files_with_non_finite_values_or_special_files_are_named_not_fatal
     (folder / "labels" / "a.txt").write_text("nan 0.5 0.5 0.2 0.2\n0 inf 0.5 0.2 0.2\n0 0.5 0.5 0.2 0.2\n")
     (folder / "labels" / "b.txt").write_text(label.read_text())
     os.mkfifo(folder / "labels" / "c.txt")
-    (folder / "data.yaml").write_text("path: .\ntrain: images\nval: images\nnames: [x, y]\n")
+    (folder / "data.yaml").write_text(f"path: .\ntrain: images\nval: images\nnames: {user_data.coco8_names()}\n")
     source = load_source(os.fspath(folder / "data.yaml"), "train", cache_dir=tmp_path / "cache", workers=1)
     rows = _rows_by_path(source)
     assert sorted(rows) == ["a.jpg", "b.jpg"]  # c: its label is a FIFO, so it is skipped

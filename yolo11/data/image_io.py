@@ -23,7 +23,11 @@ from PIL import Image
 
 from yolo11.gate import FileRefusedError, read_regular
 
-IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff")
+# Ultralytics' image formats that OpenCV decodes (.mpo: a stereo camera's JPEG), and those it cannot: these are
+# listed too, so that each is skipped by name with what to do instead of being left out without a word
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff", ".mpo", ".jp2", ".avif", ".heic",
+                  ".heif", ".dng")
+UNDECODABLE_SUFFIXES = (".heic", ".heif", ".dng")
 MAX_IMAGE_BYTES = 1 << 30  # a 1 GB image file is a scan or a crafted file, not a training image
 # PIL's own decompression-bomb limit (Image.MAX_IMAGE_PIXELS): a 13k x 13k aerial tile passes, a PNG of a few KB
 # claiming 100k x 100k pixels (30 GB decoded) does not.
@@ -122,6 +126,8 @@ def image_size(path: str | os.PathLike) -> tuple[int, int]:
     PIL's ``verify``: PIL refuses some files OpenCV reads (and ``verify`` cannot follow a ``getexif``). A JPEG is
     sized from its header and decoded once at 1/8 scale; other formats decode in full either way, so their size
     is the decoded one."""
+    if Path(path).suffix.lower() in UNDECODABLE_SUFFIXES:
+        raise ValueError(f"OpenCV cannot decode {Path(path).suffix} images; convert them to JPEG or PNG")
     data = read_image_bytes(path)
     header = read_header(data)
     if header is not None and header.width * header.height > MAX_IMAGE_PIXELS:

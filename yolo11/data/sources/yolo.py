@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import codecs
 import os
 from pathlib import Path
 
@@ -11,10 +12,11 @@ from yolo11.data.image_io import read_regular_file
 from yolo11.data.schema import BadSampleSummary, DataSourceError
 from yolo11.data.sources.checks import IMAGE_SUFFIXES, check_box, image_size, objects_row
 from yolo11.data.sources.parallel import ordered_map
-from yolo11.gate import FileRefusedError, check_class_names, read_yaml
+from yolo11.gate import MAX_CLASSES, FileRefusedError, check_class_names, read_yaml
 
 SPLIT_KEYS = ("train", "val", "test")
 MAX_LABEL_BYTES = 64 << 20  # a label file of a million boxes is ~40 MB; more is not a label file
+MAX_LIST_BYTES = 256 << 20  # a txt list of image paths: COCO train2017's 118k paths are 5 MB
 
 
 def names_coco_jsons(data: dict) -> bool:
@@ -24,27 +26,46 @@ def names_coco_jsons(data: dict) -> bool:
 
 def read_data_yaml(path: Path) -> dict:
     """The YAML as a dict with ``names`` as a list (``None`` for a YAML of COCO jsons without it: the jsons name
-    the classes); raises ``DataSourceError`` for a file we cannot use."""
+    the classes); raises ``DataSourceError`` for a file we cannot use. As Ultralytics reads it: a ``validation``
+    key stands for ``val``, ``nc`` alone names the classes ``class_0``..., and ``nc`` may be written ``'10'``."""
     try:
         data = read_yaml(path)  # the gate: safe_load, a !!python tag or a syntax error refused in one line
     except (OSError, FileRefusedError) as err:
         raise DataSourceError(f"cannot read the data YAML {err}") from None
     if not isinstance(data, dict):
         raise DataSourceError(f"{path}: a data YAML must be a mapping with path/train/val/names")
+    if "val" not in data and "validation" in data:
+        data["val"] = data.pop("validation")
     names = data.get("names")
     if not names and names_coco_jsons(data):
         data["names"] = None
         return data
+    count = _class_count(path, data["nc"]) if data.get("nc") is not None else None
+    if not names and count is not None:
+        names = [f"class_{k}" for k in range(count)]
     if not names:
         raise DataSourceError(f"{path}: no 'names' (class names, a list or a dict index -> name)")
+    if isinstance(names, dict) and all(isinstance(k, str) and k.strip().isdigit() for k in names):
+        names = {int(k): v for k, v in names.items()}  # a data YAML written as JSON has string keys
     try:
         names = check_class_names(names, path)  # the gate: a list (not a string), bounded in count and size
     except FileRefusedError as err:
         raise DataSourceError(str(err)) from None
-    if "nc" in data and data["nc"] != len(names):  # Ultralytics rejects this too: which one is wrong is unknown
-        raise DataSourceError(f"{path}: 'nc' is {data['nc']} but 'names' lists {len(names)} classes")
+    if count is not None and count != len(names):  # Ultralytics rejects this too: which one is wrong is unknown
+        raise DataSourceError(f"{path}: 'nc' is {count} but 'names' lists {len(names)} classes")
     data["names"] = names
     return data
+
+
+def _class_count(path: Path, nc: object) -> int:
+    """``nc`` as a class count: an integer, or an integer written as a float or a string (``10.0``, ``'10'``)."""
+    try:
+        count = int(float(nc)) if isinstance(nc, int | float | str) and not isinstance(nc, bool) else None
+    except (ValueError, OverflowError):
+        count = None
+    if count is None or count != float(nc) or not 0 < count <= MAX_CLASSES:
+        raise DataSourceError(f"{path}: 'nc' is {str(nc)[:40]!r}; it must be the number of classes, 1..{MAX_CLASSES}")
+    return count
 
 
 def dataset_root(yaml_path: Path, data: dict) -> Path:
@@ -98,23 +119,78 @@ def split_locations(yaml_path: Path, data: dict, split: str) -> list[Path]:
 
 
 def list_split_images(yaml_path: Path, data: dict, split: str) -> list[Path]:
-    """Image files of a split given as a folder, a txt of paths, or a list of either."""
+    """Image files of a split given as a folder, a txt of paths, or a list of either (``split_images``)."""
+    return split_images(yaml_path, data, split)[0]
+
+
+def split_images(yaml_path: Path, data: dict, split: str) -> tuple[list[Path], list[str]]:
+    """``(image files, why each missing one is skipped)`` of a split given as a folder (searched as Ultralytics'
+    glob does: symlinked folders followed, hidden files such as macOS's ``._x.jpg`` left out), a txt of paths, or
+    a list of either. A txt naming files that do not exist has them skipped, with a message; none existing, or
+    a split with no image at all, raises ``DataSourceError``."""
     if split not in data or not data[split]:
         raise DataSourceError(f"{yaml_path}: no '{split}' split (has {yaml_splits(data)})")
     images: list[Path] = []
+    missing: list[str] = []
     for location in split_locations(yaml_path, data, split):
         if location.is_dir():
-            images += sorted(p for p in location.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES)
+            images += [Path(path) for path in _folder_images(os.fspath(location))]
         elif location.is_file() and location.suffix == ".txt":
-            for line in location.read_text().splitlines():
-                if line.strip():
-                    item = Path(line.strip())
-                    images.append(item if item.is_absolute() else (location.parent / item).resolve())
+            listed, absent = _listed_images(location)
+            if absent and not listed:
+                raise DataSourceError(f"{location}: none of the {len(absent)} images it lists exists (first: "
+                                      f"{absent[0]}); relative paths are read from the list's folder, then from "
+                                      "the working folder")
+            images += listed
+            missing += [f"{path}: listed in {location} but no such file, image skipped" for path in absent]
         else:
             raise DataSourceError(f"{yaml_path}: '{split}' image folder or list {location} does not exist")
     if not images:
         raise DataSourceError(f"{yaml_path}: no images found for '{split}' in {data[split]}")
-    return images
+    return images, missing
+
+
+def _folder_images(root: str) -> list[str]:
+    """Image files in ``root`` and below, in ``sorted(Path.rglob)`` order (by path parts)."""
+    found = []
+    for folder in _folders(root):
+        with os.scandir(folder) as it:
+            found += [entry.path for entry in it if _is_listed_image(entry)]
+    return sorted(found, key=lambda path: path.split(os.sep))
+
+
+def _is_listed_image(entry: os.DirEntry) -> bool:
+    if entry.name.startswith(".") or os.path.splitext(entry.name)[1].lower() not in IMAGE_SUFFIXES:
+        return False
+    try:
+        return not entry.is_dir()
+    except OSError:  # a link loop: listed, and the conversion says what is wrong with it
+        return True
+
+
+def _listed_images(list_file: Path) -> tuple[list[Path], list[str]]:
+    """``(existing images, missing paths)`` of a txt list: one path per line, UTF-8 with or without a byte-order
+    mark, Windows separators accepted; a relative path is read from the list's folder, then (as Ultralytics reads
+    one not starting with ``./``) from the working folder."""
+    try:
+        text = read_regular_file(list_file, MAX_LIST_BYTES).decode("utf-8-sig", errors="replace")
+    except ValueError as err:
+        raise DataSourceError(f"{list_file}: {err}") from None
+    images, missing = [], []
+    for line in text.splitlines():
+        entry = line.strip()
+        if not entry:
+            continue
+        if os.sep == "/" and "\\" in entry and not Path(entry).exists():  # written on Windows: .\images\a.jpg
+            entry = entry.replace("\\", "/")
+        item = Path(entry)
+        candidates = [item] if item.is_absolute() else [list_file.parent / item, Path.cwd() / item]
+        found = next((c for c in candidates if c.exists() or c.is_symlink()), None)
+        if found is None:
+            missing.append(os.path.abspath(candidates[0]))
+        else:  # abspath, not resolve: a symlinked image keeps the label beside its link, as Ultralytics reads it
+            images.append(Path(os.path.abspath(found)))
+    return images, missing
 
 
 def label_path(image: Path, beside: bool = False) -> Path:
@@ -132,20 +208,30 @@ def label_path(image: Path, beside: bool = False) -> Path:
 
 def read_label_text(path: Path) -> str:
     """A label file's text; ``ValueError`` for a FIFO or device named ``.txt`` (a read would block or never end)
-    or a file over ``MAX_LABEL_BYTES``."""
-    return read_regular_file(path, MAX_LABEL_BYTES).decode(errors="replace")
+    or a file over ``MAX_LABEL_BYTES``. A byte-order mark is dropped (Windows editors write one, as Ultralytics
+    reads ``utf-8-sig``); UTF-16 with its mark (Notepad's "Unicode") is read as such."""
+    data = read_regular_file(path, MAX_LABEL_BYTES)
+    if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        return data.decode("utf-16", errors="replace")
+    return data.decode("utf-8-sig", errors="replace")
 
 
-def parse_label_file(path: Path, width: int, height: int, num_classes: int,
-                     summary: BadSampleSummary) -> tuple[list[np.ndarray], list[int]]:
+def parse_label_file(path: Path, width: int, height: int, num_classes: int, summary: BadSampleSummary,
+                     keypoint_fields: int = 0) -> tuple[list[np.ndarray], list[int]]:
     """Valid boxes (``xyxy`` px) and classes of one label file; each bad line is skipped with a message.
 
     A line is ``class cx cy w h`` or, for segment labels, ``class x1 y1 x2 y2 ...`` (the polygon's extent is the
-    box, as Ultralytics does). Exact duplicate lines are dropped silently.
+    box, as Ultralytics does); with ``keypoint_fields`` (a pose dataset's ``kpt_shape`` product) a line of
+    ``5 + keypoint_fields`` fields is a box followed by keypoints, and the keypoints are dropped. Exact duplicate
+    lines are dropped silently. ``ValueError`` when the file has lines but none is usable: its image has objects,
+    so it is skipped rather than trained as a background (Ultralytics drops it too).
     """
     boxes, classes, seen = [], [], set()
+    problems_before = len(summary.skipped_lines)
     for number, line in enumerate(read_label_text(path).splitlines(), start=1):
         fields = line.split()
+        if keypoint_fields and len(fields) == 5 + keypoint_fields:
+            fields = fields[:5]
         if not fields or tuple(fields) in seen:
             continue
         seen.add(tuple(fields))
@@ -181,13 +267,26 @@ def parse_label_file(path: Path, width: int, height: int, num_classes: int,
         summary.clipped_boxes += clipped
         boxes.append(box)
         classes.append(int(cls))
+    if not boxes and len(summary.skipped_lines) > problems_before:
+        bad = len(summary.skipped_lines) - problems_before
+        raise ValueError("its only label line is unusable" if bad == 1 else f"none of its {bad} label lines is usable")
     return boxes, classes
 
 
-def check_image_and_labels(task: tuple[Path, Path, int]) -> tuple[tuple[int, int] | None, list, list,
-                                                                    BadSampleSummary]:
-    """One image's work, run in a worker: ``(size or None, boxes, classes, its own problems)``."""
-    image, label, num_classes = task
+def keypoint_fields(data: dict) -> int:
+    """Fields of keypoints after each box of a pose dataset (``kpt_shape: [17, 3]`` -> 51), else 0: a detector
+    trained on a pose dataset reads its boxes, as Ultralytics does."""
+    shape = data.get("kpt_shape")
+    if isinstance(shape, list) and len(shape) == 2 and all(type(v) is int and v > 0 for v in shape):
+        return shape[0] * shape[1]
+    return 0
+
+
+def check_image_and_labels(task: tuple[Path, Path, int, int]) -> tuple[tuple[int, int] | None, list, list,
+                                                                         BadSampleSummary]:
+    """One image's work, run in a worker: ``(size or None, boxes, classes, its own problems)``; ``task`` is
+    ``(image, label file, number of classes, keypoint fields per line)``."""
+    image, label, num_classes, keypoint_fields = task
     summary = BadSampleSummary()
     try:
         width, height = image_size(image)
@@ -195,7 +294,8 @@ def check_image_and_labels(task: tuple[Path, Path, int]) -> tuple[tuple[int, int
         summary.skipped_images.append(f"{image}: {err}, image skipped")
         return None, [], [], summary
     try:  # exists, not is_file: a FIFO or device named .txt is refused with its reason, not read as "no labels"
-        boxes, classes = parse_label_file(label, width, height, num_classes, summary) if label.exists() else ([], [])
+        boxes, classes = parse_label_file(label, width, height, num_classes, summary,
+                                          keypoint_fields) if label.exists() else ([], [])
     except (ValueError, OSError) as err:
         summary.skipped_images.append(f"{label}: {err}, image skipped")
         return None, [], [], summary
@@ -213,16 +313,16 @@ def yolo_rows(yaml_path: Path, split: str, workers: int | None = None, data: dic
     """
     data = data or read_data_yaml(yaml_path)
     names = data["names"]
-    images = list_split_images(yaml_path, data, split)
+    images, missing = split_images(yaml_path, data, split)
     labels = [label_path(image, labels_beside_images) for image in images]
     if not any(p.is_file() for p in labels):  # a few missing files are backgrounds; all missing is a wrong layout
         folders = sorted({os.fspath(p.parent) for p in labels})
         raise DataSourceError(f"{yaml_path}: no label file for any of the {len(images)} '{split}' images; expected "
                               f"YOLO txt labels in {', '.join(folders[:3])}{' ...' if len(folders) > 3 else ''}")
     use_stems = all(p.stem.isdigit() for p in images) and len({int(p.stem) for p in images}) == len(images)
-    tasks = [(image, label, len(names)) for image, label in zip(images, labels)]
+    tasks = [(image, label, len(names), keypoint_fields(data)) for image, label in zip(images, labels)]
     checked = ordered_map(check_image_and_labels, tasks, workers=workers, desc=f"converting {yaml_path.stem} {split}")
-    summary, rows, next_object_id = BadSampleSummary(), [], 1
+    summary, rows, next_object_id = BadSampleSummary(skipped_images=missing), [], 1
     for index, (image, (size, boxes, classes, problems)) in enumerate(zip(images, checked, strict=True)):
         summary.merge(problems)
         if size is None:
@@ -257,7 +357,8 @@ def yolo_fingerprint_stats(yaml_path: Path, split: str, data: dict | None = None
     images: list[str] = []
     image_folders = [folder for location in locations for folder in _folders(os.fspath(location))]
     for folder in image_folders:
-        images += [path for path in _scan(folder, entries) if os.path.splitext(path)[1].lower() in IMAGE_SUFFIXES]
+        images += [path for path in _scan(folder, entries) if os.path.splitext(path)[1].lower() in IMAGE_SUFFIXES
+                   and not os.path.basename(path).startswith(".")]
     # Path order, part by part, as sorted(rglob) gives; within one folder that is the names' string order
     images.sort(key=None if len(image_folders) == 1 else lambda path: path.split(os.sep))
     if not images:
@@ -271,33 +372,49 @@ def yolo_fingerprint_stats(yaml_path: Path, split: str, data: dict | None = None
 
 
 def _stat(path: Path) -> tuple[str, int, int]:
-    stat = path.stat()
+    try:
+        stat = path.stat()
+    except OSError:  # a dangling link or a link loop: keyed by the link itself; the conversion reports it
+        stat = path.lstat()
     return os.fspath(path), stat.st_size, stat.st_mtime_ns
 
 
 def _folders(root: str) -> list[str]:
-    """``root`` and every folder below it, not through symlinked folders (as ``Path.rglob``)."""
-    folders, stack = [], [root]
+    """``root`` and every folder below it, as Ultralytics' recursive glob walks them: through symlinked folders
+    (each real folder once, so a link to a parent does not loop), not into hidden ones (``.git``)."""
+    folders, stack, seen = [], [root], set()
     while stack:
         folder = stack.pop()
+        real = os.path.realpath(folder)
+        if real in seen:
+            continue
+        seen.add(real)
         folders.append(folder)
         with os.scandir(folder) as it:
-            stack += [entry.path for entry in it if entry.is_dir(follow_symlinks=False)]
+            stack += [entry.path for entry in it if not entry.name.startswith(".") and _is_folder(entry)]
     return folders
 
 
+def _is_folder(entry: os.DirEntry) -> bool:
+    try:
+        return entry.is_dir()
+    except OSError:  # a link loop
+        return False
+
+
 def _scan(folder: str, into: dict[str, os.stat_result]) -> list[str]:
-    """The files of ``folder`` (symlinks followed, as ``Path.stat``), their stats added to ``into``."""
+    """The files of ``folder`` (symlinks followed, as ``Path.stat``; a dangling one by its own stat), their stats
+    added to ``into``."""
     found = []
     try:
         with os.scandir(folder) as it:
             for entry in it:
+                if _is_folder(entry):
+                    continue
                 try:
-                    if entry.is_dir():
-                        continue
                     into[entry.path] = entry.stat()
                 except OSError:  # a dangling link or a link loop: the conversion reports it by name
-                    continue
+                    into[entry.path] = entry.stat(follow_symlinks=False)
                 found.append(entry.path)
     except FileNotFoundError:  # a labels folder that does not exist: no labels
         pass
