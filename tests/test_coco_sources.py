@@ -71,7 +71,8 @@ def test_images_flag_with_split_template(tmp_path: Path) -> None:
         write_split(tmp_path / "pictures", split, "{split}")
     spec = os.fspath(tmp_path / "labels" / "annotations" / "instances_{split}2017.json")
     with pytest.raises(DataSourceError, match=r"no image folder found \(looked in .*labels/annotations, "
-                                              r".*labels/images/val2017, .*labels/val2017\); pass --images DIR"):
+                                              r".*labels/images/val2017, .*labels/val2017, .*labels/images\); "
+                                              r"pass --images DIR"):
         load_source(spec, "val", cache_dir=tmp_path / "cache")
     for split in SPLITS:
         source = load_source(spec, split, cache_dir=tmp_path / "cache", images=tmp_path / "pictures" / "{split}",

@@ -179,3 +179,40 @@ def test_mpo_jp2_are_read_and_heic_is_named(tmp_path: Path) -> None:
     assert all((row["width"], row["height"]) == (80, 60) for row in rows.values())
     assert source.summary.skipped_images == [f"{tmp_path / 'images' / 'train' / 'phone.heic'}: OpenCV cannot "
                                              "decode .heic images; convert them to JPEG or PNG, image skipped"]
+
+
+# --- COCO folders --------------------------------------------------------------------------------------------
+
+def _coco_json(path: Path, image_folder: Path, prefix: str, count: int, seed: int) -> None:
+    """A COCO json of ``count`` 80x60 images written into ``image_folder``, named ``prefix + file`` in the json,
+    one box of category 3 ("cat") each."""
+    images, annotations = [], []
+    for k in range(count):
+        write_image(image_folder / f"{seed}-{k}.jpg", seed=seed + k)
+        images.append({"id": k + 1, "file_name": f"{prefix}{seed}-{k}.jpg", "width": 80, "height": 60})
+        annotations.append({"id": k + 1, "image_id": k + 1, "category_id": 3, "bbox": [10, 10, 20, 20],
+                            "area": 400, "iscrowd": 0, "segmentation": []})
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"images": images, "annotations": annotations,
+                                "categories": [{"id": 3, "name": "cat", "supercategory": ""}]}))
+
+
+@pytest.mark.parametrize("layout", ["cvat coco", "coco 2017", "label studio coco"])
+def test_coco_export_folders_are_recognised(tmp_path: Path, layout: str,
+                                            caplog: pytest.LogCaptureFixture) -> None:
+    """``--data DIR`` for a COCO export used to reach ``datasets``, which read it as unlabelled images ("no objects
+    column"). A single json (CVAT's ``instances_default.json``, Label Studio's ``result.json``) serves both splits."""
+    root = tmp_path / "export"
+    if layout == "cvat coco":
+        _coco_json(root / "annotations" / "instances_default.json", root / "images", "", 3, 0)
+    elif layout == "coco 2017":
+        _coco_json(root / "annotations" / "instances_train2017.json", root / "images" / "train2017", "", 3, 0)
+        _coco_json(root / "annotations" / "instances_val2017.json", root / "images" / "val2017", "", 2, 10)
+    else:
+        _coco_json(root / "result.json", root / "images", "images/", 3, 0)
+    train, val = (load_source(os.fspath(root), split, cache_dir=tmp_path / "cache", workers=1,
+                              fallback_splits=("val", "test")) for split in ("train", "val"))
+    assert (len(train.dataset), len(val.dataset)) == ((3, 2) if layout == "coco 2017" else (3, 3))
+    assert train.class_names == val.class_names == ["cat"]
+    assert all(row["objects"]["category"] == [0] for row in [*train.dataset, *val.dataset])
+    assert ("one COCO json" in caplog.text) == (layout != "coco 2017")

@@ -49,12 +49,13 @@ def checked_size(path: Path) -> tuple[int, int] | str:
 
 def layout_candidates(json_path: Path) -> list[Path]:
     """Folders a json's file names may be relative to, in order: beside the json, then the standard COCO layouts
-    ``<root>/annotations/instances_val2017.json`` with ``<root>/images/val2017`` or ``<root>/val2017``."""
+    ``<root>/annotations/instances_val2017.json`` with ``<root>/images/val2017`` or ``<root>/val2017``, then
+    ``<root>/images`` (one image folder for a single json: CVAT's ``instances_default.json``)."""
     folders = [json_path.parent]
     prefix, _, tag = json_path.stem.rpartition("_")  # instances_val2017 -> val2017
     if prefix and tag:
         root = json_path.parent.parent
-        folders += [root / "images" / tag, root / tag]
+        folders += [root / "images" / tag, root / tag, root / "images"]
     return folders
 
 

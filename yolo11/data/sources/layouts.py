@@ -2,6 +2,8 @@
 
 - a folder holding a data YAML (Ultralytics, Roboflow's YOLO export, CVAT's "Ultralytics YOLO" export): the YAML;
 - Roboflow's COCO export: ``train/``, ``valid/``, ``test/``, each with ``_annotations.coco.json`` beside its images;
+- COCO jsons in ``annotations/`` (``instances_val2017.json``, CVAT's ``instances_default.json``) or Label Studio's
+  ``result.json``;
 - a YOLO folder without a YAML, names in ``classes.txt`` (Label Studio, LabelImg, makesense.ai) or ``obj.names``
   (CVAT "YOLO 1.1", darknet): images in ``images/`` with ``labels/`` beside, or each label beside its image
   (``obj_train_data/``, or the folder itself), split into ``train``/``val`` sub-folders when it has them.
@@ -44,7 +46,7 @@ def detect_layout(folder: Path) -> Layout | None:
     """The layout of ``folder``, or ``None`` for one ``datasets`` should read (saved Arrow, parquet...)."""
     if (folder / "dataset_dict.json").is_file() or (folder / "state.json").is_file():
         return None
-    return _yaml_layout(folder) or _roboflow_coco_layout(folder) or _yolo_layout(folder)
+    return _yaml_layout(folder) or _roboflow_coco_layout(folder) or _coco_folder_layout(folder) or _yolo_layout(folder)
 
 
 def _yaml_layout(folder: Path) -> Layout | None:
@@ -75,6 +77,29 @@ def _roboflow_coco_layout(folder: Path) -> Layout | None:
         if found is not None:
             jsons[split] = found
     return Layout("coco", folder, coco_jsons=jsons) if jsons else None
+
+
+def _coco_folder_layout(folder: Path) -> Layout | None:
+    """COCO jsons named as COCO, CVAT and datumaro name them (``annotations/instances_<split>.json``, CVAT's
+    ``instances_default.json``) or as Label Studio does (``result.json`` beside ``images/``); without this the
+    folder went to ``datasets``, which read it as a folder of unlabelled images."""
+    jsons = sorted((folder / "annotations").glob("instances_*.json")) if (folder / "annotations").is_dir() else []
+    if not jsons and (folder / "result.json").is_file():
+        jsons = [folder / "result.json"]
+    if not jsons:
+        return None
+    splits = {}
+    for json_path in jsons:
+        tag = json_path.stem.removeprefix("instances_").lower()
+        split = next((k for k, names in SPLIT_FOLDERS.items() if tag.rstrip("0123456789") in names), None)
+        if split is not None:
+            splits.setdefault(split, json_path)
+    note = ""
+    if not splits:  # one json of no split name (CVAT's "default", Label Studio's result.json): it serves every split
+        splits = {"train": jsons[0], "val": jsons[0]}
+        note = (f"{folder}: one COCO json, {jsons[0].relative_to(folder)}, for training and validation (pass a "
+                "json per split to --data, with {split} in its name, to choose)")
+    return Layout("coco", folder, note, coco_jsons=splits)
 
 
 def _names_file(folder: Path) -> Path | None:
