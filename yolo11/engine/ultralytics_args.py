@@ -4,9 +4,11 @@
 A key of ours is taken as it is. An Ultralytics key is renamed (``batch`` -> ``batch_size``), translated with its
 value (``model: yolo11s.pt`` -> ``--model yolo11s --weights yolo11s.pt``, ``cos_lr: true`` -> ``--schedule cosine``)
 or, for what this trainer does not implement, ignored with a note that lists the keys whose values differ from
-Ultralytics' defaults. A key that is neither ours nor Ultralytics' is an error. ``cfg=file.yaml`` reads the file's
-keys under the others, as Ultralytics' ``cfg``. The other way, ``ultralytics_train_args`` writes a run's
-``args.yaml`` with Ultralytics' keys only. No torch here: ``--help`` is light.
+Ultralytics' defaults. A key that is neither ours nor Ultralytics' is an error; an old key that 8.4.190 still reads
+(``half``, ``end2end``...) is read as its current key, and ``imgsz=[h, w]`` as the larger side, each with a note.
+``cfg=file.yaml`` reads the file's keys under the others, as Ultralytics' ``cfg``. The other way,
+``ultralytics_train_args`` writes a run's ``args.yaml`` with Ultralytics' keys only. No torch here: ``--help`` is
+light.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import argparse
 import difflib
 import os
 import re
+import sys
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import PurePath
 from typing import Any
@@ -57,6 +60,67 @@ ULTRALYTICS_DEFAULTS: dict[str, Any] = {
 
 _SCALE = re.compile(r"yolo(11|26)[nsmlx]")  # MODEL_NAMES: YOLO11 and YOLO26
 
+# Keys of earlier Ultralytics versions that 8.4.190 still reads (cfg._handle_deprecation): old key -> its current
+# key and value (``half=True`` -> ``quantize=16``); the removed keys map to None and are dropped.
+LEGACY_KEYS: dict[str, Callable[[Any], tuple[str, Any]] | None] = {
+    "half": lambda v: ("quantize", 16 if _on(v) else None),
+    "int8": lambda v: ("quantize", 8 if _on(v) else None),
+    "end2end": lambda v: ("nms", False if _on(v) else None),
+    "boxes": lambda v: ("show_boxes", v),
+    "hide_labels": lambda v: ("show_labels", not _on(v)),
+    "hide_conf": lambda v: ("show_conf", not _on(v)),
+    "line_thickness": lambda v: ("line_width", v),
+    **dict.fromkeys(("label_smoothing", "save_hybrid", "crop_fraction", "keras")),
+}
+
+
+def _on(value: Any) -> bool:
+    """Ultralytics' reading of a legacy switch: anything but none/false/0 is on."""
+    return str(value).strip().lower() not in {"none", "false", "0"}
+
+
+def read_legacy_key(key: str, value: Any) -> tuple[str | None, Any, str]:
+    """An old Ultralytics key as its current ``(key, value)`` and the note that says so; ``(None, None, note)``
+    for a key Ultralytics removed. Other keys come back unchanged with an empty note."""
+    if key not in LEGACY_KEYS:
+        return key, value, ""
+    modern = LEGACY_KEYS[key]
+    if modern is None:
+        return None, None, f"{key}={value}: removed from Ultralytics, ignored"
+    new_key, new_value = modern(value)
+    return new_key, new_value, f"{key}={value}: Ultralytics' former name of {new_key}={new_value}"
+
+
+def legacy_tokens(argv: Sequence[str], ours: Iterable[str]) -> list[str]:
+    """A tool's ``argv`` with old Ultralytics ``key=value`` tokens (``half=true``) written as their current keys
+    (left out where that is the default) and a note printed for each; a key that is one of the tool's own flags
+    (``yolo11 export half=true``) stays."""
+    import yaml  # a light import, here so that the module stays import-cheap for --help
+
+    ours, out = set(ours), []
+    for token in argv:
+        match = _TOOL_KEY_VALUE.match(token)
+        key = match.group("key").replace("-", "_") if match else None
+        if key not in LEGACY_KEYS or key in ours or os.path.exists(token):
+            out.append(token)
+            continue
+        text = match.group("value")
+        new_key, value, note = read_legacy_key(key, yaml.safe_load(text) if text else None)
+        print(note, file=sys.stderr)
+        if value is not None:  # None: the current key's default (half=false), nothing to set
+            out.append(f"{new_key}={str(value).lower() if isinstance(value, bool) else value}")
+    return out
+
+
+def imgsz_value(value: Any, key: str = "imgsz") -> tuple[Any, str | None]:
+    """Ultralytics' ``imgsz=[h, w]`` (or ``[s]``) as one size, the larger side, with a note (its training takes the
+    largest too; we letterbox to squares): other values come back as they are, for the usual checks."""
+    if isinstance(value, (list, tuple)) and value and all(isinstance(v, int) and not isinstance(v, bool)
+                                                         for v in value):
+        size = max(value)
+        return size, None if len(set(value)) == 1 else f"{key}={list(value)}: a square of the larger side, {size}"
+    return value, None
+
 
 def _model(value: Any, values: dict) -> dict[str, Any]:
     """``yolo11s.pt`` (or any weights file) -> scale and ``weights``; ``yolo11s.yaml`` / ``yolo26n.yaml`` -> the
@@ -98,6 +162,15 @@ def read_ultralytics_keys(values: dict[str, Any], ours: dict[str, bool]) -> tupl
     """
     if values.get("cfg") is not None:  # Ultralytics' cfg=file.yaml: the file's keys, the others win over them
         values = {**read_cfg_file(values["cfg"]), **{k: v for k, v in values.items() if k != "cfg"}}
+    legacy_notes = []
+    for key in [key for key in values if key in LEGACY_KEYS and key not in ours]:  # half=True, as Ultralytics
+        new_key, value, note = read_legacy_key(key, values.pop(key))
+        legacy_notes.append(note)
+        if new_key is not None and new_key not in values:  # the current key, given too, wins (Ultralytics')
+            values[new_key] = value
+    if "imgsz" in values:  # imgsz=[640, 480]
+        values["imgsz"], imgsz_note = imgsz_value(values["imgsz"])
+        legacy_notes += [imgsz_note] if imgsz_note else []
     if values.get("resume") is True and PurePath(str(values.get("model"))).suffix in (".pt", ".safetensors"):
         # `yolo train resume model=runs/.../weights/last.pt`: the model names the run to resume, not new weights
         values = {**{k: v for k, v in values.items() if k != "model"}, "resume": values["model"]}
@@ -131,7 +204,7 @@ def read_ultralytics_keys(values: dict[str, Any], ours: dict[str, bool]) -> tupl
             if name in out:
                 raise ValueError(f"{origin[name]!r} and {key!r} both set {_flag(name)}")
             out[name], origin[name] = item, key
-    notes = []
+    notes = legacy_notes
     if mapped:
         notes.append("Ultralytics keys read as ours: " + ", ".join(mapped))
     if ignored or at_default:
@@ -248,7 +321,7 @@ def read_key_values(parser: argparse.ArgumentParser, argv: Sequence[str],
 
     positionals = positionals or {}
     by_key = {action.dest: action for action in parser._actions if action.option_strings}  # no public listing
-    flags, heads, ignored = [], {name: [] for name in positionals.values()}, []
+    flags, heads, ignored, size_notes = [], {name: [] for name in positionals.values()}, [], []
     rest = []
     for token in argv:
         match = _TOOL_KEY_VALUE.match(token)
@@ -257,6 +330,9 @@ def read_key_values(parser: argparse.ArgumentParser, argv: Sequence[str],
             continue
         key, text = match.group("key").replace("-", "_"), match.group("value")
         value = yaml.safe_load(text) if text else None
+        if key == "imgsz" and key in by_key and isinstance(value, list):  # imgsz=[640, 480]: the flag's one size
+            value, note = imgsz_value(value)
+            text, size_notes = str(value), [*size_notes, note] if note else size_notes
         if key in positionals:
             heads[positionals[key]].append(text)
         elif key in by_key:
@@ -276,5 +352,6 @@ def read_key_values(parser: argparse.ArgumentParser, argv: Sequence[str],
         else:
             parser.error(f"unknown key {key!r}{did_you_mean(key, [*by_key, *positionals, *ULTRALYTICS_DEFAULTS])} "
                          f"(neither a flag of {parser.prog} nor an Ultralytics argument)")
-    notes = [f"Ultralytics keys not implemented by {parser.prog}, ignored: {', '.join(ignored)}"] if ignored else []
+    notes = size_notes + ([f"Ultralytics keys not implemented by {parser.prog}, ignored: {', '.join(ignored)}"]
+                          if ignored else [])
     return [*(item for name in positionals.values() for item in heads[name]), *rest, *flags], notes

@@ -3,6 +3,7 @@
     yolo11 info                                        # Python, packages, CUDA devices
     yolo11 info yolo26n                                # a scale name: the model built, no weights
     yolo11 info runs/train/exp/weights/best.safetensors
+    yolo11 info runs/train/exp                         # a run folder: its best weights, else its last
     yolo11 info model=best.safetensors imgsz=320       # Ultralytics' key form
 
 Per model, Ultralytics' ``model.info()`` line (``YOLO11n summary: ... layers, 2,624,080 parameters, 2,624,064
@@ -84,10 +85,12 @@ def describe(ref: str, imgsz: int = 640) -> list[str]:
         model, origin = create_model(scale), "built from its scale, no weights"
     else:
         from yolo11.preflight import check_weights
+        from yolo11.tools import run_folder_weights
         from yolo11.weights import load_weights
 
         check_weights(ref)
-        model, origin = load_weights(ref), "weights"
+        weights = run_folder_weights(ref)  # a run folder: its best weights, else its last
+        model, origin = load_weights(weights or ref), f"weights {weights}" if weights else "weights"
     names = list(model.names or [])
     listed = f" ({', '.join(names[:5])}{', ...' if len(names) > 5 else ''})" if names else ""
     heads = ", one-to-many and one-to-one heads" if model.end2end else ""
