@@ -189,9 +189,10 @@ class Detections:
         height, width = self.image_size
         return (self.xywh / np.array([width, height, width, height], np.float32)).astype(np.float32)
 
-    def save(self, path: str | Path) -> Path:
-        """Write ``plot()`` to ``path`` (any format OpenCV writes, by its suffix); returns the path."""
-        path = Path(path)
+    def save(self, path: str | Path | None = None) -> Path:
+        """Write ``plot()`` to ``path`` (any format OpenCV writes, by its suffix; default ``results_<source's
+        name>`` in the current folder, as Ultralytics' ``Results.save()``); returns the path."""
+        path = Path(path or f"results_{Path(self.source or 'image0.jpg').name}")
         path.parent.mkdir(parents=True, exist_ok=True)
         if not cv2.imwrite(str(path), cv2.cvtColor(self.plot(), cv2.COLOR_RGB2BGR)):
             raise OSError(f"cannot write {path} (an image suffix OpenCV knows: .jpg, .png ...)")
@@ -224,15 +225,22 @@ class Detector:
 
     def __init__(self, model: YOLO11Detector, class_names: Sequence[str] | None = None, *, imgsz: int = 640,
                  conf: float = 0.25, iou: float = 0.7, max_det: int = 300, rect: bool = True, batch: int = 8,
-                 device: str | torch.device | None = None, nms: bool | None = None) -> None:
+                 device: str | torch.device | None = None, nms: bool | None = None,
+                 classes: Sequence[int] | int | None = None) -> None:
         """``model`` is moved to ``device`` and put in eval mode (``from_pretrained`` also fuses it). ``nms`` picks a
         YOLO26 model's head as Ultralytics' predict does: ``None`` (default) or ``True`` the one-to-many head with
         NMS, ``False`` the one-to-one head's top-k without NMS (a ``ValueError`` for YOLO11, which has no such
-        head); ``head`` says which in one line."""
+        head); ``head`` says which in one line. ``classes``: keep only detections of these class ids, as
+        Ultralytics' ``classes`` (each box's best class filtered before ``max_det``)."""
         if imgsz <= 0 or imgsz % MAX_STRIDE:
             raise ValueError(f"imgsz must be a positive multiple of {MAX_STRIDE}, got {imgsz}")
         if batch < 1:
             raise ValueError(f"batch must be at least 1, got {batch}")
+        self.classes = None if classes is None else torch.tensor([classes] if isinstance(classes, int) else
+                                                                 list(classes), dtype=torch.int64)
+        if self.classes is not None and not all(0 <= k < model.num_classes for k in self.classes.tolist()):
+            raise ValueError(f"classes={self.classes.tolist()}: class ids of this model are 0-{model.num_classes - 1}")
+        self.max_det = max_det
         self.device = torch.device(device or default_device())
         self.model = model.to(self.device).eval()
         self.class_names = list(class_names) if class_names else [str(i) for i in range(model.num_classes)]
@@ -248,20 +256,22 @@ class Detector:
         self.head = head_line(name, model.end2end, self.end2end)
         # Multi-label NMS is for mAP at a low threshold; a prediction shows one class per box, as Ultralytics.
         # The one-to-one top-k keeps max(max_det, 300) candidates before the conf filter, as Ultralytics' predict.
-        self.postprocessor = Postprocessor(conf=conf, iou=iou, max_det=max_det, multi_label=False,
-                                           strides=model.strides, reg_max=model.reg_max, end2end=self.end2end,
-                                           topk=max(max_det, 300))
+        # With classes, every detection leaves the postprocessor and max_det applies after the class filter, as
+        # Ultralytics filters before it (its NMS keeps at most max_nms candidates: 30000).
+        self.postprocessor = Postprocessor(conf=conf, iou=iou, max_det=max_det if classes is None else 30000,
+                                           multi_label=False, strides=model.strides, reg_max=model.reg_max,
+                                           end2end=self.end2end, topk=max(max_det, 300))
 
     @classmethod
     def from_pretrained(cls, ref: str | Path, *, names: str | Sequence[str] | None = None,
                         device: str | torch.device | None = None, imgsz: int = 640, conf: float = 0.25,
                         iou: float = 0.7, max_det: int = 300, rect: bool = True, batch: int = 8,
-                        nms: bool | None = None) -> Detector:
+                        nms: bool | None = None, classes: Sequence[int] | int | None = None) -> Detector:
         """Load weights through ``yolo11.weights.load_weights(ref)`` (a ``.safetensors`` file, a
         ``save_pretrained`` folder, an Ultralytics ``.pt``..., YOLO11 or YOLO26; an ``.onnx`` export runs in
         onnxruntime, ``yolo11.tools.onnx_model``), fuse them, and take the class
-        names from ``names``, else the model, else the Ultralytics checkpoint, else the class ids; ``nms``: see
-        ``Detector``."""
+        names from ``names``, else the model, else the Ultralytics checkpoint, else the class ids; ``nms`` and
+        ``classes``: see ``Detector``."""
         from yolo11.tools.onnx_model import OnnxModel, is_onnx
 
         if is_onnx(ref):  # an export: onnxruntime runs it; a static graph at its own size, square
@@ -272,7 +282,7 @@ class Detector:
         else:
             model = load_weights(ref).fuse()
         return cls(model, class_names_for(model, ref, names), imgsz=imgsz, conf=conf, iou=iou, max_det=max_det,
-                   rect=rect, batch=batch, device=device, nms=nms)
+                   rect=rect, batch=batch, device=device, nms=nms, classes=classes)
 
     @torch.inference_mode()
     def detect(self, images: Sequence[np.ndarray]) -> list[torch.Tensor]:
@@ -304,7 +314,8 @@ class Detector:
                 maps = maps.one2one if self.end2end else maps.one2many
             feats = maps.cpu() if isinstance(maps, torch.Tensor) else [f.cpu() for f in maps]  # a graph's output0
             for i, det in zip(members, self.postprocessor(feats, ratio_pad, sizes), strict=True):
-                detections[i] = det
+                detections[i] = det if self.classes is None else det[torch.isin(det[:, 5].long(),
+                                                                                 self.classes)][:self.max_det]
             share = 1e3 / len(members)  # each image's part of its group's milliseconds
             for i in members:
                 timings[i] = ImageTiming(tuple(batch.shape[2:]), letterbox_s * 1e3 + (moved - started) * share,

@@ -7,8 +7,8 @@
 
 Sources (``predict_sources.expand_sources``): image files, folders (their images and videos, not subfolders),
 quoted globs (``'data/**/*.jpg'`` recurses), videos (``.mp4 .avi .mov .mkv``... frame by frame), ``http(s)://``
-image URLs, video URLs and ``rtsp://`` streams, webcam indices. Each image or frame is letterboxed as Ultralytics'
-predict does and detected by ``yolo11.Detector``, whose Python API this tool wraps.
+image URLs, video URLs and ``rtsp://`` streams, webcam indices, ``.txt`` lists of these. Each image or frame is
+letterboxed as Ultralytics' predict does and detected by ``yolo11.Detector``, whose Python API this tool wraps.
 
 Weights: YOLO11 or YOLO26. A YOLO26 model predicts with its one-to-many head and NMS by default, as Ultralytics
 8.4.190's predict (``nms`` unset); ``--nms false`` (``nms=false``) uses its NMS-free one-to-one head's top-k
@@ -50,9 +50,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from yolo11.arguments import ArgumentParser
-from yolo11.preflight import parse_tool_args
 from yolo11.run_folders import numbered_dir
-from yolo11.tools import add_nms_flag, cli
+from yolo11.tools import add_nms_flag, cli, parse_tool_arguments
 from yolo11.tools.predict_sources import (
     Source,
     UnreadableSource,
@@ -269,6 +268,14 @@ def predict_sources(detector: Detector, sources: Sequence[Source], writer: Predi
     predict_images(detector, pending, writer, log, total)
 
 
+def class_ids(text: str) -> list[int]:
+    """``--classes``: ``0``, ``0,2`` or ``[0, 2]`` as a list of class ids."""
+    ids = [part.strip() for part in text.strip().strip("[]").split(",") if part.strip()]
+    if not ids or not all(part.isdigit() for part in ids):
+        raise argparse.ArgumentTypeError(f"expected class ids such as 0 or 0,2, got {text!r}")
+    return [int(part) for part in ids]
+
+
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("weights", help="our .safetensors file or folder, or an Ultralytics .pt")
@@ -289,6 +296,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                              "imgsz x imgsz)")
     parser.add_argument("--batch", type=int, default=8, help="images or video frames per forward pass")
     parser.add_argument("--names", default=None, help="class names: a comma list or a data YAML")
+    parser.add_argument("--classes", type=class_ids, default=None,
+                        help="keep only these class ids: 0, 0,2 or [0, 2] (Ultralytics' classes)")
     parser.add_argument("--save-txt", action="store_true", help="also write YOLO txt files under labels/")
     parser.add_argument("--save-conf", action="store_true", help="end each --save-txt line with the score")
     parser.add_argument("--no-draw", action="store_true", help="do not write drawn images and videos")
@@ -296,7 +305,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--verbose", action=argparse.BooleanOptionalAction, default=True,
                         help="a line per image or frame, as Ultralytics' predict (--no-verbose: the totals only)")
     add_nms_flag(parser)
-    return parse_tool_args(parser, argv, {"model": "weights", "source": "sources"})
+    return parse_tool_arguments(parser, argv, {"model": "weights", "source": "sources"})
 
 
 @cli
@@ -313,7 +322,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(line, file=sys.stderr)
     detector = Detector.from_pretrained(args.weights, names=args.names, device=args.device, imgsz=imgsz,
                                         conf=args.conf, iou=args.iou, max_det=args.max_det, rect=args.rect,
-                                        batch=args.batch, nms=args.nms)
+                                        batch=args.batch, nms=args.nms, classes=args.classes)
     print(detector.head)
     directory = args.output or numbered_dir(args.project / args.name, args.exist_ok)
     writer = PredictionWriter(directory, draw=not args.no_draw, save_txt=args.save_txt, save_conf=args.save_conf)

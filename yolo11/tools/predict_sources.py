@@ -82,15 +82,32 @@ def _glob_sources(pattern: str) -> list[Source]:
     return found
 
 
-def expand_sources(specs: Sequence[str]) -> list[Source]:
+def _listed_specs(listing: Path) -> list[str]:
+    """The sources a ``.txt`` file lists, one a line (Ultralytics' ``source=list.txt``); an entry that does not
+    exist as given is read relative to the file's folder, as Ultralytics does."""
+    specs = []
+    for line in listing.read_text(encoding="utf-8-sig").splitlines():
+        line = line.strip()
+        if not line:
+            continue
+        found = glob.glob(line, recursive=True) if glob.has_magic(line) else Path(line).exists()
+        remote = line.isdigit() or line.startswith(("http://", "https://", *STREAM_SCHEMES))
+        specs.append(line if found or remote else str(listing.parent / line))
+    return specs
+
+
+def expand_sources(specs: Sequence[str], lists: bool = True) -> list[Source]:
     """Command-line sources -> inputs, in order: a file, a folder (its images and videos, not recursive), a glob
     (quote it: ``'images/*.jpg'``, ``'data/**/*.png'``), an ``http(s)://`` image URL or video URL (by suffix), an
-    ``rtsp://``/``rtmp://`` stream, or a webcam index (``0``). A path that does not exist is an error."""
+    ``rtsp://``/``rtmp://`` stream, a webcam index (``0``), or (with ``lists``) a ``.txt`` file of any of these, one a
+    line. A path that does not exist is an error."""
     sources: list[Source] = []
     for spec in specs:
         path = Path(spec)
         if path.is_dir():
             sources.extend(_folder_sources(path))
+        elif lists and path.is_file() and path.suffix.lower() == ".txt":  # Ultralytics' list of sources (not nested)
+            sources.extend(expand_sources(_listed_specs(path), lists=False))
         elif path.is_file():
             sources.append(_file_source(path))
         elif spec.startswith(STREAM_SCHEMES):
