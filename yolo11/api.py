@@ -32,7 +32,7 @@ from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 from yolo11 import cli_calls as calls
-from yolo11.engine.ultralytics_args import ULTRALYTICS_DEFAULTS, did_you_mean
+from yolo11.engine.ultralytics_args import ULTRALYTICS_DEFAULTS, did_you_mean, imgsz_value, read_legacy_key
 from yolo11.gate import SCALE_NAMES
 
 if TYPE_CHECKING:
@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from yolo11.predictor import Detections, Detector
 
 # Detector's settings, which predict() takes as keywords (Ultralytics' names); and the keys of saving results.
-PREDICT_KEYS = ("imgsz", "conf", "iou", "max_det", "rect", "batch", "device", "nms", "names")
+PREDICT_KEYS = ("imgsz", "conf", "iou", "max_det", "rect", "batch", "device", "nms", "names", "classes")
 SAVE_KEYS = ("save", "save_txt", "save_conf", "project", "name", "exist_ok")
 
 
@@ -99,11 +99,12 @@ class Metrics:
 
     @property
     def box(self) -> SimpleNamespace:
-        """Ultralytics' ``metrics.box``: ``map``, ``map50``, ``mp``, ``mr`` and ``maps`` (per-class mAP50-95,
-        the overall mAP50-95 for a class without ground truth, as Ultralytics fills it)."""
+        """Ultralytics' ``metrics.box``: ``map``, ``map50``, ``map75`` (COCO's), ``mp``, ``mr`` and ``maps``
+        (per-class mAP50-95, the overall mAP50-95 for a class without ground truth, as Ultralytics fills it)."""
         maps = [self.map50_95 if values["map50_95"] is None else values["map50_95"]
                 for values in self.per_class.values()]
-        return SimpleNamespace(map=self.map50_95, map50=self.map50, mp=self.precision, mr=self.recall, maps=maps)
+        return SimpleNamespace(map=self.map50_95, map50=self.map50, map75=self.raw.get("map75"), mp=self.precision,
+                               mr=self.recall, maps=maps)
 
     @property
     def save_dir(self) -> Path | None:
@@ -138,11 +139,10 @@ class YOLO:
         if (path.stem if is_yaml else ref) in SCALE_NAMES and (is_yaml or not path.exists()):
             self.architecture = path.stem
             return
-        if path.is_dir() and (path / "weights").is_dir():  # a run folder
-            found = [path / "weights" / f"{name}.safetensors" for name in ("best", "last")]
-            weights = next((file for file in found if file.is_file()), None)
-            if weights is None:
-                raise FileNotFoundError(f"{path}: a run folder without weights/best.safetensors or last.safetensors")
+        from yolo11.tools import run_folder_weights
+
+        weights = run_folder_weights(path)  # a run folder: its best weights, else its last, as the tools read it
+        if weights is not None:
             ref, path = str(weights), weights
         run = path.parent.parent
         if path.is_file() and path.parent.name == "weights" and (run / "config.yaml").is_file():
@@ -317,10 +317,23 @@ class YOLO:
     def _predict_settings(self, kwargs: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
         """``Detector`` settings and saving options from ``predict``'s keywords; another Ultralytics key is ignored
         with a note, anything else is a ``UsageError``."""
+        from yolo11.preflight import round_imgsz
+
         settings = {k: v for k, v in self.overrides.items() if k == "imgsz"}
         saving: dict[str, Any] = {}
-        ignored = []
+        ignored, notes = [], []
         for key, value in kwargs.items():
+            key, value, note = read_legacy_key(key, value)  # half=True, as Ultralytics reads it
+            notes += [note] if note else []
+            if key is None or (note and value is None and key not in PREDICT_KEYS):  # removed, or at its default
+                continue
+            if key == "imgsz":  # [h, w] and sizes off the stride, as the command line reads them
+                value, note = imgsz_value(value)
+                try:
+                    value, rounded = round_imgsz(value, "imgsz") if isinstance(value, int) else (value, None)
+                except ValueError as err:
+                    raise UsageError(f"predict: {err}") from None
+                notes += [line for line in (note, rounded) if line]
             if key in PREDICT_KEYS:
                 settings[key] = value
             elif key in SAVE_KEYS:
@@ -330,8 +343,10 @@ class YOLO:
             else:
                 raise UsageError(f"predict: unknown key {key!r}"
                                  f"{did_you_mean(key, [*PREDICT_KEYS, *SAVE_KEYS, *ULTRALYTICS_DEFAULTS])}")
-        if ignored and calls.is_main_process():
-            print(f"predict: Ultralytics keys not implemented here, ignored: {', '.join(ignored)}", file=sys.stderr)
+        if ignored:
+            notes.append(f"predict: Ultralytics keys not implemented here, ignored: {', '.join(ignored)}")
+        if notes and calls.is_main_process():
+            print("\n".join(notes), file=sys.stderr)
         return settings, saving
 
     def _detector_for(self, settings: dict[str, Any]) -> Detector:
@@ -416,31 +431,15 @@ class YOLO:
         return output
 
     def info(self, verbose: bool = True, imgsz: int = 640) -> tuple[int, int, int, float]:
-        """``(layers, parameters, gradients, GFLOPs)`` as Ultralytics' ``model.info()`` returns them: modules,
-        parameters and trainable ones, and the FLOPs of one ``imgsz`` x ``imgsz`` image in eval mode (torch's
-        ``FlopCounterMode``: a multiply-add counts 2, as Ultralytics' GFLOPs); ``verbose`` prints them on one line."""
-        import torch
-        from torch.utils.flop_counter import FlopCounterMode
+        """``(layers, parameters, gradients, GFLOPs)`` as Ultralytics' ``model.info()`` returns them, the numbers of
+        ``yolo11 info`` (``yolo11.models.summary``: Ultralytics' parameters and GFLOPs; layers counted its way, on
+        our modules); ``verbose`` prints its summary line."""
+        from yolo11.models.summary import model_summary
 
-        model = self.model
-        layers = len(list(model.modules()))
-        parameters = sum(p.numel() for p in model.parameters())
-        gradients = sum(p.numel() for p in model.parameters() if p.requires_grad)
-        training = model.training
-        device = next(model.parameters()).device
-        try:
-            model.eval()
-            with torch.no_grad(), FlopCounterMode(display=False) as counter:
-                model(torch.zeros(1, 3, imgsz, imgsz, dtype=torch.uint8, device=device))
-        finally:
-            model.train(training)
-        gflops = counter.get_total_flops() / 1e9
+        summary = model_summary(self.model, imgsz)
         if verbose:
-            names = list(self.names.values())
-            listed = ", ".join(names[:5]) + (", ..." if len(names) > 5 else "")
-            print(f"{self.architecture} summary: {layers} layers, {parameters:,} parameters, {gradients:,} gradients, "
-                  f"{gflops:.1f} GFLOPs at {imgsz} px; {len(names)} classes ({listed})")
-        return layers, parameters, gradients, gflops
+            print(summary.line())
+        return summary.layers, summary.parameters, summary.gradients, summary.gflops
 
     def _weights_argument(self) -> str:
         """What the tools' positional weights argument gets: the weights loaded, else ``.`` (an existing path, so
