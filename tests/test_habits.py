@@ -1,0 +1,134 @@
+"""An Ultralytics user's habits on the command line and in the Python API: old keys (``half=True``), ``imgsz`` as a
+list, ``classes=``, ``source=list.txt``, a run folder as ``model=``, ``info()``, ``metrics.box.map75`` and
+``Results.save()`` without a name, each as Ultralytics 8.4.190 takes it."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from yolo11 import YOLO, create_model
+from yolo11.api import Metrics
+from yolo11.engine.config import parse_config
+from yolo11.models.summary import model_summary
+from yolo11.predictor import Detector
+from yolo11.tools import predict, val
+from yolo11.tools.predict_sources import expand_sources
+from yolo11.weights import save_weights
+
+
+@pytest.fixture(scope="module")
+def run_folder(tmp_path_factory) -> Path:
+    """A run folder as training leaves it, as far as the tools read it: ``weights/best.safetensors`` of a 3-class
+    yolo11n whose class branch has large random weights: each class is the best of some anchors."""
+    torch.manual_seed(0)
+    model = create_model("yolo11n", num_classes=3)
+    with torch.no_grad():
+        for branch in model.head.cv3:
+            branch[-1].weight.normal_(0.0, 1.0)
+            branch[-1].bias.fill_(0.0)
+    run = tmp_path_factory.mktemp("habits") / "exp"
+    save_weights(model, run / "weights" / "best.safetensors")
+    return run
+
+
+@pytest.fixture(scope="module")
+def image(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("images") / "noise.png"
+    import cv2
+
+    cv2.imwrite(str(path), np.random.default_rng(0).integers(0, 255, (48, 80, 3), dtype=np.uint8))
+    return path
+
+
+def test_train_reads_old_keys_and_a_size_list_as_ultralytics():
+    """``half``/``int8`` became ``quantize``, ``end2end`` became ``nms`` (8.4.190's ``_handle_deprecation``): the
+    trainer reads them so (``end2end=True`` is training validation's nms=false) instead of refusing them; a train
+    ``imgsz=[h, w]`` is the larger side, as Ultralytics' ``check_imgsz`` for training."""
+    config = parse_config(["data=synthetic", "half=true", "end2end=true", "label_smoothing=0.1"])
+    assert config.run.val_nms is False
+    assert parse_config(["data=synthetic", "half=false"]) == parse_config(["data=synthetic"])
+    assert parse_config(["data=synthetic", "imgsz=[64,96]"]).data.imgsz == 96
+
+
+def test_tools_take_old_keys_a_size_list_classes_and_a_run_folder(run_folder, image, capsys):
+    """``yolo11 predict model=runs/train/exp source=... half=True imgsz=[64,96] classes=[0,2]``: the run folder's
+    best weights, quantize ignored with a note, the larger side, the class ids; export keeps its own ``half``."""
+    args = predict.parse_args([f"model={run_folder}", f"source={image}", "half=true", "imgsz=[64,96]",
+                               "classes=[0,2]"])
+    assert (args.weights, args.imgsz, args.classes) == (str(run_folder / "weights" / "best.safetensors"), 96, [0, 2])
+    err = capsys.readouterr().err
+    assert "half=True: Ultralytics' former name of quantize=16" in err and "imgsz=[64, 96]" in err
+    assert val.parse_args([str(run_folder), "data=synthetic", "int8=true", "imgsz=[64]"]).imgsz == 64
+    from yolo11.tools import export
+
+    assert export.parse_args([str(run_folder), "half=true"]).half is True
+
+
+def test_predict_classes_keeps_those_classes_up_to_max_det(run_folder):
+    """``classes`` filters each box's class before ``max_det``, as Ultralytics' NMS: the filtered detections are
+    the unfiltered ones of those classes, in order, cut at max_det."""
+    model = create_model("yolo11n", num_classes=3)
+    model.load_state_dict(YOLO(run_folder).model.state_dict())
+    picture = np.random.default_rng(1).integers(0, 255, (64, 64, 3), dtype=np.uint8)
+    every = Detector(model, imgsz=64, conf=0.0, max_det=1000, device="cpu").predict(picture)[0]
+    assert set(every.class_ids.tolist()) == {0, 1, 2}
+    kept = Detector(model, imgsz=64, conf=0.0, max_det=5, device="cpu", classes=[1]).predict(picture)[0]
+    assert kept.class_ids.tolist() == [1] * 5
+    np.testing.assert_array_equal(kept.boxes, every.boxes[every.class_ids == 1][:5])
+    with pytest.raises(ValueError, match="class ids of this model are 0-2"):
+        Detector(model, imgsz=64, classes=[3], device="cpu")
+
+
+def test_source_txt_lists_images_relative_to_itself(tmp_path, image):
+    """``source=list.txt``: one source a line, an entry that does not exist as given read beside the file."""
+    (tmp_path / "sub").mkdir()
+    local = tmp_path / "sub" / "b.png"
+    local.write_bytes(image.read_bytes())
+    listing = tmp_path / "list.txt"
+    listing.write_text(f"{image}\n\nsub/b.png\n")
+    assert [(s.location, s.kind) for s in expand_sources([str(listing)])] == [(str(image), "image"),
+                                                                              (str(local), "image")]
+
+
+def test_predict_cli_reads_a_list_and_filters_classes(run_folder, image, tmp_path):
+    listing = tmp_path / "list.txt"
+    listing.write_text(f"{image}\n{image}\n")
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        code = predict.main([f"model={run_folder}", f"source={listing}", "conf=0.0", "classes=2", "imgsz=64",
+                             "--no-draw", "--output", str(tmp_path / "out")])
+    records = json.loads((tmp_path / "out" / "predictions.json").read_text())
+    assert code == 0 and len(records) == 2
+    assert {d["class"] for r in records for d in r["detections"]} == {2}
+
+
+def test_api_predict_habits(run_folder, image, tmp_path, monkeypatch, capsys):
+    """``model.predict(half=True, imgsz=[64, 64], classes=[0])`` and ``imgsz=70`` (rounded up, as the CLI);
+    ``r.save()`` names the file ``results_<image name>``."""
+    model = YOLO(run_folder)
+    (result,) = model.predict(str(image), half=True, imgsz=[64, 64], classes=[0], conf=0.0)
+    assert len(result) and set(result.class_ids.tolist()) == {0}
+    assert "half=True: Ultralytics' former name of quantize=16" in capsys.readouterr().err
+    assert len(model.predict(str(image), imgsz=70, conf=0.0)[0])
+    monkeypatch.chdir(tmp_path)
+    assert result.save() == Path("results_noise.png") and (tmp_path / "results_noise.png").is_file()
+
+
+def test_info_gives_the_numbers_of_yolo11_info():
+    """``YOLO(...).info()`` returns what ``yolo11 info`` prints (Ultralytics' parameters and GFLOPs), not a count
+    of its own."""
+    model = YOLO("yolo11n")
+    summary = model_summary(model.model, 64)
+    assert model.info(verbose=False, imgsz=64) == (summary.layers, summary.parameters, summary.gradients,
+                                                    summary.gflops)
+
+
+def test_metrics_box_has_map75():
+    metrics = Metrics(0.3, 0.5, 0.6, 0.4, raw={"map75": 0.25})
+    assert (metrics.box.map, metrics.box.map50, metrics.box.map75) == (0.3, 0.5, 0.25)
