@@ -86,15 +86,15 @@ def step_variant(args, flags: str) -> argparse.Namespace:
 
 def ours_step(args) -> dict:
     import yolo11
+    from yolo11.engine.build import build_criterion
     from yolo11.engine.optim import OptimizerChoice, build_optimizer
-    from yolo11.loss import DetectionLoss
 
     device = torch.device("cuda")
     torch.backends.cudnn.benchmark = args.cudnn_benchmark
     model = yolo11.create_model(args.model, num_classes=80).to(device).train()
     if args.channels_last:
         model = model.to(memory_format=torch.channels_last)
-    criterion = DetectionLoss(80)
+    criterion = build_criterion(model, device)  # YOLO26: both heads' End2EndLoss, as training
     optimizer = build_optimizer(model, OptimizerChoice("SGD", 0.01, 0.937), 5e-4)
     if args.compile:
         from yolo11.engine.compile import compile_model
@@ -237,6 +237,7 @@ def ultralytics_step(args) -> dict:
 def replicated_coco128(images: int, root: Path, source: Path) -> Path:
     """A data YAML over coco128 (``source``, beside its ``coco128.yaml``) repeated (symlinks) to at least ``images``
     images."""
+    source = source.resolve()  # the links are absolute: a relative --coco128 would dangle from the temp folder
     files = sorted((source / "images" / "train2017").glob("*.jpg"))
     for sub in ("images", "labels"):
         (root / sub / "train").mkdir(parents=True, exist_ok=True)
