@@ -73,7 +73,10 @@ def plot_results(csv_path: Path, out_path: Path) -> Path:
     """results.png: each column of ``RESULTS_GRID`` against the epoch, raw and smoothed (``gaussian_smooth``)."""
     plt = _pyplot()
     rows = read_results(csv_path)
-    fig, axes = plt.subplots(2, 5, figsize=(15, 6), tight_layout=True)
+    fig, axes = plt.subplots(2, 5, figsize=(15, 6))
+    # fixed margins that fit the grid's short titles and tick labels: a tight layout measured every tick label of
+    # the ten axes, half the figure's time
+    fig.subplots_adjust(left=0.055, right=0.99, bottom=0.06, top=0.94, wspace=0.36, hspace=0.32)
     for ax, column in zip(axes.ravel(), [c for row in RESULTS_GRID for c in row], strict=True):
         if rows and column not in rows[0]:  # a YOLO26 run's results.csv names the third loss l1_loss
             column = column.replace("dfl_loss", "l1_loss")
