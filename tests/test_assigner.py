@@ -131,6 +131,19 @@ def test_shared_anchor_goes_to_highest_iou(small_gt_is_better):
     assert int(result.labels[0, 0]) == (1 if small_gt_is_better else 0)
 
 
+def test_a_tie_between_gts_goes_to_the_first_row():
+    """Duplicate GTs (same box, another class) overlap every anchor equally: the first row keeps them all, as
+    Ultralytics' argmax over the rows (first index on ties)."""
+    anchors = torch.tensor([[8.0, 8.0], [24.0, 8.0], [8.0, 24.0], [24.0, 24.0]])
+    boxes = torch.tensor([[[0.0, 0.0, 32.0, 32.0], [0.0, 0.0, 32.0, 32.0], [0.0, 0.0, 32.0, 32.0]]])
+    labels = torch.tensor([[-1, 1, 0]])  # a padding row first: real rows 1 and 2 tie
+    pred = torch.tensor([[0.0, 0.0, 30.0, 30.0]]).repeat(4, 1)[None]
+    scores = torch.full((1, 4, 2), 0.5)
+    result = TaskAlignedAssigner(num_classes=2)(scores, pred, anchors, labels, boxes, labels >= 0)
+    assert result.foreground.all()
+    assert result.gt_index[0].tolist() == [1, 1, 1, 1] and result.labels[0].tolist() == [1, 1, 1, 1]
+
+
 def test_small_and_zero_size_boxes_get_candidates():
     """Sides under the second stride (16 px) are widened to it for the candidate test (Ultralytics 8.4)."""
     anchors = anchors_px(64)
