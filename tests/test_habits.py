@@ -132,3 +132,25 @@ def test_info_gives_the_numbers_of_yolo11_info():
 def test_metrics_box_has_map75():
     metrics = Metrics(0.3, 0.5, 0.6, 0.4, raw={"map75": 0.25})
     assert (metrics.box.map, metrics.box.map50, metrics.box.map75) == (0.3, 0.5, 0.25)
+
+
+def test_detections_boxes_answer_ultralytics_results_boxes_views():
+    """``r.boxes`` stays an (N, 4) NumPy array and also answers ``r.boxes.xyxy / .conf / .cls / .xywhn / .data`` as
+    CPU tensors, per row too (``for box in r.boxes: box.xyxy[0], float(box.conf), int(box.cls)``), as Ultralytics'
+    ``Results.boxes``; an arithmetic result says where the views are instead of answering wrongly."""
+    from yolo11.predictor import Detections
+
+    xyxy = np.array([[10, 20, 30, 60], [0, 0, 50, 100]], np.float32)
+    r = Detections(boxes=xyxy, scores=np.array([0.9, 0.4], np.float32), class_ids=np.array([3, 1]),
+                   names={1: "a", 3: "b"}, image_size=(100, 200))
+    assert isinstance(r.boxes, np.ndarray) and r.boxes.shape == (2, 4)
+    np.testing.assert_array_equal(r.boxes, xyxy)
+    assert torch.equal(r.boxes.xyxy, torch.from_numpy(xyxy)) and r.boxes.cls.tolist() == [3.0, 1.0]
+    assert torch.allclose(r.boxes.conf, torch.tensor([0.9, 0.4]))
+    assert torch.allclose(r.boxes.xywhn[1], torch.tensor([25 / 200, 50 / 100, 50 / 200, 100 / 100]))
+    assert r.boxes.data.shape == (2, 6) and r.boxes.data[0, 5] == 3
+    rows = [(box.xyxy[0].tolist(), round(float(box.conf), 2), int(box.cls)) for box in r.boxes]
+    assert rows == [([10, 20, 30, 60], 0.9, 3), ([0, 0, 50, 100], 0.4, 1)]
+    assert r.boxes[r.boxes.conf.numpy() > 0.5].cls.tolist() == [3.0]
+    with pytest.raises(AttributeError, match="r.boxes"):
+        (r.boxes * 2).conf  # noqa: B018

@@ -113,12 +113,83 @@ def class_names_for(model: YOLO11Detector, ref: str | Path | None = None,
     return listed
 
 
+class Boxes(np.ndarray):
+    """``Detections.boxes``: the ``(N, 4)`` float32 ``x1, y1, x2, y2`` pixels as a NumPy array, which also answers
+    Ultralytics' ``Results.boxes`` views as CPU torch tensors: ``xyxy (N, 4)``, ``conf (N,)``, ``cls (N,)`` (float,
+    as Ultralytics'), ``xywh``, ``xyxyn``, ``xywhn``, ``data (N, 6)``. Its rows (``boxes[i]``, ``for box in boxes``)
+    and row selections answer them too, for their boxes: ``box.xyxy[0]``, ``float(box.conf)``, ``int(box.cls)``."""
+
+    def __new__(cls, xyxy: np.ndarray, scores: np.ndarray, class_ids: np.ndarray, image_size: tuple[int, int]):
+        boxes = np.asarray(xyxy, dtype=np.float32).reshape(-1, 4).view(cls)
+        boxes._scores, boxes._class_ids, boxes._image_size = scores, class_ids, image_size
+        return boxes
+
+    def __array_finalize__(self, parent) -> None:
+        # a view or a computed array (boxes * 2, boxes[:, 0]) has no scores of its own: only row selections do
+        self._scores = self._class_ids = None
+        self._image_size = getattr(parent, "_image_size", None)
+
+    def __reduce__(self):
+        return Boxes, (np.asarray(self), self._scores, self._class_ids, self._image_size)
+
+    def __getitem__(self, key):
+        out = super().__getitem__(key)
+        rows = isinstance(key, int | np.integer | slice) or (not isinstance(key, tuple) and np.ndim(key) == 1)
+        if isinstance(out, Boxes) and self._scores is not None and self.ndim == 2 and rows:  # boxes[i], [mask]
+            out._scores, out._class_ids = np.atleast_1d(self._scores[key]), np.atleast_1d(self._class_ids[key])
+        return out
+
+    def __iter__(self):
+        return (self[i] for i in range(len(self))) if self.ndim == 2 else super().__iter__()
+
+    def _rows(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        if self._scores is None:
+            raise AttributeError("these boxes are not rows of a Detections' boxes (an arithmetic result or a column "
+                                 "view): take xyxy, conf and cls from r.boxes, r.boxes[i] or r.boxes[mask]")
+        return np.asarray(self, dtype=np.float32).reshape(-1, 4), self._scores, self._class_ids
+
+    @property
+    def xyxy(self) -> torch.Tensor:
+        return torch.from_numpy(self._rows()[0].copy())
+
+    @property
+    def conf(self) -> torch.Tensor:
+        return torch.from_numpy(np.asarray(self._rows()[1], dtype=np.float32).copy())
+
+    @property
+    def cls(self) -> torch.Tensor:
+        return torch.from_numpy(np.asarray(self._rows()[2], dtype=np.float32))
+
+    @property
+    def data(self) -> torch.Tensor:
+        """``(N, 6)`` rows ``x1, y1, x2, y2, conf, cls``."""
+        return torch.cat((self.xyxy, self.conf[:, None], self.cls[:, None]), 1)
+
+    @property
+    def xywh(self) -> torch.Tensor:
+        x1, y1, x2, y2 = self.xyxy.unbind(1)
+        return torch.stack(((x1 + x2) / 2, (y1 + y2) / 2, x2 - x1, y2 - y1), 1)
+
+    @property
+    def xyxyn(self) -> torch.Tensor:
+        return self.xyxy / self._image_scale()
+
+    @property
+    def xywhn(self) -> torch.Tensor:
+        return self.xywh / self._image_scale()
+
+    def _image_scale(self) -> torch.Tensor:
+        height, width = self._image_size
+        return torch.tensor([width, height, width, height], dtype=torch.float32)
+
+
 @dataclass(frozen=True, eq=False)
 class Detections:
     """The detections of one image, best score first.
 
     Attributes:
-        boxes: ``(N, 4)`` float32 ``x1, y1, x2, y2`` in the original image's pixels.
+        boxes: ``(N, 4)`` float32 ``x1, y1, x2, y2`` in the original image's pixels (a ``Boxes``: a NumPy array
+            that also has Ultralytics' ``r.boxes.xyxy``, ``.conf``, ``.cls`` ... as torch tensors).
         scores: ``(N,)`` float32 confidences.
         class_ids: ``(N,)`` int64 class indices.
         names: the class map ``{class id: name}`` of the model, as Ultralytics' ``Results.names``.
@@ -134,6 +205,10 @@ class Detections:
     image_size: tuple[int, int]
     image: np.ndarray | None = field(default=None, repr=False)
     source: str | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.boxes, Boxes):  # made from plain arrays: the boxes answer Ultralytics' views too
+            object.__setattr__(self, "boxes", Boxes(self.boxes, self.scores, self.class_ids, self.image_size))
 
     @classmethod
     def from_rows(cls, rows: torch.Tensor, class_names: Sequence[str], image_size: Sequence[int],
