@@ -154,3 +154,21 @@ def test_detections_boxes_answer_ultralytics_results_boxes_views():
     assert r.boxes[r.boxes.conf.numpy() > 0.5].cls.tolist() == [3.0]
     with pytest.raises(AttributeError, match="r.boxes"):
         (r.boxes * 2).conf  # noqa: B018
+
+
+def test_a_bare_boolean_key_is_true_as_ultralytics_cli_reads_it(tmp_path, monkeypatch):
+    """``yolo11 train ... cos_lr exist_ok`` and ``yolo11 predict ... save_txt``: a boolean key without a value is
+    true (Ultralytics' CLI); a flag's value (``--name val``: ``val`` is also a key) and an existing file stay."""
+    import argparse
+
+    from yolo11.engine.ultralytics_args import read_key_values
+
+    config = parse_config(["data=coco8.yaml", "cos_lr", "--name", "val", "exist_ok"])
+    assert config.optim.schedule == "cosine" and config.run.name == "val" and config.run.exist_ok
+    parser = argparse.ArgumentParser(prog="yolo11 predict")
+    parser.add_argument("sources", nargs="*")
+    parser.add_argument("--save-txt", action="store_true")
+    monkeypatch.chdir(tmp_path)
+    Path("show").write_text("")  # a source that happens to bear a key's name
+    argv, _ = read_key_values(parser, ["best.safetensors", "save_txt", "show"])
+    assert argv == ["best.safetensors", "show", "--save-txt"]

@@ -26,7 +26,7 @@ import yaml
 
 from yolo11.arguments import ArgumentParser  # usage errors in one line
 from yolo11.data.augment_params import AugmentParams
-from yolo11.engine.ultralytics_args import FLAG_ALIASES, read_ultralytics_keys
+from yolo11.engine.ultralytics_args import FLAG_ALIASES, bare_switches, read_ultralytics_keys, ultralytics_switches
 from yolo11.gate import BOOL_WORDS, SCALE_NAMES, read_yaml
 from yolo11.output_errors import write_file
 from yolo11.preflight import MAX_STRIDE, check_report_to, check_weights, resolve_data, round_imgsz
@@ -412,7 +412,10 @@ def parse_command_line(argv: list[str] | None = None) -> tuple[TrainConfig, froz
 
     A bare ``resume`` (Ultralytics' ``yolo train resume model=runs/.../last.pt``) means ``resume=true``."""
     parser = build_parser()
-    argv = ["resume=true" if token == "resume" else token for token in (sys.argv[1:] if argv is None else argv)]
+    switches = ultralytics_switches() | {f.name for section in _SECTIONS.values() for f in dataclasses.fields(section)
+                                         if _field_type(f.type)[0] is bool}
+    # `yolo train resume`, `... cos_lr`: a bare boolean key is true, as Ultralytics' CLI reads it
+    argv = bare_switches(sys.argv[1:] if argv is None else argv, switches)
     pre, extras = parser.parse_known_args(argv)
     key_values = [token for token in extras if _KEY_VALUE.match(token)]
     argv = [token for token in argv if token not in key_values]

@@ -305,6 +305,22 @@ class ArgumentParser(argparse.ArgumentParser):
         super().error(message)
 
 
+def bare_switches(argv: Sequence[str], switches: set[str]) -> list[str]:
+    """``argv`` with each switch's bare name (``save_txt``, ``show``) as ``key=true``, as Ultralytics' CLI reads a
+    boolean key given without a value; a token that is a flag's value (``--name val``) or an existing path stays."""
+    out = []
+    for token in argv:
+        key = token.replace("-", "_")
+        after_flag = bool(out) and out[-1].startswith("-") and "=" not in out[-1]
+        out.append(f"{key}=true" if key in switches and not after_flag and not os.path.exists(token) else token)
+    return out
+
+
+def ultralytics_switches() -> set[str]:
+    """Ultralytics' boolean keys (a bare name of one means true)."""
+    return {key for key, value in ULTRALYTICS_DEFAULTS.items() if isinstance(value, bool)}
+
+
 _TOOL_KEY_VALUE = re.compile(r"^(?P<key>[A-Za-z_][A-Za-z0-9_-]*)=(?P<value>.*)$", re.DOTALL)
 
 
@@ -323,7 +339,9 @@ def read_key_values(parser: argparse.ArgumentParser, argv: Sequence[str],
     by_key = {action.dest: action for action in parser._actions if action.option_strings}  # no public listing
     flags, heads, ignored, size_notes = [], {name: [] for name in positionals.values()}, [], []
     rest = []
-    for token in argv:
+    switches = ultralytics_switches() | {key for key, action in by_key.items()
+                                         if action.nargs == 0 or isinstance(action, argparse.BooleanOptionalAction)}
+    for token in bare_switches(argv, switches):
         match = _TOOL_KEY_VALUE.match(token)
         if match is None or os.path.exists(token):
             rest.append(token)
