@@ -276,7 +276,9 @@ def test_the_plan_picks_the_memory_layout_of_training_and_of_validation(device, 
     ("cpu", 16, None, 15),
     ("cpu", 1, None, 1),
     ("cpu", 2, "2", None),  # OMP_NUM_THREADS decides: torch already read it
-    ("cuda", 16, None, None),
+    ("cuda", 16, None, 1),  # the host's work beside the loader: one thread, as accelerate launch's GPU configs
+    ("cuda", 16, "4", None),
+    ("mps", 8, None, None),
 ])
 def test_a_cpu_run_computes_on_all_cores_but_one_unless_omp_num_threads_says(device, cores, env, threads):
     from yolo11.engine.plan import decide_cpu_threads
@@ -284,7 +286,7 @@ def test_a_cpu_run_computes_on_all_cores_but_one_unless_omp_num_threads_says(dev
     chosen, reason = decide_cpu_threads(device, cores, env)
     assert chosen == threads
     assert (reason == "") == (device != "cpu")
-    if env:
+    if env and device == "cpu":
         assert "OMP_NUM_THREADS" in reason and env in reason
 
 

@@ -285,9 +285,14 @@ def decide_cpu_threads(device_type: str, cores: int, omp_num_threads: str | None
     anything else (the loader, a plot worker, another program) holds a core: on 2 cores with one busy elsewhere, a
     yolo11n step at 160 px took 5-9 s of spinning against 0.09 s on one thread (benchmarks/RESULTS.md).
     ``omp_num_threads`` (the variable, when set) decides instead. Returns the count (None: torch's own choice) and
-    the words for the run's first lines ("" when not a CPU run)."""
-    if device_type != "cpu":
+    the words for the run's first lines ("" when not a CPU run). A CUDA run's host work (scoring a small
+    validation, the weights' snapshot) takes one thread, as under ``accelerate launch`` (its GPU configs export
+    OMP_NUM_THREADS=1) and as Ultralytics sets: torch's default, a thread per core, spun beside the loader's workers
+    and took the coco128 tutorial's scoring from 4.3 s to 9.9 s without the launcher (benchmarks/RESULTS.md)."""
+    if device_type not in ("cpu", "cuda"):
         return None, ""
+    if device_type == "cuda":
+        return (None, "") if omp_num_threads else (1, "")
     if omp_num_threads:
         return None, f"compute threads: {omp_num_threads} (OMP_NUM_THREADS)"
     threads = max(cores - 1, 1)
