@@ -275,8 +275,9 @@ def ours_e2e(args, data: Path, out: Path, flags: str, index: int) -> dict:
     if result.returncode:
         print(f"our trainer failed with {flags!r} (see {log}):\n{text[-3000:]}", file=sys.stderr)
         return {"error": text[-500:], "wall_s": time.perf_counter() - started}
-    rates = [float(m) for m in re.findall(r"\| ([\d.]+) img/s \| data", text)]  # the progress windows
-    waits = [float(m) / 100 for m in re.findall(r"\| data (\d+)%", text)]
+    # the progress windows: "| 532 img/s data 2% |" (older logs: "| 532 img/s | data 2%")
+    rates = [float(m) for m in re.findall(r"\| ([\d.]+) img/s (?:\| )?data", text)]
+    waits = [float(m) / 100 for m in re.findall(r"img/s (?:\| )?data (\d+)%", text)]
     half = len(rates) // 2  # skip compile/warm-up lines and the batches the loader queued meanwhile
     steady = rates[half:] or rates
     return {"img_s": statistics.median(steady), "mean_img_s": statistics.harmonic_mean(steady),
