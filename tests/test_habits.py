@@ -172,3 +172,9 @@ def test_a_bare_boolean_key_is_true_as_ultralytics_cli_reads_it(tmp_path, monkey
     Path("show").write_text("")  # a source that happens to bear a key's name
     argv, _ = read_key_values(parser, ["best.safetensors", "save_txt", "show"])
     assert argv == ["best.safetensors", "show", "--save-txt"]
+
+
+def test_a_bare_legacy_key_is_read_as_its_current_one(run_folder, capsys):
+    """``yolo11 val <weights> half``: the old key alone is ``half=True``, read as 8.4.190 reads it (quantize=16)."""
+    val.parse_args([str(run_folder), "half", "imgsz=64"])
+    assert "half=True: Ultralytics' former name of quantize=16" in capsys.readouterr().err

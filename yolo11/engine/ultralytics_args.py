@@ -73,6 +73,8 @@ LEGACY_KEYS: dict[str, Callable[[Any], tuple[str, Any]] | None] = {
     **dict.fromkeys(("label_smoothing", "save_hybrid", "crop_fraction", "keras")),
 }
 
+LEGACY_SWITCHES = {"half", "int8", "end2end", "boxes", "hide_labels", "hide_conf"}  # a bare one means key=true
+
 
 def _on(value: Any) -> bool:
     """Ultralytics' reading of a legacy switch: anything but none/false/0 is on."""

@@ -57,11 +57,12 @@ def parse_tool_arguments(parser: argparse.ArgumentParser, argv: Sequence[str] | 
                          positionals: dict[str, str]) -> argparse.Namespace:
     """``preflight.parse_tool_args`` with Ultralytics' habits that it does not know: an old key (``half=true``)
     read as its current one, and a run folder as the weights (its best, else last), said in one line each."""
-    from yolo11.engine.ultralytics_args import legacy_tokens
+    from yolo11.engine.ultralytics_args import LEGACY_SWITCHES, bare_switches, legacy_tokens
     from yolo11.preflight import parse_tool_args
 
     ours = [action.dest for action in parser._actions if action.option_strings]  # argparse has no public listing
-    args = parse_tool_args(parser, legacy_tokens(sys.argv[1:] if argv is None else argv, ours), positionals)
+    tokens = bare_switches(sys.argv[1:] if argv is None else argv, LEGACY_SWITCHES - set(ours))  # a bare `half`
+    args = parse_tool_args(parser, legacy_tokens(tokens, ours), positionals)
     weights = run_folder_weights(args.weights)
     if weights is not None:
         print(f"{args.weights}: a run folder; its weights {weights}", file=sys.stderr)
