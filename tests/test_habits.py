@@ -137,7 +137,7 @@ def test_metrics_box_has_map75():
 def test_detections_boxes_answer_ultralytics_results_boxes_views():
     """``r.boxes`` stays an (N, 4) NumPy array and also answers ``r.boxes.xyxy / .conf / .cls / .xywhn / .data`` as
     CPU tensors, per row too (``for box in r.boxes: box.xyxy[0], float(box.conf), int(box.cls)``), as Ultralytics'
-    ``Results.boxes``; an arithmetic result says where the views are instead of answering wrongly."""
+    ``Results.boxes``; a copy keeps them, a column view says where they are instead of answering wrongly."""
     from yolo11.predictor import Detections
 
     xyxy = np.array([[10, 20, 30, 60], [0, 0, 50, 100]], np.float32)
@@ -152,8 +152,11 @@ def test_detections_boxes_answer_ultralytics_results_boxes_views():
     rows = [(box.xyxy[0].tolist(), round(float(box.conf), 2), int(box.cls)) for box in r.boxes]
     assert rows == [([10, 20, 30, 60], 0.9, 3), ([0, 0, 50, 100], 0.4, 1)]
     assert r.boxes[r.boxes.conf.numpy() > 0.5].cls.tolist() == [3.0]
+    import copy
+
+    assert copy.deepcopy(r.boxes).cls.tolist() == r.boxes.copy().cls.tolist() == [3.0, 1.0]
     with pytest.raises(AttributeError, match="r.boxes"):
-        (r.boxes * 2).conf  # noqa: B018
+        r.boxes[:, :2].conf  # noqa: B018
 
 
 def test_a_bare_boolean_key_is_true_as_ultralytics_cli_reads_it(tmp_path, monkeypatch):

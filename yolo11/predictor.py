@@ -125,8 +125,11 @@ class Boxes(np.ndarray):
         return boxes
 
     def __array_finalize__(self, parent) -> None:
-        # a view or a computed array (boxes * 2, boxes[:, 0]) has no scores of its own: only row selections do
-        self._scores = self._class_ids = None
+        # an array of the same rows (a copy, boxes.astype, boxes * 2) keeps their scores and classes; another view
+        # (boxes[:, :2], boxes.T) has none of its own (row selections set theirs in __getitem__)
+        same_rows = getattr(parent, "shape", None) == self.shape and getattr(parent, "strides", None) == self.strides
+        self._scores = getattr(parent, "_scores", None) if same_rows else None
+        self._class_ids = getattr(parent, "_class_ids", None) if same_rows else None
         self._image_size = getattr(parent, "_image_size", None)
 
     def __reduce__(self):
@@ -144,8 +147,8 @@ class Boxes(np.ndarray):
 
     def _rows(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         if self._scores is None:
-            raise AttributeError("these boxes are not rows of a Detections' boxes (an arithmetic result or a column "
-                                 "view): take xyxy, conf and cls from r.boxes, r.boxes[i] or r.boxes[mask]")
+            raise AttributeError("these boxes are not rows of a Detections' boxes (a column view or a transpose): "
+                                 "take xyxy, conf and cls from r.boxes, r.boxes[i] or r.boxes[mask]")
         return np.asarray(self, dtype=np.float32).reshape(-1, 4), self._scores, self._class_ids
 
     @property
