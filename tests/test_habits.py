@@ -155,8 +155,9 @@ def test_detections_boxes_answer_ultralytics_results_boxes_views():
     import copy
 
     assert copy.deepcopy(r.boxes).cls.tolist() == r.boxes.copy().cls.tolist() == [3.0, 1.0]
-    with pytest.raises(AttributeError, match="r.boxes"):
-        r.boxes[:, :2].conf  # noqa: B018
+    for other in (r.boxes[:, :2], r.boxes.T, r.boxes * 2):
+        with pytest.raises(AttributeError, match="r.boxes"):
+            other.conf  # noqa: B018
 
 
 def test_a_bare_boolean_key_is_true_as_ultralytics_cli_reads_it(tmp_path, monkeypatch):

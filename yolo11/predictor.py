@@ -125,12 +125,22 @@ class Boxes(np.ndarray):
         return boxes
 
     def __array_finalize__(self, parent) -> None:
-        # an array of the same rows (a copy, boxes.astype, boxes * 2) keeps their scores and classes; another view
-        # (boxes[:, :2], boxes.T) has none of its own (row selections set theirs in __getitem__)
-        same_rows = getattr(parent, "shape", None) == self.shape and getattr(parent, "strides", None) == self.strides
-        self._scores = getattr(parent, "_scores", None) if same_rows else None
-        self._class_ids = getattr(parent, "_class_ids", None) if same_rows else None
+        # a view or a computed array (boxes[:, :2], boxes.T, boxes * 2) has no scores of its own: row selections
+        # (__getitem__) and copies (copy) set theirs
+        self._scores = self._class_ids = None
         self._image_size = getattr(parent, "_image_size", None)
+
+    def copy(self, order: str = "C") -> Boxes:
+        out = super().copy(order)
+        out._scores, out._class_ids = self._scores, self._class_ids
+        return out
+
+    def __copy__(self) -> Boxes:
+        return self.copy()
+
+    def __deepcopy__(self, memo: dict) -> Boxes:
+        return Boxes(np.array(self), None if self._scores is None else self._scores.copy(),
+                     None if self._class_ids is None else self._class_ids.copy(), self._image_size)
 
     def __reduce__(self):
         return Boxes, (np.asarray(self), self._scores, self._class_ids, self._image_size)
@@ -147,8 +157,8 @@ class Boxes(np.ndarray):
 
     def _rows(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         if self._scores is None:
-            raise AttributeError("these boxes are not rows of a Detections' boxes (a column view or a transpose): "
-                                 "take xyxy, conf and cls from r.boxes, r.boxes[i] or r.boxes[mask]")
+            raise AttributeError("these boxes are not rows of a Detections' boxes (a computed array or a column "
+                                 "view): take xyxy, conf and cls from r.boxes, r.boxes[i] or r.boxes[mask]")
         return np.asarray(self, dtype=np.float32).reshape(-1, 4), self._scores, self._class_ids
 
     @property
