@@ -73,7 +73,12 @@ def test_metrics_per_class_as_the_table_prints_them():
     assert metrics.per_class == {"a": dict.fromkeys(("precision", "recall", "map50", "map50_95"), 0.0),
                                  "b": {"precision": 0.9, "recall": 0.8, "map50": 0.75, "map50_95": 0.5},
                                  "c": dict.fromkeys(("precision", "recall", "map50", "map50_95"))}
-    assert metrics.box.maps == [0.0, 0.5, 0.25] and (metrics.box.mp, metrics.box.mr) == (0.6, 0.4)
+    assert metrics.box.maps.tolist() == [0.0, 0.5, 0.25] and (metrics.box.mp, metrics.box.mr) == (0.6, 0.4)
+    # the classes with ground truth, in Ultralytics' per-class arrays (ap_class_index order)
+    box = metrics.box
+    assert [a.tolist() for a in (box.ap_class_index, box.ap, box.ap50, box.p, box.r)] == [
+        [0, 1], [0.0, 0.5], [0.0, 0.75], [0.0, 0.9], [0.0, 0.8]]
+    assert box.f1[0] == 0.0 and box.f1[1] == pytest.approx(2 * 0.9 * 0.8 / 1.7)
 
 
 @pytest.fixture(scope="module")

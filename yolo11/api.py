@@ -99,12 +99,25 @@ class Metrics:
 
     @property
     def box(self) -> SimpleNamespace:
-        """Ultralytics' ``metrics.box``: ``map``, ``map50``, ``map75`` (COCO's), ``mp``, ``mr`` and ``maps``
-        (per-class mAP50-95, the overall mAP50-95 for a class without ground truth, as Ultralytics fills it)."""
+        """Ultralytics' ``metrics.box``: ``map``, ``map50``, ``map75`` (COCO's), ``mp``, ``mr``, ``maps`` (per-class
+        mAP50-95, the overall mAP50-95 for a class without ground truth, as Ultralytics fills it) and, for the
+        classes with ground truth (``ap_class_index``, ascending), ``ap`` (mAP50-95), ``ap50``, ``p``, ``r`` and
+        ``f1`` (at the best-F1 confidence), one value each in that order. The per-class values are NumPy arrays,
+        as Ultralytics'."""
+        import numpy as np  # here: `import yolo11` stays light
+
         maps = [self.map50_95 if values["map50_95"] is None else values["map50_95"]
                 for values in self.per_class.values()]
+        present = [(k, values) for k, values in enumerate(self.per_class.values()) if values["map50_95"] is not None]
+
+        def column(key: str) -> np.ndarray:
+            return np.array([values[key] for _, values in present], dtype=np.float64)
+
+        p, r = column("precision"), column("recall")
         return SimpleNamespace(map=self.map50_95, map50=self.map50, map75=self.raw.get("map75"), mp=self.precision,
-                               mr=self.recall, maps=maps)
+                               mr=self.recall, maps=np.array(maps, dtype=np.float64),
+                               ap_class_index=np.array([k for k, _ in present], dtype=np.int64),
+                               ap=column("map50_95"), ap50=column("map50"), p=p, r=r, f1=2 * p * r / (p + r + 1e-16))
 
     @property
     def save_dir(self) -> Path | None:
