@@ -6,7 +6,9 @@
 # core: the GPU tests and the coco128 tutorial runs only (~5 minutes with the install); quick: also the first-use
 # figures and a validation pass's profile (~6 minutes); without either, also the generated 2,000/500 runs for
 # yolo11n and yolo26n, yolo26n's training speed against Ultralytics' at batch 16 (whole trainer) and 128 (the step),
-# and seeds 1 and 2 (~35 minutes: more than one call's 10; run the rest as separate calls).
+# and seeds 1 and 2 (~35 minutes: more than one call's 10; run the rest as separate calls). The yolo26n lines: its
+# batch-128 step's kernels (0.86x Ultralytics' on 2026-12-06) and, at batch 16, CUDA graphs against --compile auto's
+# compiled run (is the ~130 s cold compile repaid?).
 set -u
 cd "$(dirname "$0")/.."
 runs=(
@@ -21,8 +23,8 @@ elif [ "${1:-}" != quick ]; then
   runs+=(
     "python3 benchmarks/user_runs.py --dataset generated --variants ours ultralytics --epochs 30 --batch 32 --imgsz 320 --seeds 0 && grep -hE 'time:' runs/user_runs/generated_ours_seed0.log"
     "python3 benchmarks/user_runs.py --dataset generated --model yolo26n --out runs/user_runs26 --variants ours ultralytics --epochs 30 --batch 32 --imgsz 320 --seeds 0 && grep -hE 'time:' runs/user_runs26/generated_ours_seed0.log"
-    "python3 benchmarks/train_throughput.py --mode e2e --model yolo26n --batch 16 --coco128 .data/coco128 --steps 60 2>&1 | tail -6"
-    "python3 benchmarks/train_throughput.py --mode step --model yolo26n --batch 128 2>&1 | tail -6"
+    "python3 benchmarks/train_throughput.py --mode step --model yolo26n --batch 128 --profile 2>&1 | tail -60"
+    "python3 benchmarks/train_throughput.py --mode e2e --model yolo26n --batch 16 --coco128 .data/coco128 --steps 300 --variants='--compile false; ' 2>&1 | tail -8"
     "python3 benchmarks/user_runs.py --dataset .data/coco128.yaml --variants ours ultralytics --epochs 100 --batch 16 --imgsz 640 --seeds 1 2"
     "python3 benchmarks/user_runs.py --dataset generated --variants ours ultralytics --epochs 30 --batch 32 --imgsz 320 --seeds 1 2"
   )
