@@ -196,3 +196,13 @@ def test_trainer_flags_reach_the_sources(tmp_path: Path, capsys: pytest.CaptureF
     assert "instances_holdout2017.json: no such file or folder" in capsys.readouterr().err
     assert main(["--data", spec, "--bbox-format", "xyxy", "--images", os.fspath(tmp_path / "nowhere"), *common]) == 2
     assert f"image folder {tmp_path / 'nowhere'} does not exist (--images)" in capsys.readouterr().err
+
+
+def test_a_json_written_with_a_byte_order_mark_is_read(tmp_path: Path) -> None:
+    """Windows tools may write UTF-8 with a byte-order mark, which ``json.loads`` refuses: the annotations are
+    read as without it."""
+    root = tmp_path / "coco"
+    path = write_split(root, "train", "images/{split}2017")
+    path.write_bytes(b"\xef\xbb\xbf" + path.read_bytes())
+    source = load_source(os.fspath(path), "train", cache_dir=tmp_path / "cache", workers=1)
+    assert source.dataset["image_id"] == SPLITS["train"] and source.class_names == ["a", "b"]

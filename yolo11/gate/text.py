@@ -23,7 +23,8 @@ MAX_YAML_DEPTH = 100  # configs nest a few levels; the composer recurses (Python
 
 
 def read_text(path: Path, max_bytes: int = MAX_TEXT_BYTES) -> str:
-    """The UTF-8 text of a regular file of at most ``max_bytes`` (a config's ``MAX_TEXT_BYTES`` by default)."""
+    """The UTF-8 text of a regular file of at most ``max_bytes`` (a config's ``MAX_TEXT_BYTES`` by default), without
+    the byte-order mark that Windows tools write first (JSON refuses it)."""
     with open_regular(path) as fh:
         size = os.fstat(fh.fileno()).st_size
         raw = fh.read(min(size, max_bytes) + 1)  # one byte more: a file that grew since is still caught
@@ -31,7 +32,7 @@ def read_text(path: Path, max_bytes: int = MAX_TEXT_BYTES) -> str:
         limit = "for a config file (at most {})" if max_bytes == MAX_TEXT_BYTES else "to read (at most {} bytes)"
         raise FileRefusedError(path, f"{max(size, len(raw))} bytes: too large {limit.format(max_bytes)}")
     try:
-        return raw.decode()
+        return raw.decode("utf-8-sig")
     except UnicodeDecodeError as err:
         raise FileRefusedError(path, f"not UTF-8 text ({err.reason} at byte {err.start})") from None
 
