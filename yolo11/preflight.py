@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from yolo11.architecture import MAX_STRIDE
-from yolo11.gate import check_regular_file
+from yolo11.gate import BOOL_WORDS, check_regular_file
 
 KNOWN_TRACKERS = ("wandb", "tensorboard")  # yolo11.engine.tracking's, which loads accelerate (tested equal)
 ASSETS = Path(__file__).resolve().parent / "assets"
@@ -100,13 +100,11 @@ def check_report_to(value: str | None) -> None:
 def bare_nms(argv: Sequence[str]) -> list[str]:
     """``--nms`` followed by an existing file (``yolo11-export --nms best.pt``) is ``--nms true`` and that file:
     argparse would take the path for the flag's optional true/false value. Any other word stays the flag's value,
-    so that ``--nms maybe`` is still refused."""
-    from yolo11.tools import NMS_VALUES
-
+    so that ``--nms maybe`` is still refused (the words of a boolean flag: ``tools.NMS_VALUES``)."""
     argv = list(argv)
     for index, token in enumerate(argv[:-1]):
         following = argv[index + 1]
-        if token == "--nms" and following.lower() not in NMS_VALUES and os.path.exists(following):
+        if token == "--nms" and following.lower() not in BOOL_WORDS and os.path.exists(following):
             argv[index] = "--nms=true"
     return argv
 
