@@ -155,17 +155,14 @@ def _folder_images(root: str) -> list[str]:
     found = []
     for folder in _folders(root):
         with os.scandir(folder) as it:
-            found += [entry.path for entry in it if _is_listed_image(entry)]
+            # a link loop is no folder: listed, and the conversion says what is wrong with it
+            found += [entry.path for entry in it if _is_image_name(entry.name) and not _is_folder(entry)]
     return sorted(found, key=lambda path: path.split(os.sep))
 
 
-def _is_listed_image(entry: os.DirEntry) -> bool:
-    if entry.name.startswith(".") or os.path.splitext(entry.name)[1].lower() not in IMAGE_SUFFIXES:
-        return False
-    try:
-        return not entry.is_dir()
-    except OSError:  # a link loop: listed, and the conversion says what is wrong with it
-        return True
+def _is_image_name(name: str) -> bool:
+    """An image's file name as Ultralytics' glob lists them: an image suffix, not hidden (macOS's ``._x.jpg``)."""
+    return not name.startswith(".") and os.path.splitext(name)[1].lower() in IMAGE_SUFFIXES
 
 
 def _listed_images(list_file: Path) -> tuple[list[Path], list[str]]:
@@ -357,8 +354,7 @@ def yolo_fingerprint_stats(yaml_path: Path, split: str, data: dict | None = None
     images: list[str] = []
     image_folders = [folder for location in locations for folder in _folders(os.fspath(location))]
     for folder in image_folders:
-        images += [path for path in _scan(folder, entries) if os.path.splitext(path)[1].lower() in IMAGE_SUFFIXES
-                   and not os.path.basename(path).startswith(".")]
+        images += [path for path in _scan(folder, entries) if _is_image_name(os.path.basename(path))]
     # Path order, part by part, as sorted(rglob) gives; within one folder that is the names' string order
     images.sort(key=None if len(image_folders) == 1 else lambda path: path.split(os.sep))
     if not images:
