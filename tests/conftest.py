@@ -82,7 +82,7 @@ def resumable(tmp_path_factory: pytest.TempPathFactory):
 
 @pytest.fixture(scope="session")
 def tiny_trained_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The run folder of ONE tiny training run, made once for the session through ``accelerate launch`` on the CPU
+    """The run folder of ONE tiny training run, made once per test run through ``accelerate launch`` on the CPU
     (``TINY_RUN_FLAGS``: synthetic 64 px data, 2 epochs of 6 steps, a checkpoint after each): config, weights,
     results.csv, checkpoints. For tests that read a finished run or compare with the uninterrupted one; a test that
     changes the folder takes ``tiny_run_copy`` (a finished run is not resumable: ``helpers.run_folders.rewind`` takes

@@ -29,7 +29,7 @@ from yolo11.engine.checkpoint import TrainState
 pytestmark = pytest.mark.usefixtures("fresh_accelerate_state")
 
 
-COMMON = [*TINY_RUN_TRAINING, "--keep-checkpoints", "5"]  # the session's tiny run, checkpoints aside
+COMMON = [*TINY_RUN_TRAINING, "--keep-checkpoints", "5"]  # the suite's tiny run, checkpoints aside
 
 
 @pytest.mark.slow
@@ -37,7 +37,7 @@ COMMON = [*TINY_RUN_TRAINING, "--keep-checkpoints", "5"]  # the session's tiny r
 def test_signal_in_the_first_epoch_saves_and_resume_is_bitwise(tmp_path, tiny_trained_run, signum):
     """Ctrl-C to a single-process ``accelerate launch`` (SIGINT, then the launcher's SIGTERM), or a
     preemption's SIGTERM, in the first epoch: a checkpoint at a step boundary, and the resumed run ends with
-    weights bitwise equal to the run that was never interrupted (the session's tiny run: the same flags)."""
+    weights bitwise equal to the run that was never interrupted (the suite's tiny run: the same flags)."""
     common = [*COMMON, "--output-dir", str(tmp_path)]
     interrupted = signal_after_step(start_in_own_group([*common, "--name", "run"]), 2, signum)
     assert "stopped by a signal at step" in interrupted, interrupted[-3000:]

@@ -84,7 +84,7 @@ def test_a_failed_start_after_the_run_folder_leaves_none_and_says_it_once(tmp_pa
 def test_a_one_process_checkpoint_resumed_on_two_says_what_changed(tiny_run_copy):
     """Rank 1 found no RNG state of its own and left without a word; rank 0 trained on until the launcher's
     SIGTERM, and the job exited 143 (read as a preemption). Now every rank refuses alike, naming the change and
-    --allow-changes, and the job exits 2; with --allow-changes it goes on, saying what changed (the session's tiny
+    --allow-changes, and the job exits 2; with --allow-changes it goes on, saying what changed (the suite's tiny
     run, written by one process: its checkpoints hold random_states_0.pkl only; taken back to epoch 1 of 2, as a
     finished run is not resumable)."""
     run = tiny_run_copy

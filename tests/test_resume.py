@@ -22,7 +22,7 @@ from safetensors.torch import load_file
 from yolo11.engine.config import parse_command_line
 from yolo11.engine.resume import locate_resume, owning_run, prepare_resume
 
-COMMON = TINY_RUN_TRAINING  # the session's tiny run, checkpoints aside
+COMMON = TINY_RUN_TRAINING  # the suite's tiny run, checkpoints aside
 
 
 def fake_run(root, name="run", iteration=3):
@@ -110,7 +110,7 @@ def test_resume_from_a_copied_checkpoint_writes_the_named_run_never_next_to_the_
 @pytest.mark.slow
 def test_one_line_resume_of_a_run_ends_bitwise_as_the_straight_run(tmp_path, tiny_trained_run):
     """``--resume <run>`` alone (and Ultralytics' ``resume model=<run>/weights/last.safetensors``) continues the
-    run with its own flags to the weights of the uninterrupted run (the session's tiny run: the same flags)."""
+    run with its own flags to the weights of the uninterrupted run (the suite's tiny run: the same flags)."""
     common = [*COMMON, "--output-dir", str(tmp_path)]
     straight = tiny_trained_run
     first = launch([*common, "--name", "run", "--max-steps", "5"])

@@ -49,7 +49,7 @@ def test_two_process_ddp_step_equals_single_process(tmp_path):
 
 
 def test_resume_mid_epoch_is_bitwise_identical(tmp_path, tiny_trained_run):
-    """The session's tiny run straight (2 epochs of 6 steps, mosaic in the first) == the same flags stopped inside
+    """The suite's tiny run straight (2 epochs of 6 steps, mosaic in the first) == the same flags stopped inside
     epoch 2 (--max-steps) + --resume auto, weights and metrics bitwise."""
     common = [*TINY_RUN_FLAGS, "--output-dir", str(tmp_path)]
     straight = tiny_trained_run

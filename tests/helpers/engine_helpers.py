@@ -19,7 +19,7 @@ ACCELERATE = str(Path(sys.executable).with_name("accelerate"))
 TINY_DATA = "synthetic:num_images=24,imgsz=64"
 TINY_FLAGS = ["--data", TINY_DATA, "--imgsz", "64", "--workers", "0", "--plots", "false", "--optimizer", "SGD",
               "--warmup-epochs", "0", "--log-interval", "1"]
-# The session's one tiny run (conftest.py's ``tiny_trained_run``): 2 epochs of 6 optimizer steps, mosaic in the first
+# The suite's one tiny run (conftest.py's ``tiny_trained_run``): 2 epochs of 6 optimizer steps, mosaic in the first
 # only (--close-mosaic 1: a resume in epoch 1 continues mosaic's random draws, one in epoch 2 the plain images), a
 # checkpoint after each (checkpoint-00000006, checkpoint-00000012). TINY_RUN_TRAINING is every flag that sets its
 # values; the checkpoint flags change none (test_main_job.py), so a run of TINY_RUN_TRAINING ends on its weights.

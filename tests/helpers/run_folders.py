@@ -15,7 +15,7 @@ def checkpoint_folders(root: Path, *iterations: int) -> None:
 
 
 def rewind(run: Path, checkpoint: str) -> None:
-    """Take a copied run back to its ``checkpoint`` (say ``checkpoint-00000006``, after epoch 1 of the session's tiny
+    """Take a copied run back to its ``checkpoint`` (say ``checkpoint-00000006``, after epoch 1 of the suite's tiny
     run): the later checkpoints deleted and ``latest`` naming it, so that the run is unfinished and resumable again
     (a finished run is not). results.csv keeps its later rows: a resume drops the rows after its epoch."""
     import shutil
