@@ -84,9 +84,12 @@ def _glob_sources(pattern: str) -> list[Source]:
 
 def _listed_specs(listing: Path) -> list[str]:
     """The sources a ``.txt`` file lists, one a line (Ultralytics' ``source=list.txt``); an entry that does not
-    exist as given is read relative to the file's folder, as Ultralytics does."""
+    exist as given is read relative to the file's folder, as Ultralytics does. Read by the gate: bounded in size,
+    a byte-order mark dropped, one line naming the file for anything else."""
+    from yolo11.gate.text import read_text
+
     specs = []
-    for line in listing.read_text(encoding="utf-8-sig").splitlines():
+    for line in read_text(listing).splitlines():
         line = line.strip()
         if not line:
             continue
