@@ -152,7 +152,7 @@ class YOLO:
         if (path.stem if is_yaml else ref) in SCALE_NAMES and (is_yaml or not path.exists()):
             self.architecture = path.stem
             return
-        from yolo11.tools import run_folder_weights
+        from yolo11.preflight import run_folder_weights
 
         weights = run_folder_weights(path)  # a run folder: its best weights, else its last, as the tools read it
         if weights is not None:

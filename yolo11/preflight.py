@@ -109,20 +109,46 @@ def bare_nms(argv: Sequence[str]) -> list[str]:
     return argv
 
 
+def run_folder_weights(ref: str | Path) -> Path | None:
+    """A training run folder's weights (``runs/train/exp`` -> its ``weights/best.safetensors``, else
+    ``last.safetensors``), or None when ``ref`` is not a run folder; a run folder without either is an error."""
+    folder = Path(ref).expanduser()
+    if not (folder / "weights").is_dir() or (folder / "config.json").is_file():  # not a save_pretrained folder
+        return None
+    found = next((file for file in (folder / "weights" / f"{name}.safetensors" for name in ("best", "last"))
+                  if file.is_file()), None)
+    if found is None:
+        raise FileNotFoundError(f"{folder}: a run folder without weights/best.safetensors or last.safetensors")
+    return found
+
+
 def parse_tool_args(parser: argparse.ArgumentParser, argv: Sequence[str] | None,
                     positionals: dict[str, str]) -> argparse.Namespace:
-    """A tool's flags and Ultralytics ``key=value`` arguments (``positionals``: keys that name a positional), then
-    the checks that need no torch: the weights exist, ``--imgsz`` is rounded up, ``--data`` resolves (tools that
-    have it). Notes go to stderr; a wrong path raises, which the tools' ``cli`` prints as one ``error:`` line."""
+    """A tool's flags and Ultralytics ``key=value`` arguments (``positionals``: keys that name a positional; an old
+    key, ``half=true`` or a bare ``half``, read as its current one), then the checks that need no torch: the
+    weights exist (a run folder: its best weights, else its last), ``--imgsz`` is rounded up, ``--data`` resolves
+    (tools that have it). Notes go to stderr; a wrong path raises, which the tools' ``cli`` prints as one
+    ``error:`` line."""
     from yolo11.arguments import check_keys
-    from yolo11.engine.ultralytics_args import ULTRALYTICS_DEFAULTS, read_key_values
+    from yolo11.engine.ultralytics_args import (
+        LEGACY_SWITCHES,
+        ULTRALYTICS_DEFAULTS,
+        bare_switches,
+        legacy_tokens,
+        read_key_values,
+    )
 
     argv = sys.argv[1:] if argv is None else argv
     ours = [action.dest for action in parser._actions if action.option_strings]  # argparse has no public listing
+    argv = legacy_tokens(bare_switches(argv, LEGACY_SWITCHES - set(ours)), ours)
     check_keys(argv, [*ours, *positionals], ULTRALYTICS_DEFAULTS)  # a misspelt key: one line, the closest name
     argv, notes = read_key_values(parser, argv, positionals)
     args = parser.parse_args(bare_nms(argv))
     check_weights(args.weights)
+    weights = run_folder_weights(args.weights)
+    if weights is not None:
+        print(f"{args.weights}: a run folder; its weights {weights}", file=sys.stderr)
+        args.weights = str(weights)
     data_note = imgsz_note = None
     if getattr(args, "data", None) is not None:  # None: the tool takes the data the weights were trained on
         args.data, data_note = resolve_data(args.data)

@@ -8,7 +8,6 @@ import argparse
 import functools
 import sys
 from collections.abc import Callable, Sequence
-from pathlib import Path
 
 from yolo11.gate import BOOL_WORDS
 from yolo11.output_errors import WRITE_ERRNOS, write_error_message
@@ -38,36 +37,6 @@ def add_nms_flag(parser: argparse.ArgumentParser, help: str = "YOLO26's head, as
     selects YOLO26's NMS-free one-to-one head; ``--nms`` alone is ``true``."""
     parser.add_argument("--nms", type=nms_value, nargs="?", const=True, default=None, metavar="{true,false}",
                         help=help)
-
-
-def run_folder_weights(ref: str | Path) -> Path | None:
-    """A training run folder's weights (``runs/train/exp`` -> its ``weights/best.safetensors``, else
-    ``last.safetensors``), or None when ``ref`` is not a run folder; a run folder without either is an error."""
-    folder = Path(ref).expanduser()
-    if not (folder / "weights").is_dir() or (folder / "config.json").is_file():  # not a save_pretrained folder
-        return None
-    found = next((file for file in (folder / "weights" / f"{name}.safetensors" for name in ("best", "last"))
-                  if file.is_file()), None)
-    if found is None:
-        raise FileNotFoundError(f"{folder}: a run folder without weights/best.safetensors or last.safetensors")
-    return found
-
-
-def parse_tool_arguments(parser: argparse.ArgumentParser, argv: Sequence[str] | None,
-                         positionals: dict[str, str]) -> argparse.Namespace:
-    """``preflight.parse_tool_args`` with Ultralytics' habits that it does not know: an old key (``half=true``)
-    read as its current one, and a run folder as the weights (its best, else last), said in one line each."""
-    from yolo11.engine.ultralytics_args import LEGACY_SWITCHES, bare_switches, legacy_tokens
-    from yolo11.preflight import parse_tool_args
-
-    ours = [action.dest for action in parser._actions if action.option_strings]  # argparse has no public listing
-    tokens = bare_switches(sys.argv[1:] if argv is None else argv, LEGACY_SWITCHES - set(ours))  # a bare `half`
-    args = parse_tool_args(parser, legacy_tokens(tokens, ours), positionals)
-    weights = run_folder_weights(args.weights)
-    if weights is not None:
-        print(f"{args.weights}: a run folder; its weights {weights}", file=sys.stderr)
-        args.weights = str(weights)
-    return args
 
 
 def is_user_error(err: BaseException) -> bool:

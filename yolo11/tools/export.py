@@ -54,7 +54,8 @@ from pathlib import Path
 from typing import Any
 
 from yolo11.arguments import ArgumentParser
-from yolo11.tools import add_nms_flag, cli, parse_tool_arguments
+from yolo11.preflight import parse_tool_args
+from yolo11.tools import add_nms_flag, cli
 
 OPSET = 17  # the lowest opset accepted (yolo11.tools.onnx_export.OPSET, which loads torch)
 # The graph code loads torch and onnx: it is imported in main, after the arguments are checked (--help is instant).
@@ -105,7 +106,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--iou", type=float, default=0.7, help="--nms IoU threshold")
     parser.add_argument("--max-det", type=int, default=300,
                         help="--nms: detections kept per class and image; --nms false: rows of output0")
-    args = parse_tool_arguments(parser, argv, {"model": "weights"})
+    args = parse_tool_args(parser, argv, {"model": "weights"})
     if args.opset < OPSET:
         parser.error(f"--opset must be >= {OPSET}, got {args.opset}")
     return args

@@ -84,8 +84,7 @@ def describe(ref: str, imgsz: int = 640) -> list[str]:
 
         model, origin = create_model(scale), "built from its scale, no weights"
     else:
-        from yolo11.preflight import check_weights
-        from yolo11.tools import run_folder_weights
+        from yolo11.preflight import check_weights, run_folder_weights
         from yolo11.weights import load_weights
 
         check_weights(ref)

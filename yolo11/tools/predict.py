@@ -50,8 +50,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from yolo11.arguments import ArgumentParser
+from yolo11.preflight import parse_tool_args
 from yolo11.run_folders import numbered_dir
-from yolo11.tools import add_nms_flag, cli, parse_tool_arguments
+from yolo11.tools import add_nms_flag, cli
 from yolo11.tools.predict_sources import (
     Source,
     UnreadableSource,
@@ -305,7 +306,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--verbose", action=argparse.BooleanOptionalAction, default=True,
                         help="a line per image or frame, as Ultralytics' predict (--no-verbose: the totals only)")
     add_nms_flag(parser)
-    return parse_tool_arguments(parser, argv, {"model": "weights", "source": "sources"})
+    return parse_tool_args(parser, argv, {"model": "weights", "source": "sources"})
 
 
 @cli

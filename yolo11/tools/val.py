@@ -36,8 +36,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from yolo11.arguments import ArgumentParser
+from yolo11.preflight import parse_tool_args
 from yolo11.run_folders import numbered_dir
-from yolo11.tools import add_nms_flag, cli, parse_tool_arguments
+from yolo11.tools import add_nms_flag, cli
 
 if TYPE_CHECKING:  # torch and the data stack load in main, after the arguments are checked (--help is instant)
     import torch
@@ -88,7 +89,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--plots-dir", type=Path, default=None,
                         help="also write the curves and confusion matrices here")
     add_nms_flag(parser)
-    return parse_tool_arguments(parser, argv, {"model": "weights"})
+    return parse_tool_args(parser, argv, {"model": "weights"})
 
 
 def evaluate_weights(accelerator: Accelerator, model: nn.Module, source: DetectionSource, *, imgsz: int,
