@@ -258,24 +258,19 @@ class Detections:
         class_list = [self.names.get(k, str(k)) for k in range(max(self.names, default=-1) + 1)]
         return draw_detections(image, self.boxes, self.class_ids, class_list, scores=self.scores)
 
-    # Ultralytics' Results.boxes views: normalised by the image size (xyxyn, xywhn) and centre-size pixels (xywh).
+    # Ultralytics' Results.boxes views as NumPy arrays, from the boxes' own (Boxes): normalised by the image size
+    # (xyxyn, xywhn) and centre-size pixels (xywh), each (N, 4) float32.
     @property
     def xyxyn(self) -> np.ndarray:
-        """``(N, 4)`` float32 ``x1, y1, x2, y2`` divided by the image's width and height."""
-        height, width = self.image_size
-        return (self.boxes / np.array([width, height, width, height], np.float32)).astype(np.float32)
+        return self.boxes.xyxyn.numpy()
 
     @property
     def xywh(self) -> np.ndarray:
-        """``(N, 4)`` float32 centre ``x, y``, width and height in the image's pixels."""
-        x1, y1, x2, y2 = self.boxes.T
-        return np.stack([(x1 + x2) / 2, (y1 + y2) / 2, x2 - x1, y2 - y1], axis=1).astype(np.float32).reshape(-1, 4)
+        return self.boxes.xywh.numpy()
 
     @property
     def xywhn(self) -> np.ndarray:
-        """``xywh`` divided by the image's width and height."""
-        height, width = self.image_size
-        return (self.xywh / np.array([width, height, width, height], np.float32)).astype(np.float32)
+        return self.boxes.xywhn.numpy()
 
     def save(self, path: str | Path | None = None) -> Path:
         """Write ``plot()`` to ``path`` (any format OpenCV writes, by its suffix; default ``results_<source's
