@@ -42,7 +42,7 @@ class RunPlan:
     cache_reason: str  # why, for the run's first lines
     workers: int  # loader worker processes per process, before the loader caps them at its cores
     workers_reason: str  # for the run's first lines
-    cpu_threads: int | None  # torch's compute threads on a CPU run (None: torch's default, or OMP_NUM_THREADS)
+    cpu_threads: int | None  # torch's host threads on a CPU or CUDA run (None: torch's default, or OMP_NUM_THREADS)
     compile: CompileChoice  # torch.compile of the model and the loss
     cuda_graphs: GraphsChoice  # the training micro-step replayed as CUDA graphs
     fused_optimizer: bool  # the optimizer's fused kernels (CUDA and CPU have them)
