@@ -323,6 +323,11 @@ def ultralytics_switches() -> set[str]:
     return {key for key, value in ULTRALYTICS_DEFAULTS.items() if isinstance(value, bool)}
 
 
+def _is_switch(action: argparse.Action) -> bool:
+    """A flag without a value (``--save-txt``) or with its ``--no-`` twin (``--rect/--no-rect``)."""
+    return action.nargs == 0 or isinstance(action, argparse.BooleanOptionalAction)
+
+
 _TOOL_KEY_VALUE = re.compile(r"^(?P<key>[A-Za-z_][A-Za-z0-9_-]*)=(?P<value>.*)$", re.DOTALL)
 
 
@@ -341,8 +346,7 @@ def read_key_values(parser: argparse.ArgumentParser, argv: Sequence[str],
     by_key = {action.dest: action for action in parser._actions if action.option_strings}  # no public listing
     flags, heads, ignored, size_notes = [], {name: [] for name in positionals.values()}, [], []
     rest = []
-    switches = ultralytics_switches() | {key for key, action in by_key.items()
-                                         if action.nargs == 0 or isinstance(action, argparse.BooleanOptionalAction)}
+    switches = ultralytics_switches() | {key for key, action in by_key.items() if _is_switch(action)}
     for token in bare_switches(argv, switches):
         match = _TOOL_KEY_VALUE.match(token)
         if match is None or os.path.exists(token):
@@ -357,7 +361,7 @@ def read_key_values(parser: argparse.ArgumentParser, argv: Sequence[str],
             heads[positionals[key]].append(text)
         elif key in by_key:
             action = by_key[key]
-            if action.nargs == 0 or isinstance(action, argparse.BooleanOptionalAction):  # a switch
+            if _is_switch(action):
                 if not isinstance(value, bool):
                     parser.error(f"{key}={text}: expected true or false")
                 negative = [option for option in action.option_strings if option.startswith("--no-")]
