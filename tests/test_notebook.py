@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+import socket
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,8 @@ pytestmark = pytest.mark.slow
 
 def test_notebook_launcher_example_trains_on_two_cpu_processes(tmp_path, monkeypatch):
     """Every cell runs (nbclient, the python3 kernel of this interpreter); the launch uses 2 gloo processes when
-    there is no GPU, and the last cell reads the run's results.csv, one row per epoch."""
+    there is no GPU, and the last cell reads the run's results.csv, one row per epoch. Port 29500 (Accelerate's
+    default) is held meanwhile, as another run on the machine would hold it: the notebook must pick a free one."""
     nbformat = pytest.importorskip("nbformat")
     nbclient = pytest.importorskip("nbclient")
     pytest.importorskip("ipykernel")
@@ -24,8 +26,14 @@ def test_notebook_launcher_example_trains_on_two_cpu_processes(tmp_path, monkeyp
     examples.mkdir()
     shutil.copy(ROOT / "examples" / "notebook_launcher.ipynb", examples)
     notebook = nbformat.read(examples / "notebook_launcher.ipynb", as_version=4)
-    nbclient.NotebookClient(notebook, timeout=600, kernel_name="python3",
-                            resources={"metadata": {"path": str(examples)}}).execute()
+    with socket.socket() as other_run:
+        try:
+            other_run.bind(("", 29500))
+            other_run.listen()
+        except OSError:
+            pass  # already held by something else on the machine: the same condition
+        nbclient.NotebookClient(notebook, timeout=600, kernel_name="python3",
+                                resources={"metadata": {"path": str(examples)}}).execute()
     outputs = [output for cell in notebook.cells if cell.cell_type == "code" for output in cell.outputs]
     text = "".join(output.get("text", "") for output in outputs)
     assert "2 process(es) x batch 4" in text, text[-3000:]
