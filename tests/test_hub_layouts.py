@@ -1,0 +1,185 @@
+"""Dataset folders as Hugging Face users bring them to ``--data``, read through ``load_source`` (what the trainer
+calls): an ``imagefolder`` with ``metadata.jsonl`` or ``metadata.csv`` as the ``datasets`` docs write object
+detection, the parquet files ``push_to_hub`` writes, ``save_to_disk`` folders, and the object fields popular Hub
+datasets use; bad rows are skipped with a message rather than stopping the run."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import cv2
+import datasets
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from yolo11.data import DataSourceError, load_source
+from yolo11.data.sources import VAL_FALLBACKS
+
+WIDTH, HEIGHT = 80, 60
+BOX = [50.0, 10.0, 20.0, 30.0]  # COCO xywh; read as [x1, y1, x2, y2] its x2 < x1, so --bbox-format auto reads xywh
+
+
+@pytest.fixture(autouse=True)
+def hf_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``datasets.load_dataset`` writes its Arrow copy of a folder here, not in ~/.cache."""
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "hf")
+
+
+def encoded(suffix: str, seed: int = 0) -> bytes:
+    image = np.random.default_rng(seed).integers(0, 255, (HEIGHT, WIDTH, 3), dtype=np.uint8)
+    return cv2.imencode(suffix, image)[1].tobytes()
+
+
+def load(spec: Path, tmp_path: Path, split: str = "train", **kwargs):
+    """One split as the trainer asks for it: ``val`` falls back to ``validation``/``valid``/``test``."""
+    fallbacks = VAL_FALLBACKS if split == "val" else ()
+    flag = "--val-split" if split == "val" else "--train-split"
+    return load_source(os.fspath(spec), split, cache_dir=tmp_path / "cache", fallback_splits=fallbacks,
+                       split_flag=flag, **kwargs)
+
+
+def image_folder(root: Path, splits: dict[str, list[dict]], metadata: str = "jsonl") -> Path:
+    """An ``imagefolder``: per split folder (``""``: the root itself) the images named by ``file_name`` and a
+    ``metadata.jsonl``, or a ``metadata.csv`` whose nested values are JSON text (``csv``) or Python's repr, as
+    ``pandas.DataFrame.to_csv`` writes dicts and lists (``csv-repr``)."""
+    for split, rows in splits.items():
+        folder = root / split
+        folder.mkdir(parents=True, exist_ok=True)
+        for k, row in enumerate(rows):
+            (folder / row["file_name"]).write_bytes(encoded(Path(row["file_name"]).suffix, k))
+        if metadata == "jsonl":
+            (folder / "metadata.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+        else:
+            text = json.dumps if metadata == "csv" else repr
+            columns = list(rows[0])
+            lines = [",".join(columns)] + [",".join(json.dumps(v if isinstance(v, str) else text(v))
+                                                    for v in row.values()) for row in rows]
+            (folder / "metadata.csv").write_text("\n".join(lines) + "\n")
+    return root
+
+
+def doc_rows(count: int, field: str = "categories", first: int = 0) -> list[dict]:
+    """Rows as the ``datasets`` docs' object-detection example writes them, PNG and JPEG images in turn."""
+    return [{"file_name": f"{i:04d}{'.png' if i % 2 else '.jpg'}", "objects": {"bbox": [BOX], field: [i % 2]}}
+            for i in range(first, first + count)]
+
+
+def boxes_and_classes(source) -> tuple[list, list]:
+    return [r["objects"]["bbox"] for r in source.dataset], [r["objects"]["category"] for r in source.dataset]
+
+
+# --- imagefolder with metadata ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("field", ["categories", "category"])
+@pytest.mark.parametrize("val_folder", ["validation", "test"])
+def test_imagefolder_metadata_jsonl_with_splits(tmp_path: Path, field: str, val_folder: str) -> None:
+    root = image_folder(tmp_path / "ds", {"train": doc_rows(3, field), val_folder: doc_rows(2, field, first=10)})
+    train = load(root, tmp_path)
+    assert boxes_and_classes(train) == ([[BOX]] * 3, [[0], [1], [0]])
+    assert train.class_names == ["0", "1"]
+    assert [Path(r["image"]["path"]).name for r in train.dataset] == ["0000.jpg", "0001.png", "0002.jpg"]
+    assert [(r["width"], r["height"]) for r in train.dataset] == [(WIDTH, HEIGHT)] * 3
+    val = load(root, tmp_path, "val")
+    assert val.name == f"ds-{val_folder}" and len(val.dataset) == 2
+    assert Path(val.dataset[0]["image"]["path"]).name == "0010.jpg"
+
+
+def test_imagefolder_of_one_folder_trains_and_names_the_val_flag(tmp_path: Path) -> None:
+    """No split folders: ``datasets`` calls it ``train``; validation has no stand-in, and the error says which
+    flag picks one (``--val-split train`` validates on the training images)."""
+    root = image_folder(tmp_path / "ds", {"": doc_rows(3)})
+    assert len(load(root, tmp_path).dataset) == 3
+    with pytest.raises(DataSourceError, match=r"no 'val' split .*\(it has \['train'\]\); choose one with --val-split"):
+        load(root, tmp_path, "val")
+
+
+# --- push_to_hub parquet files and save_to_disk folders --------------------------------------------------------
+
+CLASSES = ["helmet", "vest"]
+HUB_FEATURES = datasets.Features({  # cppe-5's schema
+    "image_id": datasets.Value("int64"), "image": datasets.Image(),
+    "width": datasets.Value("int32"), "height": datasets.Value("int32"),
+    "objects": datasets.Sequence({"id": datasets.Value("int64"), "area": datasets.Value("int64"),
+                                  "bbox": datasets.Sequence(datasets.Value("float32"), length=4),
+                                  "category": datasets.ClassLabel(names=CLASSES)}),
+})
+
+
+def hub_rows(count: int, first: int = 0) -> list[dict]:
+    return [{"image_id": first + i, "image": {"bytes": encoded(".png", i), "path": f"{first + i}.png"},
+             "width": WIDTH, "height": HEIGHT,
+             "objects": {"id": [first + i], "area": [600], "bbox": [BOX], "category": [i % 2]}}
+            for i in range(count)]
+
+
+def hub_dict() -> datasets.DatasetDict:
+    return datasets.DatasetDict({split: datasets.Dataset.from_list(hub_rows(2, first), features=HUB_FEATURES)
+                                 for split, first in (("train", 0), ("validation", 10), ("test", 20))})
+
+
+def test_push_to_hub_parquet_folder(tmp_path: Path) -> None:
+    """``push_to_hub``'s files: ``data/<split>-00000-of-00001.parquet``, the features in the parquet schema."""
+    (tmp_path / "repo" / "data").mkdir(parents=True)
+    for split, dataset in hub_dict().items():
+        dataset.to_parquet(os.fspath(tmp_path / "repo" / "data" / f"{split}-00000-of-00001.parquet"))
+    train, val = load(tmp_path / "repo", tmp_path), load(tmp_path / "repo", tmp_path, "val")
+    assert train.class_names == val.class_names == CLASSES
+    assert train.dataset["image_id"] == [0, 1] and val.dataset["image_id"] == [10, 11]
+    assert val.dataset[0]["image"]["bytes"] == encoded(".png", 0)
+    assert boxes_and_classes(train) == ([[BOX]] * 2, [[0], [1]])
+
+
+def test_parquet_without_datasets_features(tmp_path: Path) -> None:
+    """Parquet written by pyarrow or pandas: the image a plain ``{bytes, path}`` struct, no ClassLabel."""
+    (tmp_path / "repo" / "data").mkdir(parents=True)
+    for split in ("train", "validation"):
+        table = pa.table({"image": [{"bytes": encoded(".jpg", i), "path": f"{i}.jpg"} for i in range(2)],
+                          "objects": [{"bbox": [BOX], "category": [i]} for i in range(2)]})
+        pq.write_table(table, tmp_path / "repo" / "data" / f"{split}-00000-of-00001.parquet")
+    source = load(tmp_path / "repo", tmp_path, "val")
+    assert source.name == "repo-validation" and source.class_names == ["0", "1"]
+    assert [(r["width"], r["height"]) for r in source.dataset] == [(WIDTH, HEIGHT)] * 2
+
+
+def test_save_to_disk_dataset_dict(tmp_path: Path) -> None:
+    hub_dict().save_to_disk(os.fspath(tmp_path / "saved"))
+    assert load(tmp_path / "saved", tmp_path, "val").dataset["image_id"] == [10, 11]
+    assert load(tmp_path / "saved", tmp_path, "test").dataset["image_id"] == [20, 21]
+    assert load(tmp_path / "saved", tmp_path).class_names == CLASSES
+
+
+# --- object fields as Hub datasets name them -------------------------------------------------------------------
+
+@pytest.mark.parametrize("field", ["label", "labels", "category", "categories"])
+def test_objects_fields_with_id_and_area(tmp_path: Path, field: str) -> None:
+    features = datasets.Features({"image": datasets.Image(), "objects": datasets.Sequence({
+        "id": datasets.Value("int64"), "area": datasets.Value("float32"), "bbox": datasets.Sequence(
+            datasets.Value("float32"), length=4), field: datasets.ClassLabel(names=CLASSES)})})
+    rows = [{"image": {"bytes": encoded(".png", i), "path": None},
+             "objects": {"id": [7 + i], "area": [1.0], "bbox": [BOX], field: [1]}} for i in range(2)]
+    datasets.Dataset.from_list(rows, features=features).save_to_disk(os.fspath(tmp_path / "ds"))
+    source = load(tmp_path / "ds", tmp_path)
+    assert source.class_names == CLASSES
+    assert [r["objects"] for r in source.dataset] == [
+        {"id": [7 + i], "area": [600.0], "bbox": [BOX], "category": [1]} for i in range(2)]
+
+
+# --- bad input -------------------------------------------------------------------------------------------------
+
+def test_empty_objects_make_background_images(tmp_path: Path) -> None:
+    rows = doc_rows(3)
+    rows[1]["objects"] = {"bbox": [], "categories": []}
+    source = load(image_folder(tmp_path / "ds", {"train": rows}), tmp_path)
+    assert boxes_and_classes(source) == ([[BOX], [], [BOX]], [[0], [], [0]])
+
+
+def test_class_id_outside_the_names_is_an_error_naming_the_field(tmp_path: Path) -> None:
+    rows = hub_rows(2)
+    rows[1]["objects"]["category"] = [-1]  # ClassLabel's "no label"
+    datasets.Dataset.from_list(rows, features=HUB_FEATURES).save_to_disk(os.fspath(tmp_path / "ds"))
+    with pytest.raises(DataSourceError, match=r"ds: objects.category holds class id -1, outside 0..1 \(1 objects\)"):
+        load(tmp_path / "ds", tmp_path)
