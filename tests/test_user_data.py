@@ -131,6 +131,9 @@ LAYOUTS = {
     "cvat yolo 1.1": (user_data.cvat_yolo_1_1, "", {"train": 6, "val": 2}),
     "labelimg": (user_data.labelimg_folder, "", {"train": 8, "val": 8}),
     "roboflow coco": (user_data.roboflow_coco, "", {"train": 5, "val": 3}),
+    "voc devkit": (user_data.voc_devkit, "", {"train": 5, "val": 3}),
+    "cvat voc": (user_data.cvat_voc, "", {"train": 8, "val": 8}),
+    "roboflow voc": (user_data.roboflow_voc, "", {"train": 5, "val": 3}),
 }
 
 
@@ -145,7 +148,8 @@ def test_exported_layouts_convert_without_flags(layout: str, tmp_path: Path) -> 
         names = source.class_names
         assert len(source.dataset) == count and set(names) <= set(user_data.coco8_names())
         used = {line.split()[0] for _, label in user_data.coco8_samples() for line in label.read_text().splitlines()}
-        assert len(names) == (80 if layout != "roboflow coco" else len(used))  # COCO names the classes it uses
+        # COCO and VOC without a label map name the classes they use (VOC: sorted by name)
+        assert len(names) == (len(used) if layout in ("roboflow coco", "voc devkit", "roboflow voc") else 80)
         assert not source.summary.skipped_images and not source.summary.skipped_lines
         for row in source.dataset:  # each image with its own labels, read from the layout's label place
             classes, _ = user_data.label_boxes(expected[Path(row["image"]["path"]).name].read_text(), 1, 1)
@@ -186,7 +190,7 @@ def test_format_corpus_trains_a_step_and_validates_on_every_image(corpus, tmp_pa
 
 
 @pytest.mark.parametrize("layout", ["roboflow yolo folder", "label studio", "cvat yolo 1.1", "labelimg",
-                                    "roboflow coco"])
+                                    "roboflow coco", "voc devkit", "cvat voc", "roboflow voc"])
 def test_exported_layouts_train_a_step_and_validate_on_every_image(layout: str, tmp_path: Path,
                                                                    capsys: pytest.CaptureFixture) -> None:
     """``--data <the export folder>`` as the tool wrote it: one optimizer step (one batch holds the training split),

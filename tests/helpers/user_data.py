@@ -243,3 +243,73 @@ def roboflow_coco(folder: Path) -> Path:
         (folder / split / "_annotations.coco.json").write_text(json.dumps(
             {"info": {}, "licenses": [], "categories": categories, "images": images, "annotations": annotations}))
     return folder
+
+
+def voc_xml(image_name: str, width: int, height: int, objects: list[tuple[str, tuple[float, ...]]],
+            integer: bool = True, difficult: tuple[int, ...] = ()) -> str:
+    """A Pascal VOC annotation as LabelImg, Roboflow and CVAT write it; ``objects`` are ``(name, (x1, y1, x2, y2))``
+    in the continuous pixel frame, written as VOC's 1-based inclusive corners (``xmin = x1 + 1``, ``xmax = x2``),
+    rounded as Roboflow writes them or with decimals as CVAT does; indices in ``difficult`` are marked so."""
+    def number(value: float) -> str:
+        return str(round(value)) if integer else f"{value:.2f}"
+
+    parts = [f"<annotation>\n  <folder></folder>\n  <filename>{image_name}</filename>\n  <size>\n"
+             f"    <width>{width}</width>\n    <height>{height}</height>\n    <depth>3</depth>\n  </size>\n"]
+    for k, (name, (x1, y1, x2, y2)) in enumerate(objects):
+        parts.append(f"  <object>\n    <name>{name}</name>\n    <pose>Unspecified</pose>\n"
+                     f"    <truncated>0</truncated>\n    <difficult>{int(k in difficult)}</difficult>\n"
+                     f"    <bndbox>\n      <xmin>{number(x1 + 1)}</xmin>\n      <ymin>{number(y1 + 1)}</ymin>\n"
+                     f"      <xmax>{number(x2)}</xmax>\n      <ymax>{number(y2)}</ymax>\n    </bndbox>\n  </object>\n")
+    return "".join(parts) + "</annotation>\n"
+
+
+def _voc_objects(image: Path, label: Path) -> tuple[int, int, list[tuple[str, tuple[float, ...]]]]:
+    width, height = Image.open(image).size
+    classes, boxes = label_boxes(label.read_text(), width, height)
+    names = coco8_names()
+    return width, height, [(names[c], tuple(map(float, box))) for c, box in zip(classes, boxes)]
+
+
+def _voc_root(root: Path, splits: dict[str, list[tuple[Path, Path]]], integer: bool) -> None:
+    for folder in ("Annotations", "JPEGImages", "ImageSets/Main"):
+        (root / folder).mkdir(parents=True, exist_ok=True)
+    for split, samples in splits.items():
+        for image, label in samples:
+            shutil.copy(image, root / "JPEGImages" / image.name)
+            width, height, objects = _voc_objects(image, label)
+            (root / "Annotations" / f"{image.stem}.xml").write_text(voc_xml(image.name, width, height, objects,
+                                                                            integer))
+        (root / "ImageSets" / "Main" / f"{split}.txt").write_text("".join(f"{p.stem}\n" for p, _ in samples))
+
+
+def voc_devkit(folder: Path) -> Path:
+    """The VOC devkit's layout: ``Annotations/``, ``JPEGImages/``, ``ImageSets/Main/{train,val,trainval}.txt`` and
+    a per-class list (``person_train.txt``, ``id  1`` per line), which is not a split."""
+    samples = coco8_samples()
+    _voc_root(folder, {"train": samples[:5], "val": samples[5:]}, integer=True)
+    (folder / "ImageSets" / "Main" / "trainval.txt").write_text("".join(f"{p.stem}\n" for p, _ in samples))
+    (folder / "ImageSets" / "Main" / "person_train.txt").write_text(
+        "".join(f"{p.stem}  1\n" for p, _ in samples[:5]))
+    return folder
+
+
+def cvat_voc(folder: Path) -> Path:
+    """CVAT's "PASCAL VOC 1.1" export: the devkit's folders, one ``ImageSets/Main/default.txt`` and
+    ``labelmap.txt`` naming every label (with ``background``) in the task's order."""
+    _voc_root(folder, {"default": coco8_samples()}, integer=False)
+    (folder / "labelmap.txt").write_text("# label:color_rgb:parts:actions\nbackground:0,0,0::\n" + "".join(
+        f"{name}:{k % 255},{k * 7 % 255},{k * 13 % 255}::\n" for k, name in enumerate(coco8_names())))
+    return folder
+
+
+def roboflow_voc(folder: Path) -> Path:
+    """Roboflow's "Pascal VOC" export: ``train/`` and ``valid/``, each image's xml beside it."""
+    samples = coco8_samples()
+    for split, part in (("train", samples[:5]), ("valid", samples[5:])):
+        (folder / split).mkdir(parents=True)
+        for image, label in part:
+            shutil.copy(image, folder / split / image.name)
+            width, height, objects = _voc_objects(image, label)
+            (folder / split / f"{image.stem}.xml").write_text(voc_xml(image.name, width, height, objects))
+    (folder / "README.roboflow.txt").write_text("exported from roboflow.com\n")
+    return folder

@@ -179,3 +179,8 @@ def load_bgr(path: str | os.PathLike) -> np.ndarray:
 def is_image_file(path: str | os.PathLike) -> bool:
     """Whether the name has an image suffix, in any case (``IMG_0001.JPG``)."""
     return Path(path).suffix.lower() in IMAGE_SUFFIXES
+
+
+def is_image_name(name: str) -> bool:
+    """An image's file name as Ultralytics' glob lists them: an image suffix, not hidden (macOS's ``._x.jpg``)."""
+    return not name.startswith(".") and os.path.splitext(name)[1].lower() in IMAGE_SUFFIXES

@@ -32,6 +32,7 @@ from yolo11.data.sources.hub import load_disk, load_hub, normalise, pick_split
 from yolo11.data.sources.layouts import Layout, detect_layout
 from yolo11.data.sources.splits import VAL_FALLBACKS, choose_split
 from yolo11.data.sources.synthetic import SHAPES, SyntheticOptions, synthetic_rows
+from yolo11.data.sources.voc import voc_fingerprint_files, voc_rows
 from yolo11.data.sources.yolo import (
     coco_split,
     read_data_yaml,
@@ -277,10 +278,13 @@ def _load_folder(folder: Path, request: _Request) -> DetectionSource:
 
 
 def _load_layout(layout: Layout, request: _Request) -> DetectionSource:
-    """A folder another tool exported (``layouts.py``): its data YAML, its COCO jsons or its YOLO folders."""
+    """A folder another tool exported (``layouts.py``): its data YAML, its COCO jsons, its VOC xml files or its
+    YOLO folders."""
     _report(layout.note)
     if layout.kind == "yaml":
         return _load_yaml(layout.path.resolve(), request)
+    if layout.kind == "voc":
+        return _load_voc(layout, request)
     if layout.kind == "coco":
         split, note = choose_split(list(layout.coco_jsons), request.split, request.fallback_splits,
                                    request.split_flag, f"{layout.path} (COCO export)")
@@ -314,6 +318,23 @@ def _load_yaml(path: Path, request: _Request, data: dict | None = None,
                      lambda: yolo_rows(path, split, request.workers, data, labels_beside_images))
     origin = "yolo:" + ";".join(sorted(os.fspath(p.resolve()) for p in split_locations(path, data, split)))
     return _checked(f"{path.stem}-{split}", result, f"{path}: split {split!r}", origin)
+
+
+def _load_voc(layout: Layout, request: _Request) -> DetectionSource:
+    """Pascal VOC xml files (``voc.py``), converted once per split like the YOLO and COCO sources."""
+    if request.bbox_format != "auto":
+        raise DataSourceError(f"{layout.path}: --bbox-format applies to Hub datasets, dataset folders and COCO "
+                              "jsons; Pascal VOC boxes are always xmin/ymin/xmax/ymax pixels")
+    split, note = choose_split(list(layout.voc_splits), request.split, request.fallback_splits, request.split_flag,
+                               f"{layout.path} (Pascal VOC)")
+    _report(note)
+    chosen = layout.voc_splits[split]
+    fingerprint = _fingerprint({"kind": "voc", "split": chosen.name},
+                               voc_fingerprint_files(layout.voc_splits, split, layout.label_map))
+    result = _cached(request.cache_root, f"voc-{chosen.name}", fingerprint,
+                     lambda: voc_rows(layout.voc_splits, split, layout.label_map, request.workers))
+    return _checked(chosen.name, result, f"{layout.path}: split {split!r}",
+                    f"voc:{layout.path.resolve()}:{chosen.name}")
 
 
 def _load_coco(json_path: Path, images: Path | None, request: _Request) -> DetectionSource:

@@ -4,9 +4,13 @@
 - Roboflow's COCO export: ``train/``, ``valid/``, ``test/``, each with ``_annotations.coco.json`` beside its images;
 - COCO jsons in ``annotations/`` (``instances_val2017.json``, CVAT's ``instances_default.json``) or Label Studio's
   ``result.json``;
+- Pascal VOC in the devkit's layout (``Annotations/``, ``JPEGImages/``, ``ImageSets/Main/<split>.txt``: the devkit,
+  CVAT's "PASCAL VOC 1.1" export), the folder itself or the VOC folders in it (``VOCdevkit/VOC2007``, ``VOC2012``);
 - a YOLO folder without a YAML, names in ``classes.txt`` (Label Studio, LabelImg, makesense.ai) or ``obj.names``
   (CVAT "YOLO 1.1", darknet): images in ``images/`` with ``labels/`` beside, or each label beside its image
-  (``obj_train_data/``, or the folder itself), split into ``train``/``val`` sub-folders when it has them.
+  (``obj_train_data/``, or the folder itself), split into ``train``/``val`` sub-folders when it has them;
+- Pascal VOC xml beside each image (LabelImg, Roboflow's "Pascal VOC" export), in ``train``/``valid``/``test``
+  sub-folders when it has them.
 
 Anything else (a ``save_to_disk`` folder, a folder of parquet files) is left to ``datasets``. Where the choice is
 not the only possible one, ``note`` says which was taken and how to take another.
@@ -15,11 +19,13 @@ not the only possible one, ``note`` says which was taken and how to take another
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from yolo11.data.image_io import is_image_file
+from yolo11.data.image_io import is_image_file, is_image_name
 from yolo11.data.schema import DataSourceError
+from yolo11.data.sources.voc import VocSplit, read_split_list
 from yolo11.gate import FileRefusedError, read_yaml
 
 ROBOFLOW_COCO_JSON = "_annotations.coco.json"
@@ -27,12 +33,15 @@ NAMES_FILES = ("classes.txt", "obj.names", "labels.txt")  # one class name per l
 SPLIT_FOLDERS = {"train": ("train",), "val": ("val", "valid", "validation"), "test": ("test",)}
 CVAT_SPLIT_FOLDERS = {"train": "obj_train_data", "val": "obj_valid_data", "test": "obj_test_data"}
 MAX_NAMES_BYTES = 8 << 20
+VOC_LABEL_MAP = "labelmap.txt"  # CVAT's VOC export: the classes in its order
+VOC_ROOT_TAG = re.compile(rb"<annotation[\s>]")  # not <annotations>: CVAT's own xml format
 
 
 @dataclass(frozen=True)
 class Layout:
     """What a folder holds: ``kind`` ``yaml`` (``path`` is the YAML), ``coco`` (``coco_jsons``: split -> json,
-    images beside each) or ``yolo`` (``data``: a data-YAML dict read as one, ``path`` the names file)."""
+    images beside each), ``yolo`` (``data``: a data-YAML dict read as one, ``path`` the names file) or ``voc``
+    (``voc_splits``, the classes in ``label_map`` when there is one, ``path`` the folder)."""
 
     kind: str
     path: Path
@@ -40,13 +49,16 @@ class Layout:
     data: dict = field(default_factory=dict)
     coco_jsons: dict[str, Path] = field(default_factory=dict)
     labels_beside_images: bool = False
+    voc_splits: dict[str, VocSplit] = field(default_factory=dict)
+    label_map: Path | None = None
 
 
 def detect_layout(folder: Path) -> Layout | None:
     """The layout of ``folder``, or ``None`` for one ``datasets`` should read (saved Arrow, parquet...)."""
     if (folder / "dataset_dict.json").is_file() or (folder / "state.json").is_file():
         return None
-    return _yaml_layout(folder) or _roboflow_coco_layout(folder) or _coco_folder_layout(folder) or _yolo_layout(folder)
+    return (_yaml_layout(folder) or _roboflow_coco_layout(folder) or _coco_folder_layout(folder)
+            or _voc_devkit_layout(folder) or _yolo_layout(folder) or _voc_beside_layout(folder))
 
 
 def _yaml_layout(folder: Path) -> Layout | None:
@@ -158,3 +170,109 @@ def _split_folders(folder: Path, prefix: str) -> dict[str, str]:
         if name is not None:
             found[split] = prefix + name
     return found
+
+
+def _is_voc_root(folder: Path) -> bool:
+    return (folder / "Annotations").is_dir()
+
+
+def _voc_devkit_layout(folder: Path) -> Layout | None:
+    """``folder`` in the VOC devkit's layout, or the devkit folders in it (``VOCdevkit/VOC2007``, ``VOC2012``),
+    their splits joined by name (VOC2007's and VOC2012's ``train`` lists make one training split)."""
+    roots = [folder] if _is_voc_root(folder) else sorted(
+        p for p in folder.iterdir() if not p.name.startswith(".") and p.is_dir() and _is_voc_root(p))
+    if not roots:
+        return None
+    joined: dict[str, list] = {}
+    lists: dict[str, list[Path]] = {}
+    single = []
+    for root in roots:
+        splits, one_list = _voc_root_splits(root)
+        if one_list:
+            single.append(root.name)
+        for split, (pairs, list_file) in splits.items():
+            joined.setdefault(split, []).extend(pairs)
+            lists.setdefault(split, []).extend([list_file] if list_file else [])
+    voc = {}
+    for split, pairs in joined.items():
+        same = next((v for v in voc.values() if v.pairs == tuple(pairs)), None)  # one list serving two splits
+        voc[split] = same or VocSplit(f"{folder.name}-{split}", tuple(pairs), tuple(lists[split]))
+    which = "" if roots == [folder] else f" ({', '.join(single)})"
+    note = f"{folder}: " + ("a Pascal VOC folder" if roots == [folder] else
+                            f"Pascal VOC folders {', '.join(r.name for r in roots)}")
+    if single:
+        note += f"; no train/val lists in ImageSets/Main{which}, so one split serves training and validation"
+    return _voc_layout(folder, voc, note, [*roots, folder])
+
+
+def _voc_root_splits(root: Path) -> tuple[dict[str, tuple[list, Path | None]], bool]:
+    """``({split: (pairs, list file)}, one list only)`` of one devkit folder: the ``ImageSets/Main`` lists named
+    as splits (``trainval`` for training when there is no ``train``; class lists such as ``cat_train.txt`` are
+    not splits), else the first list (CVAT's ``default.txt``), else every xml in ``Annotations/``."""
+    if not (root / "JPEGImages").is_dir():
+        raise DataSourceError(f"{root}: Annotations/ but no JPEGImages/ folder (export the images with the "
+                              "annotations)")
+    images = {}
+    for path in sorted((root / "JPEGImages").rglob("*")):
+        if is_image_name(path.name):
+            images.setdefault(path.relative_to(root / "JPEGImages").with_suffix("").as_posix(), path)
+    sets = root / "ImageSets" / "Main"
+    lists = sorted(p for p in sets.glob("*.txt") if "_" not in p.stem) if sets.is_dir() else []
+    by_split = {}
+    for list_file in lists:
+        split = next((k for k, names in SPLIT_FOLDERS.items() if list_file.stem.lower() in names), None)
+        if split is not None or list_file.stem.lower() == "trainval":
+            by_split.setdefault(split or "trainval", list_file)
+    if "train" not in by_split and "trainval" in by_split:
+        by_split["train"] = by_split["trainval"]
+    by_split.pop("trainval", None)
+
+    def pairs(ids: list[str]) -> list:
+        return [(images.get(i), root / "Annotations" / f"{i}.xml") for i in ids]
+
+    if by_split:
+        return {split: (pairs(read_split_list(path)), path) for split, path in by_split.items()}, False
+    if lists:
+        ids, list_file = read_split_list(lists[0]), lists[0]
+    else:
+        ids, list_file = sorted(p.stem for p in (root / "Annotations").glob("*.xml")), None
+    both = (pairs(ids), list_file)
+    return {"train": both, "val": both}, True
+
+
+def _voc_beside_layout(folder: Path) -> Layout | None:
+    """Each image's VOC xml beside it (LabelImg, Roboflow's "Pascal VOC" export), in the conventional split
+    folders when there are some, else in ``folder`` itself."""
+    places = {split: folder / name for split, name in _split_folders(folder, "").items()} or {"train": folder}
+    if not any(_holds_voc_xml(place) for place in places.values()):
+        return None
+    voc = {split: VocSplit(f"{folder.name}-{split}", tuple(_beside_pairs(place))) for split, place in places.items()}
+    note = f"{folder}: Pascal VOC xml beside the images, splits {', '.join(f'{k}={v.name}' for k, v in places.items())}"
+    if "val" not in voc and "test" not in voc:
+        voc["val"] = voc["train"]
+        note += "; no val/ or valid/ folder, so validation uses the training images"
+    return _voc_layout(folder, voc, note, [folder])
+
+
+def _holds_voc_xml(folder: Path) -> bool:
+    """Whether the first xml file of ``folder`` starts a VOC annotation (its first 4 KB name ``<annotation>``)."""
+    first = min((p for p in folder.glob("*.xml") if p.is_file()), default=None)
+    if first is None:
+        return False
+    with first.open("rb") as f:
+        return VOC_ROOT_TAG.search(f.read(4096)) is not None
+
+
+def _beside_pairs(folder: Path) -> list[tuple[Path | None, Path | None]]:
+    """``(image, its xml or None)`` for each image, then ``(None, xml)`` for each xml without an image."""
+    files = sorted(p for p in folder.iterdir() if p.is_file())
+    images = [p for p in files if is_image_name(p.name)]
+    xml_files = {p.stem: p for p in files if p.suffix.lower() == ".xml" and not p.name.startswith(".")}
+    pairs = [(image, xml_files.pop(image.stem, None)) for image in images]
+    return pairs + [(None, xml) for xml in xml_files.values()]
+
+
+def _voc_layout(folder: Path, voc: dict[str, VocSplit], note: str, label_map_places: list[Path]) -> Layout:
+    label_map = next((p / VOC_LABEL_MAP for p in label_map_places if (p / VOC_LABEL_MAP).is_file()), None)
+    note += f"; classes from {label_map}" if label_map else "; classes: the object names in the xml files, sorted"
+    return Layout("voc", folder, note, voc_splits=voc, label_map=label_map)

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import numpy as np
 
-from yolo11.data.image_io import read_regular_file
+from yolo11.data.image_io import is_image_name, read_regular_file
 from yolo11.data.schema import BadSampleSummary, DataSourceError
-from yolo11.data.sources.checks import IMAGE_SUFFIXES, check_box, image_size, objects_row
+from yolo11.data.sources.checks import check_box, image_size, objects_row
 from yolo11.data.sources.parallel import ordered_map
 from yolo11.gate import MAX_CLASSES, FileRefusedError, check_class_names, read_yaml
 
@@ -156,13 +156,8 @@ def _folder_images(root: str) -> list[str]:
     for folder in _folders(root):
         with os.scandir(folder) as it:
             # a link loop is no folder: listed, and the conversion says what is wrong with it
-            found += [entry.path for entry in it if _is_image_name(entry.name) and not _is_folder(entry)]
+            found += [entry.path for entry in it if is_image_name(entry.name) and not _is_folder(entry)]
     return sorted(found, key=lambda path: path.split(os.sep))
-
-
-def _is_image_name(name: str) -> bool:
-    """An image's file name as Ultralytics' glob lists them: an image suffix, not hidden (macOS's ``._x.jpg``)."""
-    return not name.startswith(".") and os.path.splitext(name)[1].lower() in IMAGE_SUFFIXES
 
 
 def _listed_images(list_file: Path) -> tuple[list[Path], list[str]]:
@@ -354,7 +349,7 @@ def yolo_fingerprint_stats(yaml_path: Path, split: str, data: dict | None = None
     images: list[str] = []
     image_folders = [folder for location in locations for folder in _folders(os.fspath(location))]
     for folder in image_folders:
-        images += [path for path in _scan(folder, entries) if _is_image_name(os.path.basename(path))]
+        images += [path for path in _scan(folder, entries) if is_image_name(os.path.basename(path))]
     # Path order, part by part, as sorted(rglob) gives; within one folder that is the names' string order
     images.sort(key=None if len(image_folders) == 1 else lambda path: path.split(os.sep))
     if not images:

@@ -1,0 +1,257 @@
+"""Pascal VOC xml annotations -> rows of the Hub schema.
+
+Two layouts hold them (``layouts.py`` finds them): the VOC devkit's, as the devkit and CVAT's "PASCAL VOC 1.1"
+export write it (``Annotations/<id>.xml``, ``JPEGImages/<id>.jpg``, ``ImageSets/Main/<split>.txt`` listing ids),
+and an xml beside each image, as LabelImg and Roboflow's "Pascal VOC" export write it.
+
+A VOC box is 1-based inclusive pixel corners (``xmin=1, xmax=W`` covers the whole image), so it is read as
+``(xmin - 1, ymin - 1, xmax, ymax)`` in the continuous frame the other sources use (detectron2 reads VOC so;
+Ultralytics' VOC converter also subtracts 1 from ``xmax``/``ymax``, a box one pixel narrower); a 0-based tool's
+``xmin=0`` stays 0. Objects marked ``difficult`` are left out, as Ultralytics' converter leaves them out. Class
+names come from CVAT's ``labelmap.txt`` when there is one, else they are every object name in the folder's files,
+sorted (VOC's 20 classes then come in the order of Ultralytics' ``VOC.yaml``).
+"""
+
+from __future__ import annotations
+
+import codecs
+import os
+import re
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from yolo11.data.image_io import read_regular_file
+from yolo11.data.schema import BadSampleSummary, DataSourceError
+from yolo11.data.sources.checks import check_box, image_size, objects_row
+from yolo11.data.sources.parallel import ordered_map
+from yolo11.gate import MAX_CLASSES
+
+MAX_VOC_XML_BYTES = 4 << 20  # a VOC file of 10,000 objects is ~3 MB; more is not an annotation file
+MAX_SPLIT_LIST_BYTES = 64 << 20  # ImageSets/Main/train.txt: VOC2012's 5,717 ids are 70 KB
+MAX_LABEL_MAP_BYTES = 8 << 20
+_DECLARED_ENCODING = re.compile(rb"""^<\?xml[^>]*encoding\s*=\s*["']([A-Za-z0-9._-]+)["']""")
+
+
+@dataclass(frozen=True)
+class VocObject:
+    name: str
+    corners: tuple[float, float, float, float] | None  # x1 y1 x2 y2, pixels; None when unusable
+    problem: str  # why ``corners`` is None
+    difficult: bool
+
+
+@dataclass(frozen=True)
+class VocAnnotation:
+    size: tuple[int, int] | None  # (width, height) as the file states it; None when absent or zero
+    objects: tuple[VocObject, ...]
+
+
+@dataclass(frozen=True)
+class VocSplit:
+    """One split of a VOC folder: ``(image, xml)`` pairs, either side ``None`` when missing (an image without an
+    xml is a background; an xml without an image is skipped by name). ``name`` identifies the pairs: the val split
+    of a folder with one list is the train split under another key, and shares its name."""
+
+    name: str
+    pairs: tuple[tuple[Path | None, Path | None], ...]
+    list_files: tuple[Path, ...] = ()
+
+
+def _decode(data: bytes) -> str:
+    """The file's text: a byte-order mark decides (UTF-16 from Windows tools), else the XML declaration, else UTF-8."""
+    if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        return data.decode("utf-16")
+    if data.startswith(codecs.BOM_UTF8):
+        return data[len(codecs.BOM_UTF8):].decode("utf-8")
+    declared = _DECLARED_ENCODING.match(data)
+    encoding = declared.group(1).decode() if declared else "utf-8"
+    try:
+        return data.decode(encoding)
+    except LookupError:
+        raise ValueError(f"unknown encoding {encoding!r} in its XML declaration") from None
+
+
+def read_voc_xml(path: Path) -> VocAnnotation:
+    """One VOC annotation file; ``ValueError`` saying why for a file that is not one. Bounded: at most
+    ``MAX_VOC_XML_BYTES``, and no DOCTYPE or entity declarations (no VOC tool writes them, and entity expansion
+    turns a small file into gigabytes)."""
+    try:
+        text = _decode(read_regular_file(path, MAX_VOC_XML_BYTES))
+    except UnicodeDecodeError as err:
+        raise ValueError(f"not text in its encoding ({err.reason} at byte {err.start})") from None
+    if "<!DOCTYPE" in text or "<!ENTITY" in text:
+        raise ValueError("declares a DOCTYPE or entities, which VOC files never do (refused: entities can expand "
+                         "without bound)")
+    try:
+        root = ET.fromstring(text)
+    except ET.ParseError as err:
+        raise ValueError(f"not XML ({err})") from None
+    if root.tag != "annotation":
+        raise ValueError(f"not a Pascal VOC file (its root element is <{root.tag}>, not <annotation>)")
+    return VocAnnotation(_stated_size(root), tuple(_read_object(element) for element in root.findall("object")))
+
+
+def _stated_size(root: ET.Element) -> tuple[int, int] | None:
+    try:
+        width, height = (int(float(root.findtext(f"size/{key}", ""))) for key in ("width", "height"))
+    except ValueError:
+        return None
+    return (width, height) if width > 0 and height > 0 else None
+
+
+def _read_object(element: ET.Element) -> VocObject:
+    name = (element.findtext("name") or "").strip()
+    difficult = (element.findtext("difficult") or "0").strip().lower() in ("1", "true")
+    if not name:
+        return VocObject(name, None, "no <name>", difficult)
+    box = element.find("bndbox")
+    if box is None:
+        return VocObject(name, None, "no <bndbox>", difficult)
+    try:
+        xmin, ymin, xmax, ymax = (float(box.findtext(key, "")) for key in ("xmin", "ymin", "xmax", "ymax"))
+    except ValueError:
+        return VocObject(name, None, "<bndbox> needs numbers xmin, ymin, xmax and ymax", difficult)
+    if not np.isfinite([xmin, ymin, xmax, ymax]).all():
+        return VocObject(name, None, "non-finite coordinates", difficult)
+    if xmax < xmin or ymax < ymin:
+        return VocObject(name, None, f"xmax/ymax ({xmax:g}, {ymax:g}) before xmin/ymin ({xmin:g}, {ymin:g})",
+                         difficult)
+    # 1-based corners; a 0 can only come from a 0-based tool and stays at the image's edge
+    x1, y1 = (v - 1 if v >= 1 else min(v, 0.0) for v in (xmin, ymin))
+    return VocObject(name, (x1, y1, xmax, ymax), "", difficult)
+
+
+def read_label_map(path: Path) -> list[str]:
+    """Class names of CVAT's ``labelmap.txt`` (``name:r,g,b:parts:actions`` per line, ``#`` comments), without its
+    ``background`` entry, in the file's order."""
+    try:
+        text = read_regular_file(path, MAX_LABEL_MAP_BYTES).decode("utf-8-sig", errors="replace")
+    except (ValueError, OSError) as err:
+        raise DataSourceError(f"{path}: {err}") from None
+    names = [line.split(":", 1)[0].strip() for line in text.splitlines() if line.strip() and
+             not line.lstrip().startswith("#")]
+    names = [name for name in names if name and name != "background"]
+    if not names:
+        raise DataSourceError(f"{path}: no class names (a line 'name:r,g,b::' per class)")
+    return names
+
+
+def read_split_list(path: Path) -> list[str]:
+    """The ids of an ``ImageSets/Main/<split>.txt``: the first field of each line (class lists add a second)."""
+    try:
+        text = read_regular_file(path, MAX_SPLIT_LIST_BYTES).decode("utf-8-sig", errors="replace")
+    except (ValueError, OSError) as err:
+        raise DataSourceError(f"{path}: {err}") from None
+    return [line.split()[0] for line in text.splitlines() if line.split()]
+
+
+def _check_pair(task: tuple[Path | None, Path | None]) -> tuple[tuple[int, int] | str | None,
+                                                                 VocAnnotation | str | None]:
+    """Run in a worker: ``(image size, or why the image is unusable, or None when not asked;
+    annotation, or why the xml is unusable, or None without one)``."""
+    image, xml = task
+    size = None
+    if image is not None:
+        try:
+            size = image_size(image)
+        except (ValueError, OSError) as err:
+            size = f"{image}: {err}, image skipped"
+    annotation = None
+    if xml is not None:
+        try:
+            annotation = read_voc_xml(xml)
+        except (ValueError, OSError) as err:
+            annotation = f"{xml}: {err}"
+    return size, annotation
+
+
+def voc_rows(splits: dict[str, VocSplit], split: str, label_map: Path | None = None,
+             workers: int | None = None) -> tuple[list[dict], list[str], BadSampleSummary]:
+    """Rows of one split. Without ``label_map`` the class names are read from the xml files of every split, so
+    that each split's conversion numbers the classes alike; the images are checked for ``split`` only."""
+    chosen = splits[split]
+    xml_files = {xml for part in splits.values() for _, xml in part.pairs if xml is not None} if label_map is None \
+        else set()
+    tasks = list(chosen.pairs) + [(None, xml) for xml in sorted(xml_files - {xml for _, xml in chosen.pairs})]
+    results = ordered_map(_check_pair, tasks, workers=workers, desc=f"converting VOC {chosen.name}")
+    if label_map is not None:
+        names = read_label_map(label_map)
+    else:
+        names = sorted({obj.name for _, annotation in results if isinstance(annotation, VocAnnotation)
+                        for obj in annotation.objects if obj.name})
+        if not names:
+            raise DataSourceError(f"{', '.join(sorted({os.fspath(x.parent) for x in xml_files})[:3])}: no object "
+                                  "names in any VOC xml file, so no classes")
+    if len(names) > MAX_CLASSES:
+        raise DataSourceError(f"{label_map or 'the VOC xml files'}: {len(names)} classes, more than the "
+                              f"{MAX_CLASSES} a model may have (yolo11.gate.MAX_CLASSES)")
+    class_of = {name: k for k, name in enumerate(names)}
+    summary, rows, next_object_id = BadSampleSummary(), [], 1
+    for index, ((image, xml), (size, annotation)) in enumerate(zip(chosen.pairs, results[:len(chosen.pairs)],
+                                                                   strict=True)):
+        if image is None:
+            summary.skipped_images.append(f"{xml}: no image of this name beside it or in JPEGImages/, skipped")
+            continue
+        if isinstance(size, str):
+            summary.skipped_images.append(size)
+            continue
+        if isinstance(annotation, str):
+            summary.skipped_images.append(f"{annotation}, image skipped")
+            continue
+        objects = ([], []) if annotation is None else _image_objects(xml, annotation, size, class_of, label_map,
+                                                                    summary)
+        if objects is None:
+            continue
+        boxes, classes = objects
+        summary.backgrounds += not boxes
+        rows.append({"image_id": index, "image": {"bytes": None, "path": os.fspath(image)}, "width": size[0],
+                     "height": size[1], "objects": objects_row(boxes, classes, next_object_id)})
+        next_object_id += len(boxes)
+    return rows, names, summary
+
+
+def _image_objects(xml: Path, annotation: VocAnnotation, size: tuple[int, int], class_of: dict[str, int],
+                   label_map: Path | None, summary: BadSampleSummary) -> tuple[list, list] | None:
+    """Checked boxes (``xyxy`` px) and classes of one file; ``None`` when its image is skipped: labelled
+    for an image of another size, or objects of which none is usable (trained as a background, they would teach
+    the model that the objects are not there)."""
+    if annotation.size is not None and annotation.size != size:
+        turned = " (turned by its EXIF orientation?)" if annotation.size == size[::-1] else ""
+        summary.skipped_images.append(f"{xml}: labelled for a {annotation.size[0]}x{annotation.size[1]} image, but "
+                                      f"its image is {size[0]}x{size[1]}{turned}, image skipped")
+        return None
+    boxes, classes, bad = [], [], 0
+    for number, obj in enumerate(annotation.objects, start=1):
+        if obj.difficult:
+            continue
+        problem = obj.problem
+        if not problem and obj.name not in class_of:
+            problem = f"class {obj.name!r} is not in {label_map.name if label_map else 'the class names'}"
+        box = None
+        if not problem:
+            box, clipped, problem = check_box(np.array(obj.corners), *size)
+            summary.clipped_boxes += clipped
+        if box is None:
+            summary.skipped_lines.append(f"{xml}: object {number} ({obj.name or 'unnamed'}): {problem}, skipped")
+            bad += 1
+            continue
+        boxes.append(box)
+        classes.append(class_of[obj.name])
+    if not boxes and bad:
+        summary.skipped_images.append(f"{xml}: none of its {bad} objects is usable, image skipped")
+        return None
+    return boxes, classes
+
+
+def voc_fingerprint_files(splits: dict[str, VocSplit], split: str, label_map: Path | None) -> list[Path]:
+    """Files whose size/mtime decide whether a cached conversion is still valid: the split's images and lists,
+    the label map, and every xml whose names may number the classes."""
+    chosen = splits[split]
+    parts = splits.values() if label_map is None else [chosen]
+    xml_files = sorted({xml for part in parts for _, xml in part.pairs if xml is not None})
+    images = [image for image, _ in chosen.pairs if image is not None]
+    # a listed id whose xml is missing is skipped by name at conversion; its absence is keyed by the list files
+    return [*chosen.list_files, *([label_map] if label_map else []), *(p for p in xml_files if p.exists()), *images]
