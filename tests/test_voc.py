@@ -103,7 +103,7 @@ def test_a_single_list_serves_both_splits_and_says_so(tmp_path: Path, caplog: py
 def test_broken_and_hostile_files_are_named_and_skipped(tmp_path: Path) -> None:
     """Each bad file costs its own image, with a message naming it; the run goes on with the others. An entity
     bomb is refused before it expands (the test would exhaust memory otherwise), a file over the size bound is
-    not read."""
+    not read, and nesting stops the parse before it builds a deep tree."""
     folder = tmp_path / "voc"
     good = [("cat", (10, 10, 30, 30))]
     files = {
@@ -116,6 +116,7 @@ def test_broken_and_hostile_files_are_named_and_skipped(tmp_path: Path) -> None:
             "<ymax>30</ymax>", "<ymax>thirty</ymax>"),
         "one_bad_object": user_data.voc_xml("one_bad_object.jpg", 80, 60, [*good, ("dog", (70, 50, 300, 300))]),
         "huge": "<annotation>" + " " * MAX_VOC_XML_BYTES + "</annotation>",
+        "nested": "<annotation>" + "<a>" * 100_000 + "</a>" * 100_000 + "</annotation>",  # a tree of ~100 MB
     }
     for k, (stem, text) in enumerate(files.items()):
         write_image(folder / f"{stem}.jpg", seed=k, size=(60, 80))
@@ -132,6 +133,7 @@ def test_broken_and_hostile_files_are_named_and_skipped(tmp_path: Path) -> None:
                       ("cvat_images", "its root element is <annotations>"),
                       ("resized", "labelled for a 160x120 image, but its image is 80x60"),
                       ("bad_objects", "none of its 1 objects is usable"), ("huge", "bytes"),
+                      ("nested", "more than 32 levels"),
                       ("orphan", "no image of this name")]:
         assert f"{folder / stem}.xml: " in skipped and why in skipped, (stem, skipped)
     lines = "\n".join(source.summary.skipped_lines)

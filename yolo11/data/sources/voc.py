@@ -30,6 +30,9 @@ from yolo11.data.sources.parallel import ordered_map
 from yolo11.gate import MAX_CLASSES
 
 MAX_VOC_XML_BYTES = 4 << 20  # a VOC file of 10,000 objects is ~3 MB; more is not an annotation file
+MAX_XML_DEPTH = 32  # VOC nests 4 deep (annotation/object/bndbox/xmin, parts one more)
+MAX_XML_ELEMENTS = 200_000  # 12 per object: ~16,000 objects
+XML_CHUNK_CHARS = 1 << 16
 MAX_SPLIT_LIST_BYTES = 64 << 20  # ImageSets/Main/train.txt: VOC2012's 5,717 ids are 70 KB
 MAX_LABEL_MAP_BYTES = 8 << 20
 _DECLARED_ENCODING = re.compile(rb"""^<\?xml[^>]*encoding\s*=\s*["']([A-Za-z0-9._-]+)["']""")
@@ -85,13 +88,28 @@ def read_voc_xml(path: Path) -> VocAnnotation:
     if "<!DOCTYPE" in text or "<!ENTITY" in text:
         raise ValueError("declares a DOCTYPE or entities, which VOC files never do (refused: entities can expand "
                          "without bound)")
-    try:
-        root = ET.fromstring(text)
-    except ET.ParseError as err:
-        raise ValueError(f"not XML ({err})") from None
+    root = _parse_bounded(text)
     if root.tag != "annotation":
         raise ValueError(f"not a Pascal VOC file (its root element is <{root.tag}>, not <annotation>)")
     return VocAnnotation(_stated_size(root), tuple(_read_object(element) for element in root.findall("object")))
+
+
+def _parse_bounded(text: str) -> ET.Element:
+    """The element tree of ``text``, fed in chunks and stopped past ``MAX_XML_DEPTH`` or ``MAX_XML_ELEMENTS``: a
+    4 MB file of nested tags would otherwise build a tree of ~800 MB."""
+    parser, depth, elements = ET.XMLPullParser(events=("start", "end")), 0, 0
+    try:
+        for start in range(0, len(text), XML_CHUNK_CHARS):
+            parser.feed(text[start:start + XML_CHUNK_CHARS])
+            for event, _ in parser.read_events():
+                depth += 1 if event == "start" else -1
+                elements += event == "start"
+                if depth > MAX_XML_DEPTH or elements > MAX_XML_ELEMENTS:
+                    raise ValueError(f"more than {MAX_XML_DEPTH} levels or {MAX_XML_ELEMENTS} elements, not a VOC "
+                                     "annotation")
+        return parser.close()
+    except ET.ParseError as err:
+        raise ValueError(f"not XML ({err})") from None
 
 
 def _stated_size(root: ET.Element) -> tuple[int, int] | None:
