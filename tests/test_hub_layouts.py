@@ -5,6 +5,7 @@ datasets use; bad rows are skipped with a message rather than stopping the run."
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 from pathlib import Path
@@ -55,10 +56,10 @@ def image_folder(root: Path, splits: dict[str, list[dict]], metadata: str = "jso
             (folder / "metadata.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
         else:
             text = json.dumps if metadata == "csv" else repr
-            columns = list(rows[0])
-            lines = [",".join(columns)] + [",".join(json.dumps(v if isinstance(v, str) else text(v))
-                                                    for v in row.values()) for row in rows]
-            (folder / "metadata.csv").write_text("\n".join(lines) + "\n")
+            with open(folder / "metadata.csv", "w", newline="") as file:
+                writer = csv.writer(file)
+                writer.writerow(rows[0])
+                writer.writerows([v if isinstance(v, str) else text(v) for v in row.values()] for row in rows)
     return root
 
 
@@ -95,6 +96,26 @@ def test_imagefolder_of_one_folder_trains_and_names_the_val_flag(tmp_path: Path)
     assert len(load(root, tmp_path).dataset) == 3
     with pytest.raises(DataSourceError, match=r"no 'val' split .*\(it has \['train'\]\); choose one with --val-split"):
         load(root, tmp_path, "val")
+
+
+@pytest.mark.parametrize("metadata", ["csv", "csv-repr"])
+def test_imagefolder_metadata_csv(tmp_path: Path, metadata: str) -> None:
+    """CSV holds text only: ``objects`` arrives as a string (JSON, or a dict's repr from pandas) and is parsed."""
+    root = image_folder(tmp_path / "ds", {"train": doc_rows(3), "validation": doc_rows(1)}, metadata)
+    source = load(root, tmp_path)
+    assert boxes_and_classes(source) == ([[BOX]] * 3, [[0], [1], [0]])
+    assert source.class_names == ["0", "1"]
+    assert load(root, tmp_path, "val").name == "ds-validation"
+
+
+def test_csv_text_that_is_not_a_value_is_an_error_naming_the_column(tmp_path: Path) -> None:
+    rows = doc_rows(2)
+    root = image_folder(tmp_path / "ds", {"train": rows}, "csv")
+    text = (root / "train" / "metadata.csv").read_text().replace('[[50.0', '[[50.0 oops', 1)
+    (root / "train" / "metadata.csv").write_text(text)
+    with pytest.raises(DataSourceError, match=r"ds\[train\]: row 0: column 'objects' holds text that is neither "
+                                              r"JSON nor a Python literal: '\{\"bbox\": \[\[50.0 oops"):
+        load(root, tmp_path)
 
 
 # --- push_to_hub parquet files and save_to_disk folders --------------------------------------------------------

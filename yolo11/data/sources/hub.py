@@ -16,10 +16,9 @@ from yolo11.data.schema import DataSourceError, detection_features
 from yolo11.data.sources.box_format import box_array, resolve_bbox_format
 from yolo11.data.sources.checks import oriented_size
 from yolo11.data.sources.hub_classes import find_classes
+from yolo11.data.sources.hub_columns import find_columns, object_features, pick
 from yolo11.data.sources.splits import choose_split
 
-BBOX_NAMES = ("bbox", "bboxes", "boxes")
-CATEGORY_NAMES = ("category", "categories", "category_id", "label", "labels", "class", "classes", "class_id")
 CROWD_NAME = "iscrowd"  # COCO's flag for a region of many objects: skipped, as for a COCO json
 
 
@@ -57,13 +56,6 @@ def pick_split(loaded: datasets.Dataset | datasets.DatasetDict, split: str, fall
     return loaded[chosen], chosen, note
 
 
-def _pick(names, candidates: tuple[str, ...], what: str, where: str) -> str:
-    for name in candidates:
-        if name in names:
-            return name
-    raise DataSourceError(f"{where}: no {what} column (looked for {candidates}, found {sorted(names)})")
-
-
 def image_sizes(dataset: datasets.Dataset, where: str = "") -> np.ndarray:
     """``(rows, 2)`` width and height of every image: the columns when there are, else the image headers (with
     the EXIF orientation applied, as OpenCV decodes them)."""
@@ -83,13 +75,6 @@ def image_sizes(dataset: datasets.Dataset, where: str = "") -> np.ndarray:
     return sizes
 
 
-def object_features(feature: object) -> dict:
-    """The per-object features of an ``objects`` column: a dict of lists (``Sequence({...})``) or a list of dicts
-    (``List({...})``)."""
-    inner = feature.feature if isinstance(feature, datasets.Sequence | datasets.List) else feature
-    return inner.feature if isinstance(inner, datasets.Sequence | datasets.List) else inner
-
-
 def normalise(dataset: datasets.Dataset, where: str, bbox_format: str = "auto",
               names: Sequence[str] | None = None) -> tuple[datasets.Dataset, list[str], str]:
     """``(dataset in our schema, class names, note)``: columns renamed, image not decoded (an ``Image`` feature,
@@ -97,11 +82,10 @@ def normalise(dataset: datasets.Dataset, where: str, bbox_format: str = "auto",
     ``bbox_format`` (``auto``: read from the data, see ``box_format``). Class names are ``names`` when given, else
     found by ``hub_classes.find_classes``; ``note`` says what ``auto`` chose and where guessed names came from,
     for the log."""
-    objects_name = _pick(dataset.features, ("objects", "annotations"), "objects", where)
-    _pick(dataset.features, ("image",), "image", where)
+    dataset, columns = find_columns(dataset, where)
+    objects_name, bbox_name, category_name = columns.objects, columns.bbox, columns.category
+    pick(dataset.features, ("image",), "image", where)
     inner = object_features(dataset.features[objects_name])
-    bbox_name = _pick(inner, BBOX_NAMES, "objects bbox", where)
-    category_name = _pick(inner, CATEGORY_NAMES, "objects category", where)
     classes = find_classes(dataset, objects_name, category_name, object_features(inner[category_name]), names,
                            where)
     features = detection_features(classes.names)

@@ -1,0 +1,97 @@
+"""Where a Hub or folder dataset keeps its objects, found by the names popular datasets give them.
+
+An ``imagefolder``'s ``metadata.csv`` can hold only text: its nested values (``objects``, box lists, class lists)
+arrive as JSON or as Python's repr (what ``pandas.DataFrame.to_csv`` writes for a dict or a list), and are parsed
+into values here before anything else reads them.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+from dataclasses import dataclass
+
+import datasets
+
+from yolo11.data.schema import DataSourceError
+
+OBJECTS_NAMES = ("objects", "annotations")
+BBOX_NAMES = ("bbox", "bboxes", "boxes")
+CATEGORY_NAMES = ("category", "categories", "category_id", "label", "labels", "class", "classes", "class_id")
+TEXT_PREVIEW = 60  # characters of an unparsable text value quoted in the error
+
+
+@dataclass(frozen=True)
+class ObjectColumns:
+    """The objects column (``objects`` or COCO-style ``annotations``) and the names of its box and class fields."""
+
+    objects: str
+    bbox: str
+    category: str
+
+    def path(self, field: str) -> str:
+        """``objects.bbox``: a field as messages name it."""
+        return f"{self.objects}.{field}"
+
+
+def pick(names, candidates: tuple[str, ...], what: str, where: str) -> str:
+    """The first of ``candidates`` in ``names``; an error listing both when there is none."""
+    for name in candidates:
+        if name in names:
+            return name
+    raise DataSourceError(f"{where}: no {what} column (looked for {candidates}, found {sorted(names)})")
+
+
+def object_features(feature: object) -> dict:
+    """The per-object features of an ``objects`` column: a dict of lists (``Sequence({...})``) or a list of dicts
+    (``List({...})``)."""
+    inner = feature.feature if isinstance(feature, datasets.Sequence | datasets.List) else feature
+    return inner.feature if isinstance(inner, datasets.Sequence | datasets.List) else inner
+
+
+def find_columns(dataset: datasets.Dataset, where: str) -> tuple[datasets.Dataset, ObjectColumns]:
+    """``(dataset with its text columns parsed, where its objects are)``."""
+    dataset = parse_text_columns(dataset, where)
+    objects = pick(dataset.features, OBJECTS_NAMES, "objects", where)
+    inner = object_features(dataset.features[objects])
+    return dataset, ObjectColumns(objects, pick(inner, BBOX_NAMES, "objects bbox", where),
+                                  pick(inner, CATEGORY_NAMES, "objects category", where))
+
+
+def parse_text_columns(dataset: datasets.Dataset, where: str) -> datasets.Dataset:
+    """The object columns stored as text (``metadata.csv``) parsed into values; other columns untouched."""
+    text = [name for name in (*OBJECTS_NAMES, *BBOX_NAMES, *CATEGORY_NAMES)
+            if _is_text(dataset.features.get(name)) and _holds_nested(dataset, name)]
+    if not text:
+        return dataset
+
+    def parse(batch: dict, indices: list[int]) -> dict:
+        return {name: [_parse(value, name, index, where) for value, index in zip(batch[name], indices)]
+                for name in text}
+
+    # one batch: Arrow then infers each column's type from every row (ints in one row, floats in another: floats)
+    return dataset.map(parse, batched=True, batch_size=None, with_indices=True, desc=f"parsing text in {where}")
+
+
+def _is_text(feature: object) -> bool:
+    return isinstance(feature, datasets.Value) and feature.dtype in ("string", "large_string")
+
+
+def _holds_nested(dataset: datasets.Dataset, name: str) -> bool:
+    """A text column whose first value is a list or a dict (a column of class names stays text)."""
+    first = next((v for v in dataset.select_columns([name])[name] if v is not None), None)
+    return first is not None and first.lstrip().startswith(("[", "{"))
+
+
+def _parse(value: str | None, name: str, index: int, where: str) -> object:
+    if value is None:
+        return None
+    try:
+        return json.loads(value)
+    except ValueError:
+        pass
+    try:
+        return ast.literal_eval(value)  # pandas writes a dict as its repr: single quotes, True, None
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        raise DataSourceError(f"{where}: row {index}: column '{name}' holds text that is neither JSON nor a Python "
+                              f"literal: {value[:TEXT_PREVIEW]!r}") from None
