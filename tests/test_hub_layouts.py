@@ -189,6 +189,17 @@ def test_objects_fields_with_id_and_area(tmp_path: Path, field: str) -> None:
         {"id": [7 + i], "area": [600.0], "bbox": [BOX], "category": [1]} for i in range(2)]
 
 
+def test_image_column_named_img(tmp_path: Path) -> None:
+    features = datasets.Features({"img": datasets.Image(), "objects": datasets.Sequence(
+        {"bbox": datasets.List(datasets.Value("float32")), "category": datasets.ClassLabel(names=CLASSES)})})
+    rows = [{"img": {"bytes": encoded(".jpg", i), "path": None}, "objects": {"bbox": [BOX], "category": [0]}}
+            for i in range(2)]
+    datasets.Dataset.from_list(rows, features=features).save_to_disk(os.fspath(tmp_path / "ds"))
+    source = load(tmp_path / "ds", tmp_path)
+    assert source.dataset[1]["image"]["bytes"] == encoded(".jpg", 1)
+    assert source.dataset[0]["width"] == WIDTH and source.class_names == CLASSES
+
+
 # --- bad input -------------------------------------------------------------------------------------------------
 
 def test_empty_objects_make_background_images(tmp_path: Path) -> None:

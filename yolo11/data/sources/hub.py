@@ -16,7 +16,7 @@ from yolo11.data.schema import DataSourceError, detection_features
 from yolo11.data.sources.box_format import box_array, resolve_bbox_format
 from yolo11.data.sources.checks import oriented_size
 from yolo11.data.sources.hub_classes import find_classes
-from yolo11.data.sources.hub_columns import find_columns, object_features, pick
+from yolo11.data.sources.hub_columns import find_columns, object_features
 from yolo11.data.sources.splits import choose_split
 
 CROWD_NAME = "iscrowd"  # COCO's flag for a region of many objects: skipped, as for a COCO json
@@ -84,7 +84,6 @@ def normalise(dataset: datasets.Dataset, where: str, bbox_format: str = "auto",
     for the log."""
     dataset, columns = find_columns(dataset, where)
     objects_name, bbox_name, category_name = columns.objects, columns.bbox, columns.category
-    pick(dataset.features, ("image",), "image", where)
     inner = object_features(dataset.features[objects_name])
     classes = find_classes(dataset, objects_name, category_name, object_features(inner[category_name]), names,
                            where)

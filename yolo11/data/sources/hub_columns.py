@@ -15,6 +15,7 @@ import datasets
 
 from yolo11.data.schema import DataSourceError
 
+IMAGE_NAMES = ("image", "img")  # img: the name some Hub datasets use (cifar10 does)
 OBJECTS_NAMES = ("objects", "annotations")
 BBOX_NAMES = ("bbox", "bboxes", "boxes")
 CATEGORY_NAMES = ("category", "categories", "category_id", "label", "labels", "class", "classes", "class_id")
@@ -50,7 +51,11 @@ def object_features(feature: object) -> dict:
 
 
 def find_columns(dataset: datasets.Dataset, where: str) -> tuple[datasets.Dataset, ObjectColumns]:
-    """``(dataset with its text columns parsed, where its objects are)``."""
+    """``(dataset, where its objects are)``: the dataset with its image column named ``image`` and its text
+    columns parsed."""
+    image = pick(dataset.features, IMAGE_NAMES, "image", where)
+    if image != "image":
+        dataset = dataset.rename_column(image, "image")
     dataset = parse_text_columns(dataset, where)
     objects = pick(dataset.features, OBJECTS_NAMES, "objects", where)
     inner = object_features(dataset.features[objects])
