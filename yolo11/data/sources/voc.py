@@ -97,19 +97,23 @@ def read_voc_xml(path: Path) -> VocAnnotation:
 def _parse_bounded(text: str) -> ET.Element:
     """The element tree of ``text``, fed in chunks and stopped past ``MAX_XML_DEPTH`` or ``MAX_XML_ELEMENTS``: a
     4 MB file of nested tags would otherwise build a tree of ~800 MB."""
-    parser, depth, elements = ET.XMLPullParser(events=("start", "end")), 0, 0
+    parser, depth, elements, root = ET.XMLPullParser(events=("start", "end")), 0, 0, None
     try:
         for start in range(0, len(text), XML_CHUNK_CHARS):
             parser.feed(text[start:start + XML_CHUNK_CHARS])
-            for event, _ in parser.read_events():
+            for event, element in parser.read_events():
+                root = element if root is None else root  # the pull parser's close() returns nothing
                 depth += 1 if event == "start" else -1
                 elements += event == "start"
                 if depth > MAX_XML_DEPTH or elements > MAX_XML_ELEMENTS:
                     raise ValueError(f"more than {MAX_XML_DEPTH} levels or {MAX_XML_ELEMENTS} elements, not a VOC "
                                      "annotation")
-        return parser.close()
+        parser.close()
     except ET.ParseError as err:
         raise ValueError(f"not XML ({err})") from None
+    if root is None:
+        raise ValueError("not XML (no element)")
+    return root
 
 
 def _stated_size(root: ET.Element) -> tuple[int, int] | None:
