@@ -200,6 +200,53 @@ def test_image_column_named_img(tmp_path: Path) -> None:
     assert source.dataset[0]["width"] == WIDTH and source.class_names == CLASSES
 
 
+def test_top_level_box_and_class_columns(tmp_path: Path) -> None:
+    """No ``objects``: per-image ``bboxes`` and ``category`` lists beside ``image_id``, ``width`` and ``height``
+    (parquet as pyarrow writes it)."""
+    (tmp_path / "repo" / "data").mkdir(parents=True)
+    table = pa.table({"image_id": [5, 6, 7], "image": [{"bytes": encoded(".png", i), "path": None} for i in range(3)],
+                      "width": [WIDTH] * 3, "height": [HEIGHT] * 3, "bboxes": [[BOX], [BOX, BOX], []],
+                      "category": [[2], [0, 1], []]})
+    pq.write_table(table, tmp_path / "repo" / "data" / "train-00000-of-00001.parquet")
+    source = load(tmp_path / "repo", tmp_path)
+    assert source.dataset["image_id"] == [5, 6, 7] and source.class_names == ["0", "1", "2"]
+    assert boxes_and_classes(source) == ([[BOX], [BOX, BOX], []], [[2], [0, 1], []])
+    assert source.dataset[1]["objects"]["id"] == [0, 1]
+
+
+def test_top_level_columns_in_imagefolder_metadata(tmp_path: Path) -> None:
+    """``bbox`` and ``categories`` beside ``file_name``: a class list named ``categories``, not COCO's
+    ``{id, name}`` table of that name."""
+    rows = [{"file_name": f"{i}.png", "bbox": [BOX], "categories": [i]} for i in range(2)]
+    source = load(image_folder(tmp_path / "ds", {"train": rows}), tmp_path)
+    assert boxes_and_classes(source) == ([[BOX], [BOX]], [[0], [1]])
+
+
+def test_one_class_per_image_is_every_box_class(tmp_path: Path) -> None:
+    """A per-image ClassLabel beside a list of boxes: all the image's boxes are of its class."""
+    features = datasets.Features({"image": datasets.Image(), "bbox": datasets.List(datasets.List(
+        datasets.Value("float64"))), "label": datasets.ClassLabel(names=CLASSES)})
+    rows = [{"image": {"bytes": encoded(".png", i), "path": None}, "bbox": [BOX] * (i + 1), "label": i}
+            for i in range(2)]
+    datasets.Dataset.from_list(rows, features=features).save_to_disk(os.fspath(tmp_path / "ds"))
+    source = load(tmp_path / "ds", tmp_path)
+    assert boxes_and_classes(source) == ([[BOX], [BOX, BOX]], [[0], [1, 1]]) and source.class_names == CLASSES
+
+
+def test_box_and_class_counts_that_differ_are_an_error_naming_the_row(tmp_path: Path) -> None:
+    rows = [{"file_name": f"{i}.png", "bbox": [BOX, BOX], "category": [0, 0][: i + 1]} for i in range(2)]
+    with pytest.raises(DataSourceError, match=r"ds\[train\]: row 0: category has 1 values for the 2 boxes of "
+                                              r"bbox"):
+        load(image_folder(tmp_path / "ds", {"train": rows}), tmp_path)
+
+
+def test_no_objects_anywhere_names_what_was_looked_for(tmp_path: Path) -> None:
+    rows = [{"file_name": "0.png", "caption": "a cat"}]
+    with pytest.raises(DataSourceError, match=r"no objects column \(looked for \('objects', 'annotations'\), or "
+                                              r"box columns \('bbox', 'bboxes', 'boxes'\) beside a class column"):
+        load(image_folder(tmp_path / "ds", {"train": rows}), tmp_path)
+
+
 # --- bad input -------------------------------------------------------------------------------------------------
 
 def test_empty_objects_make_background_images(tmp_path: Path) -> None:

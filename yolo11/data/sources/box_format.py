@@ -21,13 +21,23 @@ FLAG = "--bbox-format"
 CLEAR_MARGIN = 10  # the chosen reading must fit at least this many times more boxes than the other one misfits
 
 
+def is_list_type(arrow_type: pa.DataType) -> bool:
+    return pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type) or pa.types.is_fixed_size_list(arrow_type)
+
+
 def object_field(dataset: datasets.Dataset, objects_name: str, field: str) -> tuple[pa.Array, np.ndarray]:
     """``field`` of every object as one flat Arrow array, and the number of objects of each row ``(rows,)``.
 
     Read through Arrow without touching the image column: ``objects`` is either a struct of lists (datasets'
-    ``Sequence({...})``) or a list of structs (``List({...})``).
+    ``Sequence({...})``) or a list of structs (``List({...})``); ``objects_name`` ``""``: ``field`` is a top-level
+    column, a list per row, or one value per row (counted as one).
     """
-    column = dataset.select_columns([objects_name]).with_format("arrow")[:].column(objects_name).combine_chunks()
+    column = dataset.select_columns([objects_name or field]).with_format("arrow")[:].column(
+        objects_name or field).combine_chunks()
+    if not objects_name:
+        if not is_list_type(column.type):
+            return column, np.ones(len(column), np.int64)
+        return column.flatten(), pc.fill_null(pc.list_value_length(column), 0).to_numpy(zero_copy_only=False)
     if pa.types.is_struct(column.type):
         per_row = pc.struct_field(column, field)
         values = per_row.flatten()
@@ -41,9 +51,13 @@ def box_array(dataset: datasets.Dataset, objects_name: str, bbox_name: str, wher
                                                                                                  np.ndarray]:
     """Every box of the dataset as ``(N, 4)`` float64 (as stored) and the row each belongs to ``(N,)``."""
     boxes, counts = object_field(dataset, objects_name, bbox_name)
+    field = f"{objects_name}.{bbox_name}" if objects_name else bbox_name
+    if not is_list_type(boxes.type):
+        raise DataSourceError(f"{where}: {field} must hold a list of boxes per image ([[x, y, w, h], ...]), found "
+                              f"{boxes.type} per box")
     lengths = pc.list_value_length(boxes).to_numpy(zero_copy_only=False)
     if len(lengths) and (lengths != 4).any():
-        raise DataSourceError(f"{where}: {objects_name}.{bbox_name} must hold 4 numbers per box, found a box of "
+        raise DataSourceError(f"{where}: {field} must hold 4 numbers per box, found a box of "
                               f"{int(lengths[lengths != 4][0])}")
     values = boxes.flatten().to_numpy(zero_copy_only=False).astype(np.float64).reshape(-1, 4)
     return values, np.repeat(np.arange(len(counts)), counts)

@@ -5,18 +5,21 @@ from __future__ import annotations
 import io
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import datasets
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 from huggingface_hub import constants as hub_constants
 from PIL import Image
 
 from yolo11.data.schema import DataSourceError, detection_features
-from yolo11.data.sources.box_format import box_array, resolve_bbox_format
+from yolo11.data.sources.box_format import box_array, object_field, resolve_bbox_format
 from yolo11.data.sources.checks import oriented_size
 from yolo11.data.sources.hub_classes import find_classes
-from yolo11.data.sources.hub_columns import find_columns, object_features
+from yolo11.data.sources.hub_columns import ObjectColumns, find_columns, object_features
 from yolo11.data.sources.splits import choose_split
 
 CROWD_NAME = "iscrowd"  # COCO's flag for a region of many objects: skipped, as for a COCO json
@@ -75,53 +78,98 @@ def image_sizes(dataset: datasets.Dataset, where: str = "") -> np.ndarray:
     return sizes
 
 
+@dataclass(frozen=True)
+class ObjectArrays:
+    """Every object of a dataset, flat in row order: ``boxes`` ``(N, 4)`` float64 as stored, ``rows`` ``(N,)`` the
+    row of each, ``category`` ``(N,)`` int64 the stored class id, ``ids`` ``(N,)`` int64 (the dataset's, else the
+    object's position in its row), ``crowd`` ``(N,)`` bool; ``offsets`` ``(rows + 1,)`` where each row's objects
+    start."""
+
+    boxes: np.ndarray
+    rows: np.ndarray
+    category: np.ndarray
+    ids: np.ndarray
+    crowd: np.ndarray
+    offsets: np.ndarray
+
+
+def object_arrays(dataset: datasets.Dataset, columns: ObjectColumns, where: str) -> ObjectArrays:
+    """The objects of ``dataset`` as ``ObjectArrays``, read through Arrow; a row whose class (or crowd flag) count
+    differs from its box count is an error naming it."""
+    boxes, rows = box_array(dataset, columns.objects, columns.bbox, where)
+    counts = np.bincount(rows, minlength=len(dataset))
+    offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    positions = np.arange(len(rows)) - offsets[rows]
+    inner = columns.features(dataset)
+
+    def per_object(field: str, lenient: bool = False) -> pa.Array | None:
+        """``field`` of each object; ``None`` where ``lenient`` and its counts are not the boxes'."""
+        values, field_counts = object_field(dataset, columns.objects, field)
+        if not columns.objects and isinstance(inner[field], datasets.ClassLabel | datasets.Value):
+            return values.take(pa.array(rows))  # one value per image, for each of its boxes
+        bad = np.flatnonzero(field_counts != counts)
+        if len(bad) and not lenient:
+            raise DataSourceError(f"{where}: row {bad[0]}: {columns.path(field)} has {field_counts[bad[0]]} values "
+                                  f"for the {counts[bad[0]]} boxes of {columns.path(columns.bbox)}")
+        return None if len(bad) else values
+
+    def per_object_list(field: str) -> bool:
+        # at the top level a scalar id or iscrowd describes the image, not its objects
+        return field in inner and (bool(columns.objects) or not isinstance(inner[field], datasets.ClassLabel
+                                                                             | datasets.Value))
+
+    category = _as_int(per_object(columns.category), -1)
+    crowd = _as_int(per_object(CROWD_NAME), 0) == 1 if per_object_list(CROWD_NAME) else np.zeros(len(rows), bool)
+    given = per_object("id", lenient=True) if per_object_list("id") else None
+    ids = positions
+    if given is not None and pa.types.is_integer(given.type):  # a row with an id missing keeps positions
+        missing = np.bincount(rows[given.is_null().to_numpy(zero_copy_only=False)], minlength=len(dataset)) > 0
+        ids = np.where(missing[rows], positions, _as_int(given, 0))
+    return ObjectArrays(boxes, rows, category, ids, crowd, offsets)
+
+
+def _as_int(values: pa.Array, null: int) -> np.ndarray:
+    """``(N,)`` int64, ``null`` where a value is missing."""
+    if not len(values):
+        return np.zeros(0, np.int64)
+    return pc.fill_null(pc.cast(values, "int64"), null).to_numpy(zero_copy_only=False)
+
+
 def normalise(dataset: datasets.Dataset, where: str, bbox_format: str = "auto",
               names: Sequence[str] | None = None) -> tuple[datasets.Dataset, list[str], str]:
-    """``(dataset in our schema, class names, note)``: columns renamed, image not decoded (an ``Image`` feature,
-    decoded or not, or a path string), crowd objects (``iscrowd: 1``) dropped, boxes made COCO ``xywh`` from
-    ``bbox_format`` (``auto``: read from the data, see ``box_format``). Class names are ``names`` when given, else
-    found by ``hub_classes.find_classes``; ``note`` says what ``auto`` chose and where guessed names came from,
-    for the log."""
+    """``(dataset in our schema, class names, note)``: columns found (``hub_columns``), image not decoded (an
+    ``Image`` feature, decoded or not, or a path string), crowd objects (``iscrowd: 1``) dropped, boxes made COCO
+    ``xywh`` from ``bbox_format`` (``auto``: read from the data, see ``box_format``). Class names are ``names``
+    when given, else found by ``hub_classes.find_classes``; ``note`` says what ``auto`` chose and where guessed
+    names came from, for the log."""
     dataset, columns = find_columns(dataset, where)
-    objects_name, bbox_name, category_name = columns.objects, columns.bbox, columns.category
-    inner = object_features(dataset.features[objects_name])
-    classes = find_classes(dataset, objects_name, category_name, object_features(inner[category_name]), names,
+    classes = find_classes(dataset, columns, object_features(columns.features(dataset)[columns.category]), names,
                            where)
     features = detection_features(classes.names)
     sizes = image_sizes(dataset, where)
-    boxes, rows = box_array(dataset, objects_name, bbox_name, where)
-    bbox_format, box_note = resolve_bbox_format(bbox_format, boxes, sizes[rows], where,
-                                               f"{objects_name}.{bbox_name}")
+    objects = object_arrays(dataset, columns, where)
+    bbox_format, box_note = resolve_bbox_format(bbox_format, objects.boxes, sizes[objects.rows], where,
+                                               columns.path(columns.bbox))
     note = "\n".join(n for n in (classes.note, box_note) if n)
     if dataset.features == features and bbox_format == "xywh":
         return dataset, classes.names, note
-    dataset = dataset.cast_column("image", datasets.Image(decode=False))
-    xyxy, class_of = bbox_format == "xyxy", classes.class_of
+    xywh = objects.boxes.copy()
+    if bbox_format == "xyxy":
+        xywh[:, 2:] -= xywh[:, :2]
+    category, keep, offsets, ids = classes.index_of(objects.category), ~objects.crowd, objects.offsets, objects.ids
+    kept = [c for c in ("image", "image_id") if c in dataset.column_names]
+    dataset = dataset.select_columns(kept).cast_column("image", datasets.Image(decode=False))
 
     def to_schema(row: dict, index: int) -> dict:
-        objs = object_lists(row[objects_name], (bbox_name, category_name, "id", CROWD_NAME))
-        count = len(objs[bbox_name])
-        keep = [i for i in range(count) if objs[CROWD_NAME][i] != 1] if objs[CROWD_NAME] else range(count)
-        boxes = [list(map(float, objs[bbox_name][i])) for i in keep]
-        if xyxy:
-            boxes = [[x1, y1, x2 - x1, y2 - y1] for x1, y1, x2, y2 in boxes]
-        ids = objs["id"] if objs["id"] and None not in objs["id"] else range(count)
-        category = [objs[category_name][i] for i in keep]
+        mine = slice(offsets[index], offsets[index + 1])
+        boxes = xywh[mine][keep[mine]]
         image_id = str(row.get("image_id"))  # an int, or digits; anything else: the row number
         width, height = (int(v) for v in sizes[index])
         return {"image_id": int(image_id) if image_id.isdigit() else index, "image": row["image"],
                 "width": width, "height": height,
-                "objects": {"id": [ids[i] for i in keep], "area": [w * h for _, _, w, h in boxes], "bbox": boxes,
-                            "category": category if class_of is None else [class_of[c] for c in category]}}
+                "objects": {"id": ids[mine][keep[mine]].tolist(), "area": (boxes[:, 2] * boxes[:, 3]).tolist(),
+                            "bbox": boxes.tolist(), "category": category[mine][keep[mine]].tolist()}}
 
-    converted = dataset.map(to_schema, with_indices=True, features=features, remove_columns=dataset.column_names,
+    converted = dataset.map(to_schema, with_indices=True, features=features, remove_columns=kept,
                             desc=f"normalising {where}")
     return converted, classes.names, note
-
-
-def object_lists(objects: dict | list | None, keys: tuple[str, ...]) -> dict[str, list]:
-    """``keys`` of one row's objects as lists (``[]`` for a key the objects lack), from a dict of lists or a list
-    of dicts."""
-    if isinstance(objects, list):
-        return {key: [o.get(key) for o in objects] if any(key in o for o in objects) else [] for key in keys}
-    return {key: list((objects or {}).get(key) or []) for key in keys}

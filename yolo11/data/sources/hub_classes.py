@@ -19,6 +19,7 @@ import pyarrow.compute as pc
 
 from yolo11.data.schema import DataSourceError
 from yolo11.data.sources.box_format import object_field
+from yolo11.data.sources.hub_columns import ObjectColumns
 from yolo11.gate import MAX_CLASSES
 
 
@@ -31,31 +32,38 @@ class Classes:
     class_of: dict[int, int] | None = None
     note: str = ""
 
+    def index_of(self, stored: np.ndarray) -> np.ndarray:
+        """The class ``(N,)`` int64 of each stored id ``(N,)``."""
+        if self.class_of is None:
+            return stored.astype(np.int64)
+        return np.array([self.class_of[v] for v in stored.tolist()], np.int64)
 
-def stored_ids(dataset: datasets.Dataset, objects_name: str, category_name: str, where: str) -> np.ndarray:
-    """The class id of every object ``(N,)`` int64; a missing one is an error naming the field."""
-    values, _ = object_field(dataset, objects_name, category_name)
+
+def stored_ids(dataset: datasets.Dataset, columns: ObjectColumns, where: str) -> np.ndarray:
+    """The class id stored for every object ``(N,)`` int64 (for every row where one class serves all its boxes); a
+    missing one is an error naming the field."""
+    values, _ = object_field(dataset, columns.objects, columns.category)
+    field = columns.path(columns.category)
     if not pa.types.is_integer(values.type):
-        raise DataSourceError(f"{where}: {objects_name}.{category_name} holds {values.type}, not integer class ids")
+        raise DataSourceError(f"{where}: {field} holds {values.type}, not integer class ids")
     if values.null_count:
-        raise DataSourceError(f"{where}: {objects_name}.{category_name} has {values.null_count} objects without a "
-                              "class")
+        raise DataSourceError(f"{where}: {field} has {values.null_count} objects without a class")
     return pc.cast(values, "int64").to_numpy(zero_copy_only=False) if len(values) else np.zeros(0, np.int64)
 
 
-def find_classes(dataset: datasets.Dataset, objects_name: str, category_name: str, label: object,
-                 names: Sequence[str] | None, where: str) -> Classes:
-    """The ``Classes`` of the objects' ``category_name`` field, whose feature is ``label``; ``names`` given by the
-    caller win. Raises ``DataSourceError`` when a stored id has no class (``check_classes``)."""
-    ids = stored_ids(dataset, objects_name, category_name, where)
-    field = f"{objects_name}.{category_name}"
+def find_classes(dataset: datasets.Dataset, columns: ObjectColumns, label: object, names: Sequence[str] | None,
+                 where: str) -> Classes:
+    """The ``Classes`` of the objects' class field (``columns.category``), whose feature is ``label``; ``names``
+    given by the caller win. Raises ``DataSourceError`` when a stored id has no class (``check_classes``)."""
+    ids = stored_ids(dataset, columns, where)
+    field = columns.path(columns.category)
     if names is not None:
         classes = Classes([str(n) for n in names])
     elif isinstance(label, datasets.ClassLabel):
         classes = Classes(list(label.names))
     else:
-        classes = (label_elsewhere(dataset.features, ids, f"{where}: {field}") or categories_column(dataset, where)
-                   or named_by_id(ids, field, where))
+        classes = (label_elsewhere(dataset.features, ids, f"{where}: {field}")
+                   or categories_column(dataset, field, where) or named_by_id(ids, field, where))
     check_classes(classes, ids, field, where)
     return classes
 
@@ -98,10 +106,11 @@ def label_elsewhere(features: datasets.Features, ids: np.ndarray, what: str) -> 
     return Classes(list(label.names), note=f"{what} holds plain ids; class names taken from the ClassLabel {path}")
 
 
-def categories_column(dataset: datasets.Dataset, where: str) -> Classes | None:
+def categories_column(dataset: datasets.Dataset, field: str, where: str) -> Classes | None:
     """Names from a ``categories`` column of COCO ``{id, name}`` entries (read from the first row: the same list
-    on every row), ids made contiguous in sorted order; ``None`` when there is no such column."""
-    if "categories" not in dataset.column_names or not len(dataset):
+    on every row), ids made contiguous in sorted order; ``None`` when there is no such column, or when it is
+    ``field``, the objects' classes themselves (a top-level class list of that name)."""
+    if "categories" not in dataset.column_names or field == "categories" or not len(dataset):
         return None
     entries = dataset.select_columns(["categories"])[0]["categories"]
     if isinstance(entries, dict):  # Sequence({...}): a dict of lists

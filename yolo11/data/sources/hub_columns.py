@@ -1,5 +1,9 @@
 """Where a Hub or folder dataset keeps its objects, found by the names popular datasets give them.
 
+Objects are an ``objects`` (or COCO-style ``annotations``) column, a dict of lists or a list of dicts; or, in
+datasets without one, top-level columns: a list of boxes per image (``bbox``, ``bboxes``) beside a list of
+classes, or a single class for all the image's boxes.
+
 An ``imagefolder``'s ``metadata.csv`` can hold only text: its nested values (``objects``, box lists, class lists)
 arrive as JSON or as Python's repr (what ``pandas.DataFrame.to_csv`` writes for a dict or a list), and are parsed
 into values here before anything else reads them.
@@ -24,15 +28,20 @@ TEXT_PREVIEW = 60  # characters of an unparsable text value quoted in the error
 
 @dataclass(frozen=True)
 class ObjectColumns:
-    """The objects column (``objects`` or COCO-style ``annotations``) and the names of its box and class fields."""
+    """The objects column (``objects`` or COCO-style ``annotations``; ``""`` where the fields are top-level
+    columns) and the names of its box and class fields."""
 
     objects: str
     bbox: str
     category: str
 
     def path(self, field: str) -> str:
-        """``objects.bbox``: a field as messages name it."""
-        return f"{self.objects}.{field}"
+        """``objects.bbox`` (or ``bbox`` at the top level): a field as messages name it."""
+        return f"{self.objects}.{field}" if self.objects else field
+
+    def features(self, dataset: datasets.Dataset) -> dict:
+        """The per-object features: the objects column's, or the top-level columns'."""
+        return object_features(dataset.features[self.objects]) if self.objects else dataset.features
 
 
 def pick(names, candidates: tuple[str, ...], what: str, where: str) -> str:
@@ -57,10 +66,18 @@ def find_columns(dataset: datasets.Dataset, where: str) -> tuple[datasets.Datase
     if image != "image":
         dataset = dataset.rename_column(image, "image")
     dataset = parse_text_columns(dataset, where)
-    objects = pick(dataset.features, OBJECTS_NAMES, "objects", where)
-    inner = object_features(dataset.features[objects])
-    return dataset, ObjectColumns(objects, pick(inner, BBOX_NAMES, "objects bbox", where),
-                                  pick(inner, CATEGORY_NAMES, "objects category", where))
+    features = dataset.features
+    objects = next((name for name in OBJECTS_NAMES if name in features), None)
+    if objects is not None:
+        inner = object_features(features[objects])
+        return dataset, ObjectColumns(objects, pick(inner, BBOX_NAMES, "objects bbox", where),
+                                      pick(inner, CATEGORY_NAMES, "objects category", where))
+    bbox = next((name for name in BBOX_NAMES if name in features), None)
+    category = next((name for name in CATEGORY_NAMES if name in features), None)
+    if bbox is None or category is None:
+        raise DataSourceError(f"{where}: no objects column (looked for {OBJECTS_NAMES}, or box columns {BBOX_NAMES} "
+                              f"beside a class column {CATEGORY_NAMES}; found {sorted(features)})")
+    return dataset, ObjectColumns("", bbox, category)
 
 
 def parse_text_columns(dataset: datasets.Dataset, where: str) -> datasets.Dataset:
