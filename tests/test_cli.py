@@ -241,7 +241,7 @@ def test_readme_quick_start_runs_on_the_shipped_sample(tmp_path):
     train = subprocess.run([*env_cmd, "train", "data=coco8.yaml", "model=yolo11n", "imgsz=64", "epochs=1", "batch=4",
                             "workers=0", "plots=false", "name=quick"], **run)
     assert train.returncode == 0, train.stdout[-2000:] + train.stderr[-2000:]
-    assert "using the copy shipped with yolo11" in train.stdout
+    assert "using the data YAML shipped with yolo11" in train.stdout
     weights = tmp_path / "runs" / "train" / "quick" / "weights" / "best.safetensors"
     images = SAMPLE_DATA["coco8.yaml"].parent / "coco8" / "images" / "val"
     predict = subprocess.run([*env_cmd, "predict", str(weights), str(images), "imgsz=64", "conf=0.0",

@@ -21,8 +21,9 @@ from yolo11.gate import BOOL_WORDS, check_regular_file
 
 KNOWN_TRACKERS = ("wandb", "tensorboard")  # yolo11.engine.tracking's, which loads accelerate (tested equal)
 ASSETS = Path(__file__).resolve().parent / "assets"
-# Data YAMLs given by name that resolve to the copy shipped in yolo11/assets when they are not a local file.
-SAMPLE_DATA = {"coco8.yaml": ASSETS / "coco8.yaml"}
+# Data YAMLs given by name that resolve to the copy shipped in yolo11/assets when they are not a local file
+# (coco8's images are shipped too; coco128's are downloaded on first use, as Ultralytics does).
+SAMPLE_DATA = {"coco8.yaml": ASSETS / "coco8.yaml", "coco128.yaml": ASSETS / "coco128.yaml"}
 # yolo11.weights.resolve.OFFICIAL_NAMES (which loads huggingface_hub)
 OFFICIAL_WEIGHTS = tuple(f"{family}{scale}.pt" for family in ("yolo11", "yolo26") for scale in "nsmlx")
 _HF_URI = re.compile(r"hf:/+[\w.-]+/[\w.-]+(/.+)?")
@@ -59,7 +60,7 @@ def resolve_data(spec: str, flag: str = "--data", check: bool = True) -> tuple[s
     path that does not exist is an error now rather than after the imports."""
     if spec in SAMPLE_DATA and not Path(spec).exists():
         shipped = SAMPLE_DATA[spec]
-        return str(shipped), f"{flag} {spec}: not a file here; using the copy shipped with yolo11: {shipped}"
+        return str(shipped), f"{flag} {spec}: not a file here; using the data YAML shipped with yolo11: {shipped}"
     if check and "{split}" not in spec and looks_like_path(spec) and not Path(spec).expanduser().exists():
         refuse_link_loop(Path(spec).expanduser())
         shipped = f"; shipped samples by name: {', '.join(SAMPLE_DATA)}" if spec.endswith((".yaml", ".yml")) else ""

@@ -28,7 +28,8 @@ from accelerate import PartialState
 from yolo11.data.schema import LOGGER, BadSampleSummary, DataSourceError, DetectionSource, detection_features
 from yolo11.data.sources.box_format import BBOX_FORMATS
 from yolo11.data.sources.coco import coco_fingerprint_files, coco_rows, image_folder
-from yolo11.data.sources.hub import load_disk, load_hub, normalise, pick_split
+from yolo11.data.sources.download import fetch_missing_data
+from yolo11.data.sources.hub import load_disk, load_hub, normalise, other_splits, pick_split
 from yolo11.data.sources.layouts import Layout, detect_layout
 from yolo11.data.sources.splits import VAL_FALLBACKS, choose_split
 from yolo11.data.sources.synthetic import SHAPES, SyntheticOptions, synthetic_rows
@@ -247,10 +248,12 @@ def load_source(spec: str, split: str = "train", cache_dir: str | os.PathLike | 
 def _load_hub(repo_id: str, request: _Request) -> DetectionSource:
     """A Hub dataset: ``datasets`` caches the download; the split is picked and normalised here."""
     _no_image_folder(request, f"Hub dataset {repo_id}")
-    dataset, chosen, note = pick_split(load_hub(repo_id), request.split, request.fallback_splits,
-                                       request.split_flag, f"Hub dataset {repo_id}")
+    loaded = load_hub(repo_id)
+    dataset, chosen, note = pick_split(loaded, request.split, request.fallback_splits, request.split_flag,
+                                       f"Hub dataset {repo_id}")
     _report(note)
-    dataset, names, note = normalise(dataset, f"{repo_id}[{chosen}]", request.bbox_format)
+    dataset, names, note = normalise(dataset, f"{repo_id}[{chosen}]", request.bbox_format,
+                                     other_splits=other_splits(loaded, chosen))
     _report(note)
     return DetectionSource(dataset, names, f"{repo_id}-{chosen}", origin=f"hub:{repo_id}:{chosen}")
 
@@ -271,7 +274,7 @@ def _load_folder(folder: Path, request: _Request) -> DetectionSource:
     _report(note)
     single = not isinstance(loaded, datasets.DatasetDict)  # one Dataset serves every split: the same rows
     dataset, names, note = normalise(dataset, os.fspath(folder) if single else f"{folder}[{chosen}]",
-                                     request.bbox_format)
+                                     request.bbox_format, other_splits=other_splits(loaded, chosen))
     _report(note)
     origin = f"folder:{folder.resolve()}" + ("" if single else f":{chosen}")
     return DetectionSource(dataset, names, f"{folder.name}-{chosen}", origin=origin)
@@ -297,7 +300,8 @@ def _load_yaml(path: Path, request: _Request, data: dict | None = None,
                labels_beside_images: bool = False) -> DetectionSource:
     """An Ultralytics data YAML: YOLO txt labels, or COCO jsons named per split (converted as a json given alone).
     ``data``: the YAML's content for a folder without one (``path`` is then its names file)."""
-    data = data or read_data_yaml(path)
+    data, note = fetch_missing_data(path, data or read_data_yaml(path), request.cache_root / "downloads")
+    _report(note)
     split, note = choose_split(yaml_splits(data), request.split, request.fallback_splits, request.split_flag,
                                os.fspath(path))
     _report(note)

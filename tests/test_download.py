@@ -1,0 +1,168 @@
+"""A data YAML's ``download:`` zip, as Ultralytics' coco128.yaml has one: fetched once from a local server when the
+data is missing, refused when it would write outside its folder or run code, and a clear error without a network."""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import os
+import socket
+import stat
+import threading
+import time
+import zipfile
+from pathlib import Path
+
+import pytest
+from helpers import user_data
+
+from yolo11.data import DataSourceError, load_source
+from yolo11.data.sources import download
+from yolo11.data.sources.yolo import read_data_yaml
+from yolo11.preflight import SAMPLE_DATA, resolve_data
+
+
+class _Server:
+    """A local HTTP server of ``folder``'s files, counting the requests."""
+
+    def __init__(self, folder: Path):
+        served = self
+
+        class Handler(http.server.SimpleHTTPRequestHandler):
+            def do_GET(self):
+                served.requests += 1
+                super().do_GET()
+
+            def log_message(self, *args):
+                pass
+
+        self.requests = 0
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0),
+                                                      functools.partial(Handler, directory=os.fspath(folder)))
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def served(tmp_path: Path):
+    server = _Server(tmp_path / "www")
+    (tmp_path / "www").mkdir()
+    yield server, tmp_path / "www"
+    server.close()
+
+
+def _tiny_zip(path: Path, extra: dict[str, bytes] | None = None) -> None:
+    """``tiny/images/train2017`` and ``tiny/labels/train2017`` from coco8's 8 images, as coco128.zip is laid out,
+    plus a macOS ``__MACOSX`` folder."""
+    with zipfile.ZipFile(path, "w") as archive:
+        for image, label in user_data.coco8_samples():
+            archive.write(image, f"tiny/images/train2017/{image.name}")
+            archive.write(label, f"tiny/labels/train2017/{label.name}")
+        archive.writestr("__MACOSX/tiny/._x.jpg", b"resource fork")
+        for name, data in (extra or {}).items():
+            archive.writestr(name, data)
+
+
+def _yaml(folder: Path, link: str) -> Path:
+    path = folder / "tiny.yaml"
+    path.write_text(f"path: tiny\ntrain: images/train2017\nval: images/train2017\nnames: {user_data.coco8_names()}\n"
+                    f"download: {link}\n")
+    return path
+
+
+def test_missing_data_is_downloaded_once_and_read_from_the_cache(tmp_path: Path, served) -> None:
+    server, www = served
+    _tiny_zip(www / "tiny.zip")
+    yaml_path = _yaml(tmp_path, f"{server.url}/tiny.zip")
+    train = load_source(os.fspath(yaml_path), "train", cache_dir=tmp_path / "cache", workers=1)
+    val = load_source(os.fspath(yaml_path), "val", cache_dir=tmp_path / "cache", workers=1)
+    assert len(train.dataset) == len(val.dataset) == 8 and not train.summary.num_problems
+    assert server.requests == 1
+    downloads = tmp_path / "cache" / "downloads"
+    assert sorted(p.name for p in downloads.iterdir() if not p.name.startswith(".")) == ["tiny"]  # no __MACOSX
+    assert not list(downloads.glob(".*.part")) and not list(downloads.glob(".unpacking-*"))
+
+
+def test_data_already_there_is_not_downloaded(tmp_path: Path, served) -> None:
+    server, _ = served
+    yaml_path = _yaml(tmp_path, f"{server.url}/tiny.zip")
+    _tiny_zip(tmp_path / "local.zip")
+    with zipfile.ZipFile(tmp_path / "local.zip") as archive:
+        archive.extractall(tmp_path)  # tiny/ beside the YAML
+    source = load_source(os.fspath(yaml_path), "train", cache_dir=tmp_path / "cache", workers=1)
+    assert len(source.dataset) == 8 and server.requests == 0
+
+
+@pytest.mark.parametrize("member", ["../escaped.txt", "/etc/escaped.txt", "tiny/link"])
+def test_a_zip_that_would_write_outside_its_folder_is_refused_whole(tmp_path: Path, served, member: str) -> None:
+    server, www = served
+    with zipfile.ZipFile(www / "tiny.zip", "w") as archive:
+        archive.writestr("tiny/images/train2017/a.txt", b"x")
+        info = zipfile.ZipInfo(member)
+        if member == "tiny/link":
+            info.external_attr = (stat.S_IFLNK | 0o777) << 16
+        archive.writestr(info, b"/etc/passwd" if member == "tiny/link" else b"escaped")
+    yaml_path = _yaml(tmp_path, f"{server.url}/tiny.zip")
+    with pytest.raises(DataSourceError, match="a link or a path outside its folder; not unpacked"):
+        load_source(os.fspath(yaml_path), "train", cache_dir=tmp_path / "cache", workers=1)
+    downloads = tmp_path / "cache" / "downloads"
+    assert not (tmp_path / "cache" / "escaped.txt").exists() and not (downloads / "tiny").exists()
+    assert [p.name for p in downloads.iterdir() if not p.name.endswith(".lock")] == []
+
+
+def test_no_network_is_a_clear_error_within_seconds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A refused connection and a server that never answers both end in an error naming the YAML, the link and
+    what to do."""
+    for silent in (False, True):
+        listener = socket.socket()
+        listener.bind(("127.0.0.1", 0))
+        if silent:
+            listener.listen(1)
+            monkeypatch.setattr(download, "DOWNLOAD_TIMEOUT_S", 1.0)
+        link = f"http://127.0.0.1:{listener.getsockname()[1]}/tiny.zip"
+        yaml_path = _yaml(tmp_path, link)
+        started = time.monotonic()
+        try:
+            with pytest.raises(DataSourceError) as caught:
+                load_source(os.fspath(yaml_path), "train", cache_dir=tmp_path / "cache", workers=1)
+        finally:
+            listener.close()
+        assert time.monotonic() - started < 20
+        message = str(caught.value)
+        assert f"{yaml_path}: cannot download {link}" in message and "unzip it into" in message, message
+
+
+def test_download_that_is_code_or_not_a_zip_link_is_never_run(tmp_path: Path) -> None:
+    """Ultralytics runs Python written in ``download:``; here only an http(s) zip link is followed."""
+    yaml_path = _yaml(tmp_path, "|\n  import os\n  os.system('touch pwned')")
+    with pytest.raises(DataSourceError, match="never runs code from a data file"):
+        load_source(os.fspath(yaml_path), "train", cache_dir=tmp_path / "cache", workers=1)
+    assert not Path("pwned").exists() and not (tmp_path / "pwned").exists()
+
+
+def test_coco128_by_name_is_shipped_as_ultralytics_names_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``data=coco128.yaml`` resolves to the shipped YAML, whose data (not shipped) comes from Ultralytics' link:
+    the download is asked for with it (no network in the test) and the classes are coco8's."""
+    monkeypatch.chdir(tmp_path)
+    spec, note = resolve_data("coco128.yaml")
+    assert spec == os.fspath(SAMPLE_DATA["coco128.yaml"]) and "shipped with yolo11" in note
+    data = read_data_yaml(Path(spec))
+    assert data["names"] == user_data.coco8_names()
+    asked = []
+
+    def fake_download(url: str, into: Path, where: str) -> None:
+        asked.append(url)
+        _tiny_zip(tmp_path / "x.zip")
+        with zipfile.ZipFile(tmp_path / "x.zip") as archive:
+            for member in archive.infolist():
+                member.filename = member.filename.replace("tiny/", "coco128/", 1)
+                archive.extract(member, into)
+
+    monkeypatch.setattr(download, "download_zip", fake_download)
+    source = load_source(spec, "train", cache_dir=tmp_path / "cache", workers=1)
+    assert asked == ["https://github.com/ultralytics/assets/releases/download/v0.0.0/coco128.zip"]
+    assert len(source.dataset) == 8

@@ -1,0 +1,120 @@
+"""A data YAML's ``download:`` zip, fetched once when the YAML's data is missing, as Ultralytics fetches
+``coco128.yaml``'s.
+
+Only an http(s) link to a zip is followed: Ultralytics also runs Python written in that key, and a data file never
+runs code here. The zip is unpacked into ``<cache>/downloads`` (the YAML's relative ``path`` is then read there),
+checked first: no member outside its folder, no links, and no more bytes than the disk has free. Several processes
+of a launch download once (a file lock); an interrupted download leaves only a ``.part`` file, which the next try
+replaces.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import sys
+import tempfile
+import urllib.error
+import urllib.request
+import zipfile
+from pathlib import Path, PurePosixPath
+from urllib.parse import urlparse
+
+from filelock import FileLock
+from tqdm.auto import tqdm
+
+from yolo11.data.schema import DataSourceError
+from yolo11.data.sources.yolo import dataset_root
+
+DOWNLOAD_TIMEOUT_S = 30  # per connection attempt and per read: a silent server fails instead of hanging the run
+MAX_ZIP_MEMBERS = 5_000_000  # COCO's train2017 images and labels are 240,000
+SKIPPED_TOP_FOLDERS = ("__MACOSX",)  # resource forks that macOS's Finder adds to the zips it makes
+
+
+def fetch_missing_data(yaml_path: Path, data: dict, downloads: Path) -> tuple[dict, str]:
+    """``(data, note)``: when the YAML's data is missing, its ``path`` relative and ``download`` a zip link, the
+    data as downloaded into ``downloads`` (``path`` pointing there, fetched on first use); otherwise unchanged."""
+    link, relative = data.get("download"), data.get("path")
+    if not isinstance(link, str) or not isinstance(relative, str) or not relative or Path(relative).is_absolute() \
+            or dataset_root(yaml_path, data).exists():
+        return data, ""
+    target = downloads / relative
+    note = f"{yaml_path}: its data ({relative}) is not here; using the copy downloaded into {target}"
+    if not target.is_dir():
+        url = urlparse(link.strip())
+        if url.scheme not in ("http", "https") or not url.path.lower().endswith(".zip"):
+            raise DataSourceError(f"{yaml_path}: its data ({dataset_root(yaml_path, data)}) does not exist, and its "
+                                  f"'download' is not an http(s) link to a zip, the only kind yolo11 downloads (it "
+                                  f"never runs code from a data file): {link.strip()[:120]!r}")
+        downloads.mkdir(parents=True, exist_ok=True)
+        with FileLock(os.fspath(downloads / f".{Path(relative).name}.lock")):
+            if not target.is_dir():  # another process of the launch may have fetched it while this one waited
+                download_zip(link.strip(), downloads, f"{yaml_path}")
+                note = f"{yaml_path}: downloaded {link.strip()} into {target}"
+        if not target.is_dir():
+            unpacked = sorted(p.name for p in downloads.iterdir() if not p.name.startswith("."))
+            raise DataSourceError(f"{yaml_path}: {link.strip()} did not unpack into {relative}/ as its 'path' says "
+                                  f"(found in {downloads}: {', '.join(unpacked[:5]) or 'nothing'})")
+    return {**data, "path": os.fspath(target)}, note
+
+
+def download_zip(url: str, into: Path, where: str) -> None:
+    """Fetch ``url`` to ``into/.<name>.part`` and unpack it into ``into``; ``DataSourceError`` naming ``where``
+    and the link when the network or the file fails."""
+    name = PurePosixPath(urlparse(url).path).name
+    part = into / f".{name}.part"
+    request = urllib.request.Request(url, headers={"User-Agent": "yolo11-accelerate"})
+    try:
+        with urllib.request.urlopen(request, timeout=DOWNLOAD_TIMEOUT_S) as response, part.open("wb") as out:
+            size = int(response.headers.get("Content-Length") or 0) or None
+            with tqdm(total=size, unit="B", unit_scale=True, desc=f"downloading {name}", file=sys.stderr) as bar:
+                while chunk := response.read(1 << 20):
+                    out.write(chunk)
+                    bar.update(len(chunk))
+    except (urllib.error.URLError, TimeoutError, ConnectionError, ValueError) as err:
+        part.unlink(missing_ok=True)
+        reason = getattr(err, "reason", None) or err
+        raise DataSourceError(f"{where}: cannot download {url} ({reason}); without a network, fetch it elsewhere "
+                              f"and unzip it into {into} or the working folder, or set the YAML's 'path' to where "
+                              "the data is") from None
+    try:
+        unpack_zip(part, into, f"{where}: {url}")
+    finally:
+        part.unlink(missing_ok=True)
+
+
+def unpack_zip(archive_path: Path, into: Path, where: str) -> None:
+    """Unpack a zip into ``into`` after checking every member: refused whole when one would land outside it (an
+    absolute path or ``..``) or is a link, when it has more than ``MAX_ZIP_MEMBERS`` members, or when its stated
+    sizes exceed the free disk space (zipfile stops each member at its stated size, so a crafted zip cannot write
+    more). Unpacked into a hidden folder first and moved into place, so no half-unpacked dataset is ever read."""
+    staging = Path(tempfile.mkdtemp(prefix=".unpacking-", dir=into))
+    try:
+        with zipfile.ZipFile(archive_path) as archive:
+            members = archive.infolist()
+            if len(members) > MAX_ZIP_MEMBERS:
+                raise DataSourceError(f"{where}: {len(members):,} files, more than {MAX_ZIP_MEMBERS:,}; not unpacked")
+            for member in members:
+                parts = PurePosixPath(member.filename.replace("\\", "/")).parts
+                if member.filename.startswith(("/", "\\")) or ".." in parts or (parts and ":" in parts[0]) \
+                        or stat.S_ISLNK(member.external_attr >> 16):
+                    raise DataSourceError(f"{where}: holds {member.filename!r}, a link or a path outside its folder; "
+                                          "not unpacked")
+            needed, free = sum(m.file_size for m in members), shutil.disk_usage(into).free
+            if needed > free:
+                raise DataSourceError(f"{where}: unpacks to {needed / 1e9:.1f} GB, more than the {free / 1e9:.1f} GB "
+                                      f"free in {into}")
+            archive.extractall(staging)
+    except zipfile.BadZipFile as err:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise DataSourceError(f"{where}: not a zip file ({err})") from None
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    try:
+        for entry in staging.iterdir():
+            if entry.name not in SKIPPED_TOP_FOLDERS and not (into / entry.name).exists():
+                entry.rename(into / entry.name)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
