@@ -247,6 +247,78 @@ def test_no_objects_anywhere_names_what_was_looked_for(tmp_path: Path) -> None:
         load(image_folder(tmp_path / "ds", {"train": rows}), tmp_path)
 
 
+# --- class names ----------------------------------------------------------------------------------------------
+
+def named_rows(names: list[str], first: int = 0, field: str = "categories") -> list[dict]:
+    return [{"file_name": f"{first + i}.png", "objects": {"bbox": [BOX], field: [name]}}
+            for i, name in enumerate(names)]
+
+
+def test_class_names_as_text_are_numbered_alike_in_every_split(tmp_path: Path, caplog: pytest.LogCaptureFixture
+                                                                ) -> None:
+    """``categories: ["helmet"]`` as many metadata files write it; validation sees only some classes, in another
+    order, and must still number them as training does."""
+    root = image_folder(tmp_path / "ds", {"train": named_rows(["vest", "helmet", "person"]),
+                                          "validation": named_rows(["person", "vest"], first=10)})
+    with caplog.at_level("WARNING", logger="yolo11.data"):
+        train, val = load(root, tmp_path), load(root, tmp_path, "val")
+    assert train.class_names == val.class_names == ["helmet", "person", "vest"]
+    assert boxes_and_classes(train)[1] == [[2], [0], [1]] and boxes_and_classes(val)[1] == [[1], [2]]
+    assert "objects.categories holds class names as text: classes numbered in sorted order (helmet, person, vest)" \
+        in caplog.text
+
+
+def test_one_class_name_per_image_in_a_top_level_column(tmp_path: Path) -> None:
+    """A list of boxes per image beside one ``category`` string for all of them."""
+    (tmp_path / "repo" / "data").mkdir(parents=True)
+    for split, names in (("train", ["ship", "plane"]), ("test", ["plane"])):
+        table = pa.table({"image": [{"bytes": encoded(".png", i), "path": None} for i in range(len(names))],
+                          "bbox": [[BOX, BOX]] * len(names), "area": [[600.0, 600.0]] * len(names),
+                          "category": names})
+        pq.write_table(table, tmp_path / "repo" / "data" / f"{split}-00000-of-00001.parquet")
+    train, val = load(tmp_path / "repo", tmp_path), load(tmp_path / "repo", tmp_path, "val")
+    assert train.class_names == val.class_names == ["plane", "ship"]
+    assert boxes_and_classes(train)[1] == [[1, 1], [0, 0]] and boxes_and_classes(val)[1] == [[0, 0]]
+
+
+def test_classes_named_by_id_count_every_split(tmp_path: Path) -> None:
+    """Plain ids without names: training has ids 0..2, validation only 0..1; both get the three classes."""
+    root = image_folder(tmp_path / "ds", {"train": [{"file_name": f"{i}.png", "objects": {"bbox": [BOX],
+                                                                                          "category": [i]}}
+                                                    for i in range(3)],
+                                          "validation": doc_rows(2, "category")})
+    assert load(root, tmp_path).class_names == load(root, tmp_path, "val").class_names == ["0", "1", "2"]
+
+
+def test_hub_id_numbers_classes_over_its_splits(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    features = datasets.Features({"image": datasets.Image(), "objects": datasets.Sequence(
+        {"bbox": datasets.List(datasets.Value("float32")), "label": datasets.Value("string")})})
+
+    def split(names: list[str]) -> datasets.Dataset:
+        return datasets.Dataset.from_list([{"image": {"bytes": encoded(".png"), "path": None},
+                                            "objects": {"bbox": [BOX], "label": [name]}} for name in names],
+                                          features=features)
+
+    monkeypatch.setattr(datasets, "load_dataset", lambda repo_id: datasets.DatasetDict(
+        {"train": split(["b", "c"]), "test": split(["a"])}))
+    for which in ("train", "val"):
+        source = load_source("owner/name", which, cache_dir=tmp_path / "cache", fallback_splits=VAL_FALLBACKS)
+        assert source.class_names == ["a", "b", "c"]
+
+
+def test_class_name_text_outside_given_names_is_an_error() -> None:
+    from yolo11.data.sources.hub import normalise
+
+    features = datasets.Features({"image": datasets.Image(), "objects": datasets.Sequence(
+        {"bbox": datasets.List(datasets.Value("float32")), "label": datasets.Value("string")})})
+    rows = [{"image": {"bytes": encoded(".png"), "path": None}, "objects": {"bbox": [BOX], "label": ["cat"]}}]
+    dataset = datasets.Dataset.from_list(rows, features=features)
+    assert normalise(dataset, "mine", "xywh", names=["dog", "cat"])[0][0]["objects"]["category"] == [1]
+    with pytest.raises(DataSourceError, match=r"^mine: objects.label holds class 'cat', not one of the 1 names "
+                                              r"given \(1 objects\)$"):
+        normalise(dataset, "mine", "xywh", names=["dog"])
+
+
 # --- bad input -------------------------------------------------------------------------------------------------
 
 def test_empty_objects_make_background_images(tmp_path: Path) -> None:

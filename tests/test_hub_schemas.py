@@ -215,7 +215,7 @@ def test_unreadable_image_path_is_an_error_naming_the_row(tmp_path: Path) -> Non
 @pytest.mark.parametrize("category, feature, problem", [
     (10**9, datasets.Value("int64"), "annotations.category_id holds class id 1000000000, past the 100000 classes a "
                                      "model may have (yolo11.gate.MAX_CLASSES)"),
-    ("dog", datasets.Value("string"), "annotations.category_id holds string, not integer class ids"),
+    (1.0, datasets.Value("float32"), "annotations.category_id holds float, not integer class ids or class names"),
 ])
 def test_unusable_class_ids_are_one_line_errors(category: object, feature: datasets.Value, problem: str) -> None:
     """A plain id of 1e9 would otherwise name a billion classes (the cap is checked before the list is built)."""

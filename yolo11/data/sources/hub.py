@@ -18,7 +18,7 @@ from PIL import Image
 from yolo11.data.schema import DataSourceError, detection_features
 from yolo11.data.sources.box_format import box_array, object_field, resolve_bbox_format
 from yolo11.data.sources.checks import oriented_size
-from yolo11.data.sources.hub_classes import find_classes
+from yolo11.data.sources.hub_classes import find_classes, is_text
 from yolo11.data.sources.hub_columns import ObjectColumns, find_columns, object_features
 from yolo11.data.sources.splits import choose_split
 
@@ -59,6 +59,12 @@ def pick_split(loaded: datasets.Dataset | datasets.DatasetDict, split: str, fall
     return loaded[chosen], chosen, note
 
 
+def other_splits(loaded: datasets.Dataset | datasets.DatasetDict, chosen: str) -> list[datasets.Dataset]:
+    """The splits of a DatasetDict besides ``chosen`` (their classes are numbered with it)."""
+    return [dataset for name, dataset in loaded.items() if name != chosen] \
+        if isinstance(loaded, datasets.DatasetDict) else []
+
+
 def image_sizes(dataset: datasets.Dataset, where: str = "") -> np.ndarray:
     """``(rows, 2)`` width and height of every image: the columns when there are, else the image headers (with
     the EXIF orientation applied, as OpenCV decodes them)."""
@@ -81,9 +87,9 @@ def image_sizes(dataset: datasets.Dataset, where: str = "") -> np.ndarray:
 @dataclass(frozen=True)
 class ObjectArrays:
     """Every object of a dataset, flat in row order: ``boxes`` ``(N, 4)`` float64 as stored, ``rows`` ``(N,)`` the
-    row of each, ``category`` ``(N,)`` int64 the stored class id, ``ids`` ``(N,)`` int64 (the dataset's, else the
-    object's position in its row), ``crowd`` ``(N,)`` bool; ``offsets`` ``(rows + 1,)`` where each row's objects
-    start."""
+    row of each, ``category`` ``(N,)`` the stored class (an int64 id, or a name where classes are text), ``ids``
+    ``(N,)`` int64 (the dataset's, else the object's position in its row), ``crowd`` ``(N,)`` bool; ``offsets``
+    ``(rows + 1,)`` where each row's objects start."""
 
     boxes: np.ndarray
     rows: np.ndarray
@@ -118,7 +124,8 @@ def object_arrays(dataset: datasets.Dataset, columns: ObjectColumns, where: str)
         return field in inner and (bool(columns.objects) or not isinstance(inner[field], datasets.ClassLabel
                                                                              | datasets.Value))
 
-    category = _as_int(per_object(columns.category), -1)
+    stored = per_object(columns.category)
+    category = stored.to_numpy(zero_copy_only=False).astype(object) if is_text(stored.type) else _as_int(stored, -1)
     crowd = _as_int(per_object(CROWD_NAME), 0) == 1 if per_object_list(CROWD_NAME) else np.zeros(len(rows), bool)
     given = per_object("id", lenient=True) if per_object_list("id") else None
     ids = positions
@@ -135,16 +142,16 @@ def _as_int(values: pa.Array, null: int) -> np.ndarray:
     return pc.fill_null(pc.cast(values, "int64"), null).to_numpy(zero_copy_only=False)
 
 
-def normalise(dataset: datasets.Dataset, where: str, bbox_format: str = "auto",
-              names: Sequence[str] | None = None) -> tuple[datasets.Dataset, list[str], str]:
+def normalise(dataset: datasets.Dataset, where: str, bbox_format: str = "auto", names: Sequence[str] | None = None,
+              other_splits: Sequence[datasets.Dataset] = ()) -> tuple[datasets.Dataset, list[str], str]:
     """``(dataset in our schema, class names, note)``: columns found (``hub_columns``), image not decoded (an
     ``Image`` feature, decoded or not, or a path string), crowd objects (``iscrowd: 1``) dropped, boxes made COCO
     ``xywh`` from ``bbox_format`` (``auto``: read from the data, see ``box_format``). Class names are ``names``
-    when given, else found by ``hub_classes.find_classes``; ``note`` says what ``auto`` chose and where guessed
-    names came from, for the log."""
+    when given, else found by ``hub_classes.find_classes`` (over ``other_splits`` too); ``note`` says what
+    ``auto`` chose and where guessed names came from, for the log."""
     dataset, columns = find_columns(dataset, where)
     classes = find_classes(dataset, columns, object_features(columns.features(dataset)[columns.category]), names,
-                           where)
+                           where, other_splits)
     features = detection_features(classes.names)
     sizes = image_sizes(dataset, where)
     objects = object_arrays(dataset, columns, where)
