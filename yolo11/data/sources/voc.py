@@ -25,9 +25,15 @@ import numpy as np
 
 from yolo11.data.image_io import read_regular_file
 from yolo11.data.schema import BadSampleSummary, DataSourceError
-from yolo11.data.sources.checks import check_box, image_size, objects_row
+from yolo11.data.sources.checks import image_size
+from yolo11.data.sources.named_boxes import (
+    ImageAnnotation,
+    NamedBox,
+    annotated_rows,
+    check_class_count,
+    class_names,
+)
 from yolo11.data.sources.parallel import ordered_map
-from yolo11.gate import MAX_CLASSES
 
 MAX_VOC_XML_BYTES = 4 << 20  # a VOC file of 10,000 objects is ~3 MB; more is not an annotation file
 MAX_XML_DEPTH = 32  # VOC nests 4 deep (annotation/object/bndbox/xmin, parts one more)
@@ -36,20 +42,6 @@ XML_CHUNK_CHARS = 1 << 16
 MAX_SPLIT_LIST_BYTES = 64 << 20  # ImageSets/Main/train.txt: VOC2012's 5,717 ids are 70 KB
 MAX_LABEL_MAP_BYTES = 8 << 20
 _DECLARED_ENCODING = re.compile(rb"""^<\?xml[^>]*encoding\s*=\s*["']([A-Za-z0-9._-]+)["']""")
-
-
-@dataclass(frozen=True)
-class VocObject:
-    name: str
-    corners: tuple[float, float, float, float] | None  # x1 y1 x2 y2, pixels; None when unusable
-    problem: str  # why ``corners`` is None
-    difficult: bool
-
-
-@dataclass(frozen=True)
-class VocAnnotation:
-    size: tuple[int, int] | None  # (width, height) as the file states it; None when absent or zero
-    objects: tuple[VocObject, ...]
 
 
 @dataclass(frozen=True)
@@ -77,7 +69,7 @@ def _decode(data: bytes) -> str:
         raise ValueError(f"unknown encoding {encoding!r} in its XML declaration") from None
 
 
-def read_voc_xml(path: Path) -> VocAnnotation:
+def read_voc_xml(path: Path) -> ImageAnnotation:
     """One VOC annotation file; ``ValueError`` saying why for a file that is not one. Bounded: at most
     ``MAX_VOC_XML_BYTES``, and no DOCTYPE or entity declarations (no VOC tool writes them, and entity expansion
     turns a small file into gigabytes)."""
@@ -91,7 +83,8 @@ def read_voc_xml(path: Path) -> VocAnnotation:
     root = _parse_bounded(text)
     if root.tag != "annotation":
         raise ValueError(f"not a Pascal VOC file (its root element is <{root.tag}>, not <annotation>)")
-    return VocAnnotation(_stated_size(root), tuple(_read_object(element) for element in root.findall("object")))
+    objects = tuple(_read_object(element) for element in root.findall("object"))
+    return ImageAnnotation(os.fspath(path), _stated_size(root), objects)
 
 
 def _parse_bounded(text: str) -> ET.Element:
@@ -124,26 +117,26 @@ def _stated_size(root: ET.Element) -> tuple[int, int] | None:
     return (width, height) if width > 0 and height > 0 else None
 
 
-def _read_object(element: ET.Element) -> VocObject:
+def _read_object(element: ET.Element) -> NamedBox:
     name = (element.findtext("name") or "").strip()
     difficult = (element.findtext("difficult") or "0").strip().lower() in ("1", "true")
     if not name:
-        return VocObject(name, None, "no <name>", difficult)
+        return NamedBox(name, None, "no <name>", difficult)
     box = element.find("bndbox")
     if box is None:
-        return VocObject(name, None, "no <bndbox>", difficult)
+        return NamedBox(name, None, "no <bndbox>", difficult)
     try:
         xmin, ymin, xmax, ymax = (float(box.findtext(key, "")) for key in ("xmin", "ymin", "xmax", "ymax"))
     except ValueError:
-        return VocObject(name, None, "<bndbox> needs numbers xmin, ymin, xmax and ymax", difficult)
+        return NamedBox(name, None, "<bndbox> needs numbers xmin, ymin, xmax and ymax", difficult)
     if not np.isfinite([xmin, ymin, xmax, ymax]).all():
-        return VocObject(name, None, "non-finite coordinates", difficult)
+        return NamedBox(name, None, "non-finite coordinates", difficult)
     if xmax < xmin or ymax < ymin:
-        return VocObject(name, None, f"xmax/ymax ({xmax:g}, {ymax:g}) before xmin/ymin ({xmin:g}, {ymin:g})",
+        return NamedBox(name, None, f"xmax/ymax ({xmax:g}, {ymax:g}) before xmin/ymin ({xmin:g}, {ymin:g})",
                          difficult)
     # 1-based corners; a 0 can only come from a 0-based tool and stays at the image's edge
     x1, y1 = (v - 1 if v >= 1 else min(v, 0.0) for v in (xmin, ymin))
-    return VocObject(name, (x1, y1, xmax, ymax), "", difficult)
+    return NamedBox(name, (x1, y1, xmax, ymax), "", difficult)
 
 
 def read_label_map(path: Path) -> list[str]:
@@ -171,7 +164,7 @@ def read_split_list(path: Path) -> list[str]:
 
 
 def _check_pair(task: tuple[Path | None, Path | None]) -> tuple[tuple[int, int] | str | None,
-                                                                 VocAnnotation | str | None]:
+                                                                 ImageAnnotation | str | None]:
     """Run in a worker: ``(image size, or why the image is unusable, or None when not asked;
     annotation, or why the xml is unusable, or None without one)``."""
     image, xml = task
@@ -200,72 +193,15 @@ def voc_rows(splits: dict[str, VocSplit], split: str, label_map: Path | None = N
     tasks = list(chosen.pairs) + [(None, xml) for xml in sorted(xml_files - {xml for _, xml in chosen.pairs})]
     results = ordered_map(_check_pair, tasks, workers=workers, desc=f"converting VOC {chosen.name}")
     if label_map is not None:
-        names = read_label_map(label_map)
+        names = check_class_count(read_label_map(label_map), os.fspath(label_map))
     else:
-        names = sorted({obj.name for _, annotation in results if isinstance(annotation, VocAnnotation)
-                        for obj in annotation.objects if obj.name})
-        if not names:
-            raise DataSourceError(f"{', '.join(sorted({os.fspath(x.parent) for x in xml_files})[:3])}: no object "
-                                  "names in any VOC xml file, so no classes")
-    if len(names) > MAX_CLASSES:
-        raise DataSourceError(f"{label_map or 'the VOC xml files'}: {len(names)} classes, more than the "
-                              f"{MAX_CLASSES} a model may have (yolo11.gate.MAX_CLASSES)")
-    class_of = {name: k for k, name in enumerate(names)}
-    summary, rows, next_object_id = BadSampleSummary(), [], 1
-    for index, ((image, xml), (size, annotation)) in enumerate(zip(chosen.pairs, results[:len(chosen.pairs)],
-                                                                   strict=True)):
-        if image is None:
-            summary.skipped_images.append(f"{xml}: no image of this name beside it or in JPEGImages/, skipped")
-            continue
-        if isinstance(size, str):
-            summary.skipped_images.append(size)
-            continue
-        if isinstance(annotation, str):
-            summary.skipped_images.append(f"{annotation}, image skipped")
-            continue
-        objects = ([], []) if annotation is None else _image_objects(xml, annotation, size, class_of, label_map,
-                                                                    summary)
-        if objects is None:
-            continue
-        boxes, classes = objects
-        summary.backgrounds += not boxes
-        rows.append({"image_id": index, "image": {"bytes": None, "path": os.fspath(image)}, "width": size[0],
-                     "height": size[1], "objects": objects_row(boxes, classes, next_object_id)})
-        next_object_id += len(boxes)
+        where = ", ".join(sorted({os.fspath(x.parent) for x in xml_files})[:3])
+        names = class_names((annotation for _, annotation in results), where)
+    items = [(image, size if image is not None else f"{xml}: no image of this name beside it or in JPEGImages/, "
+              "skipped", annotation)
+             for (image, xml), (size, annotation) in zip(chosen.pairs, results[:len(chosen.pairs)], strict=True)]
+    rows, summary = annotated_rows(items, names, label_map.name if label_map else "the class names")
     return rows, names, summary
-
-
-def _image_objects(xml: Path, annotation: VocAnnotation, size: tuple[int, int], class_of: dict[str, int],
-                   label_map: Path | None, summary: BadSampleSummary) -> tuple[list, list] | None:
-    """Checked boxes (``xyxy`` px) and classes of one file; ``None`` when its image is skipped: labelled
-    for an image of another size, or objects of which none is usable (trained as a background, they would teach
-    the model that the objects are not there)."""
-    if annotation.size is not None and annotation.size != size:
-        turned = " (turned by its EXIF orientation?)" if annotation.size == size[::-1] else ""
-        summary.skipped_images.append(f"{xml}: labelled for a {annotation.size[0]}x{annotation.size[1]} image, but "
-                                      f"its image is {size[0]}x{size[1]}{turned}, image skipped")
-        return None
-    boxes, classes, bad = [], [], 0
-    for number, obj in enumerate(annotation.objects, start=1):
-        if obj.difficult:
-            continue
-        problem = obj.problem
-        if not problem and obj.name not in class_of:
-            problem = f"class {obj.name!r} is not in {label_map.name if label_map else 'the class names'}"
-        box = None
-        if not problem:
-            box, clipped, problem = check_box(np.array(obj.corners), *size)
-            summary.clipped_boxes += clipped
-        if box is None:
-            summary.skipped_lines.append(f"{xml}: object {number} ({obj.name or 'unnamed'}): {problem}, skipped")
-            bad += 1
-            continue
-        boxes.append(box)
-        classes.append(class_of[obj.name])
-    if not boxes and bad:
-        summary.skipped_images.append(f"{xml}: none of its {bad} objects is usable, image skipped")
-        return None
-    return boxes, classes
 
 
 def voc_fingerprint_files(splits: dict[str, VocSplit], split: str, label_map: Path | None) -> list[Path]:
