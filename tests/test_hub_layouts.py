@@ -328,6 +328,17 @@ def test_empty_objects_make_background_images(tmp_path: Path) -> None:
     assert boxes_and_classes(source) == ([[BOX], [], [BOX]], [[0], [], [0]])
 
 
+@pytest.mark.parametrize("bbox_format", ["auto", "xywh", "xyxy"])
+def test_normalised_boxes_stop_with_an_error_naming_the_flag(tmp_path: Path, bbox_format: str) -> None:
+    """Boxes in 0..1 read as pixels would be 80x smaller than the objects, and train silently on nothing."""
+    rows = [{"file_name": f"{i}.png", "objects": {"bbox": [[0.625, 0.1667, 0.25, 0.5]], "categories": [0]}}
+            for i in range(2)]
+    with pytest.raises(DataSourceError, match=r"ds\[train\]: objects.bbox looks normalised to 0..1 \(every coordinate "
+                                              r"of the 2 boxes lies in 0..1, in images of 80x60 pixels or more\); "
+                                              r"boxes must be in pixels: --bbox-format .*"):
+        load(image_folder(tmp_path / "ds", {"train": rows}), tmp_path, bbox_format=bbox_format)
+
+
 def test_class_id_outside_the_names_is_an_error_naming_the_field(tmp_path: Path) -> None:
     rows = hub_rows(2)
     rows[1]["objects"]["category"] = [-1]  # ClassLabel's "no label"

@@ -3,7 +3,8 @@
 The Hub's detection convention (cppe-5, detection-datasets/*) is COCO ``xywh``, but datasets built by hand often
 store ``xyxy`` under the same ``bbox`` name. Each reading rules itself out on some boxes: ``xyxy`` cannot have a
 corner left of or above its origin, and a box read with the wrong format usually leaves the image. When neither
-reading is ruled out the data cannot tell, and the user has to say.
+reading is ruled out the data cannot tell, and the user has to say. Boxes normalised to 0..1 (as YOLO labels are)
+are refused whatever the format: read as pixels they would all be a pixel wide.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from yolo11.data.sources.checks import OUT_OF_IMAGE_TOLERANCE
 BBOX_FORMATS = ("auto", "xywh", "xyxy")
 FLAG = "--bbox-format"
 CLEAR_MARGIN = 10  # the chosen reading must fit at least this many times more boxes than the other one misfits
+NORMALISED_MIN_IMAGE = 8  # images at least this many pixels a side whose boxes all lie in 0..1 hold normalised boxes
 
 
 def is_list_type(arrow_type: pa.DataType) -> bool:
@@ -75,6 +77,23 @@ def misfits(boxes: np.ndarray, sizes: np.ndarray) -> dict[str, int]:
     return {"xyxy": int(as_xyxy.sum()), "xywh": int(as_xywh.sum())}
 
 
+def check_pixels(boxes: np.ndarray, sizes: np.ndarray, where: str, field: str) -> None:
+    """Raise ``DataSourceError`` when ``boxes`` ``(N, 4)`` look normalised to the image size: every coordinate in
+    0..1 (give or take ``OUT_OF_IMAGE_TOLERANCE``), in images of ``sizes`` ``(N, 2)`` of at least
+    ``NORMALISED_MIN_IMAGE`` pixels a side. Read as pixels they would make every box a pixel wide, whatever the
+    format, and the model would train on nothing."""
+    if not len(boxes) or not np.isfinite(boxes).all() or np.abs(boxes).max() == 0:
+        return
+    if boxes.min() >= -OUT_OF_IMAGE_TOLERANCE and boxes.max() <= 1 + OUT_OF_IMAGE_TOLERANCE \
+            and sizes.min() >= NORMALISED_MIN_IMAGE:
+        width, height = sizes.min(0)
+        raise DataSourceError(
+            f"{where}: {field} looks normalised to 0..1 (every coordinate of the {len(boxes)} boxes lies in 0..1, "
+            f"in images of {width}x{height} pixels or more); boxes must be in pixels: {FLAG} says only how pixel "
+            "boxes are ordered (xywh or xyxy). Multiply x and width by the image width, y and height by its height "
+            "(datasets.Dataset.map), then save_to_disk and pass that folder")
+
+
 def resolve_bbox_format(requested: str, boxes: np.ndarray, sizes: np.ndarray, where: str,
                         field: str) -> tuple[str, str]:
     """``(format, note)``: ``requested`` when stated; for ``auto`` the reading the boxes allow, and a note giving
@@ -86,6 +105,7 @@ def resolve_bbox_format(requested: str, boxes: np.ndarray, sizes: np.ndarray, wh
     """
     if requested not in BBOX_FORMATS:
         raise DataSourceError(f"{FLAG} must be one of {BBOX_FORMATS}, got {requested!r}")
+    check_pixels(boxes, sizes, where, field)
     if requested != "auto" or len(boxes) == 0:
         return ("xywh" if requested == "auto" else requested), ""
     bad = misfits(boxes, sizes)
