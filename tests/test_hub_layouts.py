@@ -328,6 +328,42 @@ def test_empty_objects_make_background_images(tmp_path: Path) -> None:
     assert boxes_and_classes(source) == ([[BOX], [], [BOX]], [[0], [], [0]])
 
 
+def test_bad_boxes_are_dropped_with_a_message(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A box of negative or zero size, or far outside its image, is dropped and named; one a pixel outside is
+    clipped; an image none of whose boxes is usable is skipped (trained as a background, its objects would be
+    taught as absent)."""
+    rows = [{"file_name": f"{i}.png", "objects": {"bbox": boxes, "categories": [0] * len(boxes)}}
+            for i, boxes in enumerate([[BOX, [50.0, 10.0, -20.0, 30.0], [50.0, 10.0, 20.0, 0.0]],
+                                       [[70.0, 10.0, 11.0, 30.0]], [[70.0, 10.0, 50.0, 30.0]], []])]
+    with caplog.at_level("WARNING", logger="yolo11.data"):
+        source = load(image_folder(tmp_path / "ds", {"train": rows}), tmp_path, bbox_format="xywh")
+    assert [Path(r["image"]["path"]).name for r in source.dataset] == ["0.png", "1.png", "3.png"]
+    assert boxes_and_classes(source) == ([[BOX], [[70.0, 10.0, 10.0, 30.0]], []], [[0], [0], []])
+    assert source.summary.skipped_lines == [
+        "row 0: object 1: objects.bbox [50, 10, -20, 30]: zero-area box, dropped",
+        "row 0: object 2: objects.bbox [50, 10, 20, 0]: zero-area box, dropped",
+        "row 2: object 0: objects.bbox [70, 10, 50, 30]: box 70.0,10.0,120.0,40.0 lies outside the 80x60 image, "
+        "dropped"]
+    assert source.summary.skipped_images == ["row 2: none of its 1 boxes is usable, image skipped"]
+    assert (source.summary.clipped_boxes, source.summary.backgrounds) == (1, 1)
+    assert "ds-train: row 0: object 1: objects.bbox [50, 10, -20, 30]: zero-area box, dropped" in caplog.text
+
+
+def test_vectorised_box_check_agrees_with_the_per_box_check() -> None:
+    from yolo11.data.sources.checks import check_box, check_boxes
+
+    rng = np.random.default_rng(0)
+    boxes = np.concatenate([rng.uniform(-10, 90, (500, 4)), [[np.nan, 0, 1, 1], [5, 5, 5, 9], [0, 0, 81, 61]]])
+    sizes = np.tile([WIDTH, HEIGHT], (len(boxes), 1))
+    clipped_boxes, usable, clipped, reasons = check_boxes(boxes, sizes)
+    for k, box in enumerate(boxes):
+        expected, was_clipped, reason = check_box(box, WIDTH, HEIGHT)
+        assert usable[k] == (expected is not None) and reasons.get(k, "") == reason
+        if expected is not None:
+            np.testing.assert_array_equal(clipped_boxes[k], expected)
+            assert clipped[k] == was_clipped
+
+
 @pytest.mark.parametrize("bbox_format", ["auto", "xywh", "xyxy"])
 def test_normalised_boxes_stop_with_an_error_naming_the_flag(tmp_path: Path, bbox_format: str) -> None:
     """Boxes in 0..1 read as pixels would be 80x smaller than the objects, and train silently on nothing."""
@@ -337,6 +373,23 @@ def test_normalised_boxes_stop_with_an_error_naming_the_flag(tmp_path: Path, bbo
                                               r"of the 2 boxes lies in 0..1, in images of 80x60 pixels or more\); "
                                               r"boxes must be in pixels: --bbox-format .*"):
         load(image_folder(tmp_path / "ds", {"train": rows}), tmp_path, bbox_format=bbox_format)
+
+
+def test_undecodable_image_in_parquet_is_skipped_with_a_message(tmp_path: Path) -> None:
+    """Without width and height columns every image header is read at load: one that is not an image skips its
+    row instead of refusing the dataset."""
+    (tmp_path / "repo" / "data").mkdir(parents=True)
+    images = [{"bytes": encoded(".png", 0), "path": "0.png"}, {"bytes": b"not an image", "path": "1.png"},
+              {"bytes": encoded(".jpg", 2), "path": "2.jpg"}]
+    table = pa.table({"image": images, "objects": [{"bbox": [BOX], "category": [0]}] * 3})
+    pq.write_table(table, tmp_path / "repo" / "data" / "train-00000-of-00001.parquet")
+    source = load(tmp_path / "repo", tmp_path)
+    assert [r["image"]["path"] for r in source.dataset] == ["0.png", "2.jpg"]
+    assert len(source.summary.skipped_images) == 1
+    assert source.summary.skipped_images[0].startswith("row 1: cannot read the image 1.png (UnidentifiedImageError")
+    pq.write_table(table.slice(1, 1), tmp_path / "repo" / "data" / "train-00000-of-00001.parquet")
+    with pytest.raises(DataSourceError, match=r"repo\[train\]: no usable image \(row 0: cannot read the image 1.png"):
+        load(tmp_path / "repo", tmp_path)
 
 
 def test_class_id_outside_the_names_is_an_error_naming_the_field(tmp_path: Path) -> None:

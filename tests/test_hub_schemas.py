@@ -158,7 +158,7 @@ def test_coco_style_ids_keep_their_object_ids(tmp_path: Path) -> None:
 
 def test_names_given_to_normalise_and_checked_against_the_ids() -> None:
     names = ["background", "person", *(f"c{i}" for i in range(2, 18)), "dog"]
-    dataset, class_names, note = normalise(coco_style(False), "mine", names=names)
+    dataset, class_names, note, _ = normalise(coco_style(False), "mine", names=names)
     assert class_names == names and "plain class ids" not in note
     assert [r["objects"]["category"] for r in dataset] == [[18, 1], [1]]
     with pytest.raises(DataSourceError, match=r"^mine: annotations.category_id holds class id 18, outside 0..1 "
@@ -208,7 +208,8 @@ def test_unreadable_image_path_is_an_error_naming_the_row(tmp_path: Path) -> Non
         {"bbox": FLOATS, "category": datasets.ClassLabel(names=NAMES)})})
     rows = [{"image": os.fspath(tmp_path / "gone.jpg"), "objects": {"bbox": [[1, 2, 3, 4]], "category": [0]}}]
     datasets.Dataset.from_list(rows, features=features).save_to_disk(os.fspath(tmp_path / "ds"))
-    with pytest.raises(DataSourceError, match=r"ds: row 0: cannot read the image .*gone.jpg \(FileNotFoundError"):
+    with pytest.raises(DataSourceError, match=r"ds: no usable image \(row 0: cannot read the image .*gone.jpg "
+                                              r"\(FileNotFoundError"):
         load_source(os.fspath(tmp_path / "ds"), cache_dir=tmp_path / "cache", bbox_format="xywh")
 
 

@@ -252,10 +252,11 @@ def _load_hub(repo_id: str, request: _Request) -> DetectionSource:
     dataset, chosen, note = pick_split(loaded, request.split, request.fallback_splits, request.split_flag,
                                        f"Hub dataset {repo_id}")
     _report(note)
-    dataset, names, note = normalise(dataset, f"{repo_id}[{chosen}]", request.bbox_format,
-                                     other_splits=other_splits(loaded, chosen))
+    where = f"{repo_id}[{chosen}]"
+    dataset, names, note, summary = normalise(dataset, where, request.bbox_format,
+                                              other_splits=other_splits(loaded, chosen))
     _report(note)
-    return DetectionSource(dataset, names, f"{repo_id}-{chosen}", origin=f"hub:{repo_id}:{chosen}")
+    return _checked(f"{repo_id}-{chosen}", (dataset, names, summary.to_dict()), where, f"hub:{repo_id}:{chosen}")
 
 
 def _no_image_folder(request: _Request, where: str) -> None:
@@ -273,11 +274,12 @@ def _load_folder(folder: Path, request: _Request) -> DetectionSource:
                                        os.fspath(folder))
     _report(note)
     single = not isinstance(loaded, datasets.DatasetDict)  # one Dataset serves every split: the same rows
-    dataset, names, note = normalise(dataset, os.fspath(folder) if single else f"{folder}[{chosen}]",
-                                     request.bbox_format, other_splits=other_splits(loaded, chosen))
+    where = os.fspath(folder) if single else f"{folder}[{chosen}]"
+    dataset, names, note, summary = normalise(dataset, where, request.bbox_format,
+                                              other_splits=other_splits(loaded, chosen))
     _report(note)
     origin = f"folder:{folder.resolve()}" + ("" if single else f":{chosen}")
-    return DetectionSource(dataset, names, f"{folder.name}-{chosen}", origin=origin)
+    return _checked(f"{folder.name}-{chosen}", (dataset, names, summary.to_dict()), where, origin)
 
 
 def _load_layout(layout: Layout, request: _Request) -> DetectionSource:

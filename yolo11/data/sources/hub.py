@@ -7,6 +7,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import datasets
 import numpy as np
@@ -15,9 +16,9 @@ import pyarrow.compute as pc
 from huggingface_hub import constants as hub_constants
 from PIL import Image
 
-from yolo11.data.schema import DataSourceError, detection_features
+from yolo11.data.schema import BadSampleSummary, DataSourceError, detection_features
 from yolo11.data.sources.box_format import box_array, object_field, resolve_bbox_format
-from yolo11.data.sources.checks import oriented_size
+from yolo11.data.sources.checks import check_boxes, oriented_size
 from yolo11.data.sources.hub_classes import find_classes, is_text
 from yolo11.data.sources.hub_columns import ObjectColumns, find_columns, object_features
 from yolo11.data.sources.splits import choose_split
@@ -65,12 +66,13 @@ def other_splits(loaded: datasets.Dataset | datasets.DatasetDict, chosen: str) -
         if isinstance(loaded, datasets.DatasetDict) else []
 
 
-def image_sizes(dataset: datasets.Dataset, where: str = "") -> np.ndarray:
-    """``(rows, 2)`` width and height of every image: the columns when there are, else the image headers (with
-    the EXIF orientation applied, as OpenCV decodes them)."""
+def image_sizes(dataset: datasets.Dataset) -> tuple[np.ndarray, dict[int, str]]:
+    """``((rows, 2) width and height of every image, {row: why its image cannot be read})``: the columns when
+    there are, else the image headers (with the EXIF orientation applied, as OpenCV decodes them); an unreadable
+    image's size is 0."""
     if "width" in dataset.column_names and "height" in dataset.column_names:
-        return np.stack([np.asarray(dataset["width"], np.int64), np.asarray(dataset["height"], np.int64)], 1)
-    sizes = np.zeros((len(dataset), 2), np.int64)
+        return np.stack([np.asarray(dataset["width"], np.int64), np.asarray(dataset["height"], np.int64)], 1), {}
+    sizes, unreadable = np.zeros((len(dataset), 2), np.int64), {}
     images = dataset.select_columns(["image"]).cast_column("image", datasets.Image(decode=False))
     for index, row in enumerate(images):  # row by row: the column at once would hold every image in memory
         image = row["image"]
@@ -79,9 +81,9 @@ def image_sizes(dataset: datasets.Dataset, where: str = "") -> np.ndarray:
             with Image.open(source) as im:
                 sizes[index] = oriented_size(im)
         except (OSError, ValueError, TypeError) as err:
-            raise DataSourceError(f"{where}: row {index}: cannot read the image {image.get('path') or ''} "
-                                  f"({type(err).__name__}: {err})") from None
-    return sizes
+            unreadable[index] = (f"row {index}: cannot read the image {image.get('path') or ''} "
+                                 f"({type(err).__name__}: {err})")
+    return sizes, unreadable
 
 
 @dataclass(frozen=True)
@@ -142,41 +144,97 @@ def _as_int(values: pa.Array, null: int) -> np.ndarray:
     return pc.fill_null(pc.cast(values, "int64"), null).to_numpy(zero_copy_only=False)
 
 
+class Normalised(NamedTuple):
+    """What ``normalise`` gives: the dataset in our schema, its class names, a note for the log (what ``auto``
+    chose, where guessed names came from) and what was skipped or clipped."""
+
+    dataset: datasets.Dataset
+    class_names: list[str]
+    note: str
+    summary: BadSampleSummary
+
+
+def screen_objects(objects: ObjectArrays, sizes: np.ndarray, unreadable: dict[int, str], bbox_format: str,
+                   field: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, BadSampleSummary]:
+    """``(boxes (N, 4) COCO xywh pixels, objects kept (N,), rows kept, summary)``, as the file sources judge them
+    (``checks.check_boxes``): a box a little outside its image is clipped, one further out or of no size is
+    dropped and named (crowd objects are dropped unjudged), and a row is skipped when its image cannot be read or
+    none of its boxes is usable (trained as a background, its objects would be taught as absent)."""
+    rows, stored = objects.rows, objects.boxes
+    corners = stored.copy()
+    if bbox_format == "xywh":
+        corners[:, 2:] += corners[:, :2]
+    clipped_corners, usable, clipped, reasons = check_boxes(corners, sizes[rows])
+    xywh = stored.copy() if bbox_format == "xywh" else _xywh(corners)  # stored xywh as is: x + w - x may round
+    xywh[clipped] = _xywh(clipped_corners[clipped])
+    readable = np.ones(len(sizes), bool)
+    readable[list(unreadable)] = False
+    judged = readable[rows] & ~objects.crowd
+    keep = judged & usable
+    position = np.arange(len(rows)) - objects.offsets[rows]
+    summary = BadSampleSummary(clipped_boxes=int((keep & clipped).sum()))
+    summary.skipped_lines = [f"row {rows[k]}: object {position[k]}: {field} {_box_text(stored[k])}: {reasons[k]}, "
+                             "dropped" for k in np.flatnonzero(judged & ~usable)]
+    wanted, kept = (np.bincount(rows[mask], minlength=len(sizes)) for mask in (judged, keep))
+    skipped = ~readable | ((wanted > 0) & (kept == 0))
+    summary.skipped_images = [unreadable.get(r) or f"row {r}: none of its {wanted[r]} boxes is usable, image skipped"
+                              for r in np.flatnonzero(skipped).tolist()]
+    rows_kept = np.flatnonzero(~skipped)
+    summary.backgrounds = int((kept[rows_kept] == 0).sum())
+    return xywh, keep, rows_kept, summary
+
+
+def _xywh(corners: np.ndarray) -> np.ndarray:
+    return np.concatenate([corners[:, :2], corners[:, 2:] - corners[:, :2]], 1)
+
+
+def _box_text(box: np.ndarray) -> str:
+    return "[" + ", ".join(f"{v:g}" for v in box) + "]"
+
+
 def normalise(dataset: datasets.Dataset, where: str, bbox_format: str = "auto", names: Sequence[str] | None = None,
-              other_splits: Sequence[datasets.Dataset] = ()) -> tuple[datasets.Dataset, list[str], str]:
-    """``(dataset in our schema, class names, note)``: columns found (``hub_columns``), image not decoded (an
-    ``Image`` feature, decoded or not, or a path string), crowd objects (``iscrowd: 1``) dropped, boxes made COCO
-    ``xywh`` from ``bbox_format`` (``auto``: read from the data, see ``box_format``). Class names are ``names``
-    when given, else found by ``hub_classes.find_classes`` (over ``other_splits`` too); ``note`` says what
-    ``auto`` chose and where guessed names came from, for the log."""
+              other_splits: Sequence[datasets.Dataset] = ()) -> Normalised:
+    """The dataset in our schema (``Normalised``): columns found (``hub_columns``), image not decoded (an ``Image``
+    feature, decoded or not, or a path string), boxes made COCO ``xywh`` from ``bbox_format`` (``auto``: read from
+    the data, see ``box_format``) and screened (``screen_objects``). Class names are ``names`` when given, else
+    found by ``hub_classes.find_classes`` (over ``other_splits`` too). Raises ``DataSourceError`` when no row is
+    usable."""
     dataset, columns = find_columns(dataset, where)
     classes = find_classes(dataset, columns, object_features(columns.features(dataset)[columns.category]), names,
                            where, other_splits)
     features = detection_features(classes.names)
-    sizes = image_sizes(dataset, where)
+    sizes, unreadable = image_sizes(dataset)
     objects = object_arrays(dataset, columns, where)
-    bbox_format, box_note = resolve_bbox_format(bbox_format, objects.boxes, sizes[objects.rows], where,
-                                               columns.path(columns.bbox))
+    readable = ~np.isin(objects.rows, list(unreadable))
+    field = columns.path(columns.bbox)
+    bbox_format, box_note = resolve_bbox_format(bbox_format, objects.boxes[readable], sizes[objects.rows[readable]],
+                                               where, field)
+    xywh, keep, rows_kept, summary = screen_objects(objects, sizes, unreadable, bbox_format, field)
+    if len(dataset) and not len(rows_kept):
+        more = f"; {len(dataset) - 1} more rows skipped" if len(dataset) > 1 else ""
+        raise DataSourceError(f"{where}: no usable image ({summary.skipped_images[0]}{more})")
     note = "\n".join(n for n in (classes.note, box_note) if n)
-    if dataset.features == features and bbox_format == "xywh":
-        return dataset, classes.names, note
-    xywh = objects.boxes.copy()
-    if bbox_format == "xyxy":
-        xywh[:, 2:] -= xywh[:, :2]
-    category, keep, offsets, ids = classes.index_of(objects.category), ~objects.crowd, objects.offsets, objects.ids
-    kept = [c for c in ("image", "image_id") if c in dataset.column_names]
-    dataset = dataset.select_columns(kept).cast_column("image", datasets.Image(decode=False))
+    if dataset.features == features and bbox_format == "xywh" and keep.all() and len(rows_kept) == len(dataset) \
+            and not summary.clipped_boxes:
+        return Normalised(dataset, classes.names, note, summary)
+    category, offsets, ids = classes.index_of(objects.category), objects.offsets, objects.ids
+    used = [c for c in ("image", "image_id") if c in dataset.column_names]
+    dataset = dataset.select_columns(used).cast_column("image", datasets.Image(decode=False))
+    if len(rows_kept) < len(dataset):
+        dataset = dataset.select(rows_kept)
 
     def to_schema(row: dict, index: int) -> dict:
-        mine = slice(offsets[index], offsets[index + 1])
-        boxes = xywh[mine][keep[mine]]
+        source_row = int(rows_kept[index])
+        mine = slice(offsets[source_row], offsets[source_row + 1])
+        kept = keep[mine]
+        boxes = xywh[mine][kept]
         image_id = str(row.get("image_id"))  # an int, or digits; anything else: the row number
-        width, height = (int(v) for v in sizes[index])
-        return {"image_id": int(image_id) if image_id.isdigit() else index, "image": row["image"],
+        width, height = (int(v) for v in sizes[source_row])
+        return {"image_id": int(image_id) if image_id.isdigit() else source_row, "image": row["image"],
                 "width": width, "height": height,
-                "objects": {"id": ids[mine][keep[mine]].tolist(), "area": (boxes[:, 2] * boxes[:, 3]).tolist(),
-                            "bbox": boxes.tolist(), "category": category[mine][keep[mine]].tolist()}}
+                "objects": {"id": ids[mine][kept].tolist(), "area": (boxes[:, 2] * boxes[:, 3]).tolist(),
+                            "bbox": boxes.tolist(), "category": category[mine][kept].tolist()}}
 
-    converted = dataset.map(to_schema, with_indices=True, features=features, remove_columns=kept,
+    converted = dataset.map(to_schema, with_indices=True, features=features, remove_columns=used,
                             desc=f"normalising {where}")
-    return converted, classes.names, note
+    return Normalised(converted, classes.names, note, summary)
