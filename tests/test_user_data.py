@@ -134,6 +134,9 @@ LAYOUTS = {
     "voc devkit": (user_data.voc_devkit, "", {"train": 5, "val": 3}),
     "cvat voc": (user_data.cvat_voc, "", {"train": 8, "val": 8}),
     "roboflow voc": (user_data.roboflow_voc, "", {"train": 5, "val": 3}),
+    "roboflow csv": (user_data.roboflow_csv, "", {"train": 5, "val": 3}),
+    "roboflow createml": (user_data.roboflow_createml, "", {"train": 5, "val": 3}),
+    "roboflow darknet": (user_data.roboflow_darknet, "", {"train": 5, "val": 3}),
 }
 
 
@@ -148,8 +151,9 @@ def test_exported_layouts_convert_without_flags(layout: str, tmp_path: Path) -> 
         names = source.class_names
         assert len(source.dataset) == count and set(names) <= set(user_data.coco8_names())
         used = {line.split()[0] for _, label in user_data.coco8_samples() for line in label.read_text().splitlines()}
-        # COCO and VOC without a label map name the classes they use (VOC: sorted by name)
-        assert len(names) == (len(used) if layout in ("roboflow coco", "voc devkit", "roboflow voc") else 80)
+        # COCO, VOC without a label map, CSV and CreateML name only the classes they use
+        by_name = ("roboflow coco", "voc devkit", "roboflow voc", "roboflow csv", "roboflow createml")
+        assert len(names) == (len(used) if layout in by_name else 80)
         assert not source.summary.skipped_images and not source.summary.skipped_lines
         for row in source.dataset:  # each image with its own labels, read from the layout's label place
             classes, _ = user_data.label_boxes(expected[Path(row["image"]["path"]).name].read_text(), 1, 1)
@@ -190,7 +194,8 @@ def test_format_corpus_trains_a_step_and_validates_on_every_image(corpus, tmp_pa
 
 
 @pytest.mark.parametrize("layout", ["roboflow yolo folder", "label studio", "cvat yolo 1.1", "labelimg",
-                                    "roboflow coco", "voc devkit", "cvat voc", "roboflow voc"])
+                                    "roboflow coco", "voc devkit", "cvat voc", "roboflow voc", "roboflow csv",
+                                    "roboflow createml", "roboflow darknet"])
 def test_exported_layouts_train_a_step_and_validate_on_every_image(layout: str, tmp_path: Path,
                                                                    capsys: pytest.CaptureFixture) -> None:
     """``--data <the export folder>`` as the tool wrote it: one optimizer step (one batch holds the training split),

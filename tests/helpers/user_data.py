@@ -313,3 +313,49 @@ def roboflow_voc(folder: Path) -> Path:
             (folder / split / f"{image.stem}.xml").write_text(voc_xml(image.name, width, height, objects))
     (folder / "README.roboflow.txt").write_text("exported from roboflow.com\n")
     return folder
+
+
+def _split_samples() -> dict[str, list[tuple[Path, Path]]]:
+    samples = coco8_samples()
+    return {"train": samples[:5], "valid": samples[5:]}
+
+
+def roboflow_csv(folder: Path, normalised: bool = False) -> Path:
+    """Roboflow's "Tensorflow Object Detection CSV" export: ``train/`` and ``valid/``, each with
+    ``_annotations.csv`` (a row per box, corners in pixels; ``normalised``: as fractions, as other writers do)."""
+    for split, part in _split_samples().items():
+        (folder / split).mkdir(parents=True)
+        lines = ["filename,width,height,class,xmin,ymin,xmax,ymax"]
+        for image, label in part:
+            shutil.copy(image, folder / split / image.name)
+            width, height, objects = _voc_objects(image, label)
+            for name, (x1, y1, x2, y2) in objects:
+                if normalised:
+                    x1, y1, x2, y2 = x1 / width, y1 / height, x2 / width, y2 / height
+                lines.append(f"{image.name},{width},{height},{name},{x1:.6f},{y1:.6f},{x2:.6f},{y2:.6f}")
+        (folder / split / "_annotations.csv").write_text("\n".join(lines) + "\n")
+    return folder
+
+
+def roboflow_createml(folder: Path) -> Path:
+    """Roboflow's "CreateML JSON" export: ``_annotations.createml.json`` per split, boxes as centre and size."""
+    for split, part in _split_samples().items():
+        (folder / split).mkdir(parents=True)
+        entries = []
+        for image, label in part:
+            shutil.copy(image, folder / split / image.name)
+            _, _, objects = _voc_objects(image, label)
+            entries.append({"image": image.name, "annotations": [
+                {"label": name, "coordinates": {"x": (x1 + x2) / 2, "y": (y1 + y2) / 2, "width": x2 - x1,
+                                                "height": y2 - y1}} for name, (x1, y1, x2, y2) in objects]})
+        (folder / split / "_annotations.createml.json").write_text(json.dumps(entries))
+    return folder
+
+
+def roboflow_darknet(folder: Path) -> Path:
+    """Roboflow's "YOLO Darknet" export: ``train/`` and ``valid/``, each image's txt beside it and the class names
+    in ``_darknet.labels`` in each split folder."""
+    for split, part in _split_samples().items():
+        _copy_split(folder, split, None, part)
+        (folder / split / "_darknet.labels").write_text("\n".join(coco8_names()) + "\n")
+    return folder

@@ -26,6 +26,7 @@ import torch.distributed
 from accelerate import PartialState
 
 from yolo11.data.schema import LOGGER, BadSampleSummary, DataSourceError, DetectionSource, detection_features
+from yolo11.data.sources.annotation_files import annotation_file_rows
 from yolo11.data.sources.box_format import BBOX_FORMATS
 from yolo11.data.sources.coco import coco_fingerprint_files, coco_rows, image_folder
 from yolo11.data.sources.download import fetch_missing_data
@@ -290,11 +291,13 @@ def _load_layout(layout: Layout, request: _Request) -> DetectionSource:
         return _load_yaml(layout.path.resolve(), request)
     if layout.kind == "voc":
         return _load_voc(layout, request)
+    if layout.kind == "table":
+        return _load_annotation_files(layout, request)
     if layout.kind == "coco":
-        split, note = choose_split(list(layout.coco_jsons), request.split, request.fallback_splits,
+        split, note = choose_split(list(layout.split_files), request.split, request.fallback_splits,
                                    request.split_flag, f"{layout.path} (COCO export)")
         _report(note)
-        return _load_coco(layout.coco_jsons[split].resolve(), None, request)
+        return _load_coco(layout.split_files[split].resolve(), None, request)
     return _load_yaml(layout.path.resolve(), request, layout.data, layout.labels_beside_images)
 
 
@@ -341,6 +344,23 @@ def _load_voc(layout: Layout, request: _Request) -> DetectionSource:
                      lambda: voc_rows(layout.voc_splits, split, layout.label_map, request.workers))
     return _checked(chosen.name, result, f"{layout.path}: split {split!r}",
                     f"voc:{layout.path.resolve()}:{chosen.name}")
+
+
+def _load_annotation_files(layout: Layout, request: _Request) -> DetectionSource:
+    """Roboflow's CSV or CreateML export (``annotation_files.py``), converted once per split."""
+    if request.bbox_format != "auto":
+        raise DataSourceError(f"{layout.path}: --bbox-format applies to Hub datasets, dataset folders and COCO "
+                              "jsons; these files state their boxes' format")
+    split, note = choose_split(list(layout.split_files), request.split, request.fallback_splits, request.split_flag,
+                               os.fspath(layout.path))
+    _report(note)
+    path = layout.split_files[split]
+    others = sorted(set(layout.split_files.values()) - {path})  # their names number the classes too
+    fingerprint = _fingerprint({"kind": "table", "file": os.fspath(path)},  # one conversion for a file serving two
+                               [path, *others, *sorted(p for p in path.parent.iterdir() if p.is_file())])
+    result = _cached(request.cache_root, f"table-{layout.path.name}-{path.parent.name}", fingerprint,
+                     lambda: annotation_file_rows(layout.split_files, split, request.workers))
+    return _checked(f"{layout.path.name}-{split}", result, os.fspath(path), f"table:{path.resolve()}")
 
 
 def _load_coco(json_path: Path, images: Path | None, request: _Request) -> DetectionSource:

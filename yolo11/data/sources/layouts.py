@@ -2,13 +2,16 @@
 
 - a folder holding a data YAML (Ultralytics, Roboflow's YOLO export, CVAT's "Ultralytics YOLO" export): the YAML;
 - Roboflow's COCO export: ``train/``, ``valid/``, ``test/``, each with ``_annotations.coco.json`` beside its images;
+  its "Tensorflow Object Detection CSV" and "CreateML JSON" exports likewise (``_annotations.csv``,
+  ``_annotations.createml.json``), also as one folder;
 - COCO jsons in ``annotations/`` (``instances_val2017.json``, CVAT's ``instances_default.json``) or Label Studio's
   ``result.json``;
 - Pascal VOC in the devkit's layout (``Annotations/``, ``JPEGImages/``, ``ImageSets/Main/<split>.txt``: the devkit,
   CVAT's "PASCAL VOC 1.1" export), the folder itself or the VOC folders in it (``VOCdevkit/VOC2007``, ``VOC2012``);
-- a YOLO folder without a YAML, names in ``classes.txt`` (Label Studio, LabelImg, makesense.ai) or ``obj.names``
-  (CVAT "YOLO 1.1", darknet): images in ``images/`` with ``labels/`` beside, or each label beside its image
-  (``obj_train_data/``, or the folder itself), split into ``train``/``val`` sub-folders when it has them;
+- a YOLO folder without a YAML, names in ``classes.txt`` (Label Studio, LabelImg, makesense.ai), ``obj.names``
+  (CVAT "YOLO 1.1", darknet) or ``_darknet.labels`` (Roboflow's "YOLO Darknet" export, in each split folder):
+  images in ``images/`` with ``labels/`` beside, or each label beside its image (``obj_train_data/``, or the
+  folder itself), split into ``train``/``val`` sub-folders when it has them;
 - Pascal VOC xml beside each image (LabelImg, Roboflow's "Pascal VOC" export), in ``train``/``valid``/``test``
   sub-folders when it has them.
 
@@ -25,11 +28,13 @@ from pathlib import Path
 
 from yolo11.data.image_io import is_image_file, is_image_name
 from yolo11.data.schema import DataSourceError
+from yolo11.data.sources.annotation_files import ANNOTATION_FILES
 from yolo11.data.sources.voc import VocSplit, read_split_list
 from yolo11.gate import FileRefusedError, read_yaml
 
 ROBOFLOW_COCO_JSON = "_annotations.coco.json"
-NAMES_FILES = ("classes.txt", "obj.names", "labels.txt")  # one class name per line, the class id = line number
+# one class name per line, the class id = line number; Roboflow's darknet export has one in each split folder
+NAMES_FILES = ("classes.txt", "obj.names", "labels.txt", "_darknet.labels")
 SPLIT_FOLDERS = {"train": ("train",), "val": ("val", "valid", "validation"), "test": ("test",)}
 CVAT_SPLIT_FOLDERS = {"train": "obj_train_data", "val": "obj_valid_data", "test": "obj_test_data"}
 MAX_NAMES_BYTES = 8 << 20
@@ -39,15 +44,16 @@ VOC_ROOT_TAG = re.compile(rb"<annotation[\s>]")  # not <annotations>: CVAT's own
 
 @dataclass(frozen=True)
 class Layout:
-    """What a folder holds: ``kind`` ``yaml`` (``path`` is the YAML), ``coco`` (``coco_jsons``: split -> json,
-    images beside each), ``yolo`` (``data``: a data-YAML dict read as one, ``path`` the names file) or ``voc``
-    (``voc_splits``, the classes in ``label_map`` when there is one, ``path`` the folder)."""
+    """What a folder holds: ``kind`` ``yaml`` (``path`` is the YAML), ``coco`` (``split_files``: split -> json,
+    images beside each), ``table`` (``split_files``: split -> a Roboflow CSV or CreateML file, images beside each),
+    ``yolo`` (``data``: a data-YAML dict read as one, ``path`` the names file) or ``voc`` (``voc_splits``, the
+    classes in ``label_map`` when there is one, ``path`` the folder)."""
 
     kind: str
     path: Path
     note: str = ""
     data: dict = field(default_factory=dict)
-    coco_jsons: dict[str, Path] = field(default_factory=dict)
+    split_files: dict[str, Path] = field(default_factory=dict)
     labels_beside_images: bool = False
     voc_splits: dict[str, VocSplit] = field(default_factory=dict)
     label_map: Path | None = None
@@ -57,8 +63,9 @@ def detect_layout(folder: Path) -> Layout | None:
     """The layout of ``folder``, or ``None`` for one ``datasets`` should read (saved Arrow, parquet...)."""
     if (folder / "dataset_dict.json").is_file() or (folder / "state.json").is_file():
         return None
-    return (_yaml_layout(folder) or _roboflow_coco_layout(folder) or _coco_folder_layout(folder)
-            or _voc_devkit_layout(folder) or _yolo_layout(folder) or _voc_beside_layout(folder))
+    return (_yaml_layout(folder) or _roboflow_coco_layout(folder) or _roboflow_table_layout(folder)
+            or _coco_folder_layout(folder) or _voc_devkit_layout(folder) or _yolo_layout(folder)
+            or _voc_beside_layout(folder))
 
 
 def _yaml_layout(folder: Path) -> Layout | None:
@@ -88,7 +95,25 @@ def _roboflow_coco_layout(folder: Path) -> Layout | None:
                       if (folder / name / ROBOFLOW_COCO_JSON).is_file()), None)
         if found is not None:
             jsons[split] = found
-    return Layout("coco", folder, coco_jsons=jsons) if jsons else None
+    return Layout("coco", folder, split_files=jsons) if jsons else None
+
+
+def _roboflow_table_layout(folder: Path) -> Layout | None:
+    """Roboflow's CSV or CreateML export: the file in each split folder, or in ``folder`` itself (then serving
+    training and validation)."""
+    for file_name in ANNOTATION_FILES:
+        found = {split: folder / name / file_name for split, names in SPLIT_FOLDERS.items() for name in names
+                 if (folder / name / file_name).is_file()}
+        if not found and (folder / file_name).is_file():
+            found = {"train": folder / file_name}
+        if found:
+            note = ""
+            if "train" in found and "val" not in found and "test" not in found:
+                found["val"] = found["train"]
+                note = (f"{folder}: one {found['train'].relative_to(folder)}, so validation uses the training "
+                        "images (no valid/ folder)")
+            return Layout("table", folder, note, split_files=found)
+    return None
 
 
 def _coco_folder_layout(folder: Path) -> Layout | None:
@@ -111,11 +136,13 @@ def _coco_folder_layout(folder: Path) -> Layout | None:
         splits = {"train": jsons[0], "val": jsons[0]}
         note = (f"{folder}: one COCO json, {jsons[0].relative_to(folder)}, for training and validation (pass a "
                 "json per split to --data, with {split} in its name, to choose)")
-    return Layout("coco", folder, note, coco_jsons=splits)
+    return Layout("coco", folder, note, split_files=splits)
 
 
 def _names_file(folder: Path) -> Path | None:
-    return next((folder / name for name in NAMES_FILES if (folder / name).is_file()), None)
+    """The class names file in ``folder``, or in its first split folder that has one (Roboflow's darknet export)."""
+    places = [folder, *(folder / name for names in SPLIT_FOLDERS.values() for name in names)]
+    return next((place / name for place in places for name in NAMES_FILES if (place / name).is_file()), None)
 
 
 def read_names_file(path: Path) -> list[str]:

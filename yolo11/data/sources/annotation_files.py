@@ -1,0 +1,146 @@
+"""One annotation file per split, its images beside it: Roboflow's "Tensorflow Object Detection CSV" export
+(``_annotations.csv``: ``filename,width,height,class,xmin,ymin,xmax,ymax``, a row per box) and its "CreateML JSON"
+export (``_annotations.createml.json``: per image, ``label`` and ``coordinates`` centre ``x, y, width, height``).
+
+CSV corners are pixels, or fractions of the image where every corner of the file is at most 1 (other CSV writers
+normalise them). Classes are the object names of every split's file, sorted, so that each split numbers them alike.
+An image in the folder that the file does not name is a background: a CSV has rows only for boxes.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+from pathlib import Path
+
+from yolo11.data.image_io import is_image_name, read_regular_file
+from yolo11.data.schema import BadSampleSummary, DataSourceError
+from yolo11.data.sources.coco import checked_size
+from yolo11.data.sources.named_boxes import ImageAnnotation, NamedBox, annotated_rows, class_names
+from yolo11.data.sources.parallel import ordered_map
+from yolo11.gate import FileRefusedError, read_json
+
+CSV_FILE = "_annotations.csv"
+CREATEML_FILE = "_annotations.createml.json"
+ANNOTATION_FILES = (CSV_FILE, CREATEML_FILE)
+MAX_ANNOTATION_FILE_BYTES = 1 << 30  # Open Images' 15 million boxes as CSV are ~1 GB
+CSV_COLUMNS = ("filename", "width", "height", "class", "xmin", "ymin", "xmax", "ymax")
+
+
+def read_annotation_file(path: Path) -> dict[str, ImageAnnotation]:
+    """``{image file name: its annotation}`` of a CSV or CreateML file; ``DataSourceError`` for a file that is
+    neither. Rows or entries that cannot be used become objects with a problem, reported by the row checks."""
+    return read_createml(path) if path.name.endswith(".json") else read_tfod_csv(path)
+
+
+def read_tfod_csv(path: Path) -> dict[str, ImageAnnotation]:
+    try:
+        text = read_regular_file(path, MAX_ANNOTATION_FILE_BYTES).decode("utf-8-sig", errors="replace")
+        rows = list(csv.reader(io.StringIO(text)))
+    except (ValueError, OSError, csv.Error) as err:
+        raise DataSourceError(f"{path}: cannot read it as CSV ({err})") from None
+    header = [cell.strip().lower() for cell in rows[0]] if rows else []
+    missing = [column for column in CSV_COLUMNS if column not in header]
+    if missing:
+        raise DataSourceError(f"{path}: no {', '.join(missing)} column(s); expected the header "
+                              f"{','.join(CSV_COLUMNS)}")
+    at = {column: header.index(column) for column in CSV_COLUMNS}
+    parsed = []  # (line, file name, stated size or None, name, corners or None, problem)
+    for line, row in enumerate(rows[1:], start=2):
+        if not any(cell.strip() for cell in row):
+            continue
+        if len(row) < len(header):
+            parsed.append((line, row[at["filename"]].strip() if len(row) > at["filename"] else "", None, "", None,
+                           f"{len(row)} fields, the header has {len(header)}"))
+            continue
+        name = row[at["class"]].strip()
+        try:
+            size = int(float(row[at["width"]])), int(float(row[at["height"]]))
+            corners = tuple(float(row[at[key]]) for key in ("xmin", "ymin", "xmax", "ymax"))
+        except ValueError:
+            parsed.append((line, row[at["filename"]].strip(), None, name, None, "a size or corner is not a number"))
+            continue
+        parsed.append((line, row[at["filename"]].strip(), size if min(size) > 0 else None, name, corners, ""))
+    fractions = all(max(map(abs, corners)) <= 1 for *_, corners, _ in parsed if corners is not None)
+    by_image: dict[str, list] = {}
+    for line, file_name, size, name, corners, problem in parsed:
+        if corners is not None and fractions:
+            if size is None:
+                corners, problem = None, "corners given as fractions, but no image size"
+            else:
+                corners = (corners[0] * size[0], corners[1] * size[1], corners[2] * size[0], corners[3] * size[1])
+        box = _named_box(name, corners, problem, f"line {line}")
+        by_image.setdefault(file_name, []).append((size, box))
+    return {file_name: ImageAnnotation(f"{path} ({file_name})", _stated(entries), tuple(box for _, box in entries))
+            for file_name, entries in by_image.items() if file_name}
+
+
+def _stated(entries: list) -> tuple[int, int] | None:
+    """The image size the rows state when they agree on one, else None (not checked)."""
+    sizes = {size for size, _ in entries if size is not None}
+    return sizes.pop() if len(sizes) == 1 else None
+
+
+def read_createml(path: Path) -> dict[str, ImageAnnotation]:
+    try:
+        data = read_json(path, max_bytes=MAX_ANNOTATION_FILE_BYTES)
+    except (OSError, FileRefusedError) as err:
+        raise DataSourceError(str(err)) from None
+    if not isinstance(data, list):
+        raise DataSourceError(f"{path}: a CreateML file is a list of {{image, annotations}} entries")
+    found = {}
+    for index, entry in enumerate(data):
+        if not isinstance(entry, dict) or not isinstance(entry.get("image"), str):
+            raise DataSourceError(f"{path}: entry {index} has no image name ({str(entry)[:80]})")
+        boxes = []
+        for number, annotation in enumerate(entry.get("annotations") or [], start=1):
+            where = f"{entry['image']} object {number}"
+            if not isinstance(annotation, dict):
+                boxes.append(NamedBox("", None, "not an {label, coordinates} object", where=where))
+                continue
+            name, box = str(annotation.get("label") or "").strip(), annotation.get("coordinates")
+            try:
+                x, y, width, height = (float(box[key]) for key in ("x", "y", "width", "height"))
+            except (TypeError, KeyError, ValueError):
+                boxes.append(NamedBox(name, None, "coordinates need numbers x, y, width and height", where=where))
+                continue
+            corners = (x - width / 2, y - height / 2, x + width / 2, y + height / 2)  # x, y: the box's centre
+            boxes.append(_named_box(name, corners, "", where))
+        found[entry["image"]] = ImageAnnotation(os.fspath(path), None, tuple(boxes))
+    return found
+
+
+def _named_box(name: str, corners: tuple[float, ...] | None, problem: str, where: str) -> NamedBox:
+    if corners is not None and not problem:
+        if not all(map(_finite, corners)):
+            return NamedBox(name, None, "non-finite coordinates", where=where)
+        if corners[2] < corners[0] or corners[3] < corners[1]:
+            return NamedBox(name, None, "xmax/ymax before xmin/ymin", where=where)
+        return NamedBox(name, corners, where=where)
+    return NamedBox(name, None, problem or "no box", where=where)
+
+
+def _finite(value: float) -> bool:
+    return value == value and abs(value) != float("inf")
+
+
+def annotation_file_rows(files: dict[str, Path], split: str,
+                         workers: int | None = None) -> tuple[list[dict], list[str], BadSampleSummary]:
+    """Rows of one split's file, its images beside it; classes from every split's file."""
+    annotations = {name: read_annotation_file(path) for name, path in files.items()}
+    names = class_names((a for per_file in annotations.values() for a in per_file.values()),
+                        ", ".join(os.fspath(p) for p in files.values()))
+    path, listed = files[split], annotations[split]
+    folder = path.parent
+    beside = sorted(p.name for p in folder.iterdir() if is_image_name(p.name) and p.is_file())
+    order = sorted(listed) + [name for name in beside if name not in listed]  # unnamed images: backgrounds
+    # a name with folders in it (../x.jpg, /etc/x) is not an image beside the file: never read outside the folder
+    problems = {name: f"{path}: names {name!r}, which is not a file in {folder}, skipped" for name in order
+                if Path(name).name != name or not (folder / name).is_file()}
+    present = [folder / name for name in order if name not in problems]
+    sizes = dict(zip(present, ordered_map(checked_size, present, workers=workers, desc=f"converting {folder.name}"),
+                     strict=True))
+    items = [(folder / name, problems.get(name) or sizes[folder / name], listed.get(name)) for name in order]
+    rows, summary = annotated_rows(items, names, "the class names")
+    return rows, names, summary
