@@ -118,6 +118,27 @@ def test_csv_text_that_is_not_a_value_is_an_error_naming_the_column(tmp_path: Pa
         load(root, tmp_path)
 
 
+def test_imagefolder_with_an_unlabelled_test_folder(tmp_path: Path) -> None:
+    """Test images without a metadata file (as competitions ship them): ``datasets`` refuses to read the folder
+    at once, so each split is read on its own."""
+    root = image_folder(tmp_path / "ds", {"train": doc_rows(2), "validation": doc_rows(1)})
+    (root / "test").mkdir()
+    (root / "test" / "0.png").write_bytes(encoded(".png"))
+    assert len(load(root, tmp_path).dataset) == 2 and load(root, tmp_path, "val").name == "ds-validation"
+    with pytest.raises(DataSourceError, match=r"ds\[test\]: no objects column"):
+        load(root, tmp_path, "test")
+
+
+def test_imagefolder_whose_metadata_files_differ_in_type(tmp_path: Path) -> None:
+    """Whole-number boxes written as integers in one split's file and as floats in the other's."""
+    rows = doc_rows(2, first=10)
+    for row in rows:
+        row["objects"]["bbox"] = [[int(v) for v in BOX]]
+    root = image_folder(tmp_path / "ds", {"train": doc_rows(2), "validation": rows})
+    assert boxes_and_classes(load(root, tmp_path, "val")) == ([[BOX], [BOX]], [[0], [1]])
+    assert load(root, tmp_path).class_names == ["0", "1"]
+
+
 # --- push_to_hub parquet files and save_to_disk folders --------------------------------------------------------
 
 CLASSES = ["helmet", "vest"]

@@ -13,6 +13,7 @@ import datasets
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from datasets.data_files import get_data_patterns
 from huggingface_hub import constants as hub_constants
 from PIL import Image
 
@@ -41,13 +42,39 @@ def load_hub(repo_id: str) -> datasets.DatasetDict:
 
 def load_disk(folder: Path) -> datasets.Dataset | datasets.DatasetDict:
     """A ``save_to_disk`` folder (a Dataset or a DatasetDict), else a folder of data files such as a clone of a Hub
-    dataset repository (``datasets.load_dataset(folder)``: parquet, json... split by file name)."""
+    dataset repository or an ``imagefolder`` (``datasets.load_dataset(folder)``: parquet, images with
+    ``metadata.jsonl``... split by file or folder name). Where ``datasets`` cannot read the splits together (an
+    ``imagefolder`` whose ``test/`` has no metadata file, or whose metadata files differ in type), each split is
+    read on its own."""
     saved = (folder / "dataset_dict.json").is_file() or (folder / "state.json").is_file()
     try:
         return datasets.load_from_disk(os.fspath(folder)) if saved else datasets.load_dataset(os.fspath(folder))
     except Exception as err:
+        together = err
+    apart = None if saved else _load_splits_apart(folder)
+    if apart is None:
         raise DataSourceError(f"{folder}: neither a save_to_disk dataset folder nor a folder of dataset files "
-                              f"({type(err).__name__}: {err})") from None
+                              f"({type(together).__name__}: {together})") from None
+    return apart
+
+
+def _load_splits_apart(folder: Path) -> datasets.DatasetDict | None:
+    """Each split ``datasets`` finds in ``folder`` loaded alone; ``None`` when it finds fewer than two (reading
+    apart then changes nothing); a split that fails alone is an error naming it."""
+    try:
+        patterns = get_data_patterns(os.fspath(folder))
+    except Exception:  # datasets' EmptyDatasetError and the like: the error of the load together says more
+        return None
+    if len(patterns) < 2:
+        return None
+    splits = {}
+    for split, split_patterns in patterns.items():
+        try:
+            splits[str(split)] = datasets.load_dataset(os.fspath(folder), data_files={split: split_patterns})[split]
+        except Exception as err:
+            raise DataSourceError(f"{folder}: its {split!r} split cannot be read ({type(err).__name__}: {err})") \
+                from None
+    return datasets.DatasetDict(splits)
 
 
 def pick_split(loaded: datasets.Dataset | datasets.DatasetDict, split: str, fallbacks: Sequence[str],
