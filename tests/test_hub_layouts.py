@@ -139,6 +139,21 @@ def test_imagefolder_whose_metadata_files_differ_in_type(tmp_path: Path) -> None
     assert load(root, tmp_path).class_names == ["0", "1"]
 
 
+def test_metadata_beside_the_split_folders_is_named_in_the_error(tmp_path: Path) -> None:
+    """One ``metadata.jsonl`` above ``train/`` and ``validation/``: ``datasets`` reads only the files inside each
+    split folder, finds no metadata there and labels the images by folder name, as for classification."""
+    rows = {split: doc_rows(2) for split in ("train", "validation")}
+    root = image_folder(tmp_path / "ds", rows)
+    for split in rows:
+        (root / split / "metadata.jsonl").unlink()
+    (root / "metadata.jsonl").write_text("".join(json.dumps({**row, "file_name": f"{split}/{row['file_name']}"})
+                                                 + "\n" for split in rows for row in rows[split]))
+    with pytest.raises(DataSourceError, match=r"found \['image', 'label'\]\): datasets read it as images labelled "
+                                              r"by folder name; put a metadata.jsonl \(or metadata.csv\) with the "
+                                              r"objects in each split folder, beside its images"):
+        load(root, tmp_path)
+
+
 # --- push_to_hub parquet files and save_to_disk folders --------------------------------------------------------
 
 CLASSES = ["helmet", "vest"]

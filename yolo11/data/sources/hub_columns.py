@@ -75,8 +75,12 @@ def find_columns(dataset: datasets.Dataset, where: str) -> tuple[datasets.Datase
     bbox = next((name for name in BBOX_NAMES if name in features), None)
     category = next((name for name in CATEGORY_NAMES if name in features), None)
     if bbox is None or category is None:
+        # imagefolder without a metadata file beside the images labels them by their folder, as for classification
+        hint = "" if sorted(features) != ["image", "label"] else (
+            ": datasets read it as images labelled by folder name; put a metadata.jsonl (or metadata.csv) with the "
+            "objects in each split folder, beside its images")
         raise DataSourceError(f"{where}: no objects column (looked for {OBJECTS_NAMES}, or box columns {BBOX_NAMES} "
-                              f"beside a class column {CATEGORY_NAMES}; found {sorted(features)})")
+                              f"beside a class column {CATEGORY_NAMES}; found {sorted(features)}){hint}")
     return dataset, ObjectColumns("", bbox, category)
 
 
