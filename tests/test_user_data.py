@@ -137,6 +137,7 @@ LAYOUTS = {
     "roboflow csv": (user_data.roboflow_csv, "", {"train": 5, "val": 3}),
     "roboflow createml": (user_data.roboflow_createml, "", {"train": 5, "val": 3}),
     "roboflow darknet": (user_data.roboflow_darknet, "", {"train": 5, "val": 3}),
+    "labelme": (user_data.labelme_folder, "", {"train": 8, "val": 8}),
 }
 
 
@@ -151,8 +152,8 @@ def test_exported_layouts_convert_without_flags(layout: str, tmp_path: Path) -> 
         names = source.class_names
         assert len(source.dataset) == count and set(names) <= set(user_data.coco8_names())
         used = {line.split()[0] for _, label in user_data.coco8_samples() for line in label.read_text().splitlines()}
-        # COCO, VOC without a label map, CSV and CreateML name only the classes they use
-        by_name = ("roboflow coco", "voc devkit", "roboflow voc", "roboflow csv", "roboflow createml")
+        # COCO, VOC without a label map, CSV, CreateML and LabelMe name only the classes they use
+        by_name = ("roboflow coco", "voc devkit", "roboflow voc", "roboflow csv", "roboflow createml", "labelme")
         assert len(names) == (len(used) if layout in by_name else 80)
         assert not source.summary.skipped_images and not source.summary.skipped_lines
         for row in source.dataset:  # each image with its own labels, read from the layout's label place
@@ -195,7 +196,7 @@ def test_format_corpus_trains_a_step_and_validates_on_every_image(corpus, tmp_pa
 
 @pytest.mark.parametrize("layout", ["roboflow yolo folder", "label studio", "cvat yolo 1.1", "labelimg",
                                     "roboflow coco", "voc devkit", "cvat voc", "roboflow voc", "roboflow csv",
-                                    "roboflow createml", "roboflow darknet"])
+                                    "roboflow createml", "roboflow darknet", "labelme"])
 def test_exported_layouts_train_a_step_and_validate_on_every_image(layout: str, tmp_path: Path,
                                                                    capsys: pytest.CaptureFixture) -> None:
     """``--data <the export folder>`` as the tool wrote it: one optimizer step (one batch holds the training split),

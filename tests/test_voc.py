@@ -185,19 +185,19 @@ def test_listed_ids_without_files_are_named(tmp_path: Path) -> None:
 
 def test_converted_once_and_again_when_an_xml_changes(tmp_path: Path) -> None:
     folder = user_data.roboflow_voc(tmp_path / "export")
-    before = CONVERSIONS["voc"]
+    before = CONVERSIONS["images"]
     _load(folder, tmp_path)
     _load(folder, tmp_path)
-    assert CONVERSIONS["voc"] == before + 1
+    assert CONVERSIONS["images"] == before + 1
     xml = sorted((folder / "train").glob("*.xml"))[0]
     xml.write_text(xml.read_text().replace("<difficult>0</difficult>", "<difficult>1</difficult>", 1))
     _load(folder, tmp_path)
-    assert CONVERSIONS["voc"] == before + 2
+    assert CONVERSIONS["images"] == before + 2
 
 
 def test_bbox_format_and_a_devkit_without_images_are_refused_by_name(tmp_path: Path) -> None:
     folder = user_data.roboflow_voc(tmp_path / "export")
-    with pytest.raises(DataSourceError, match="--bbox-format applies to .*Pascal VOC boxes are always"):
+    with pytest.raises(DataSourceError, match="--bbox-format applies to .*Pascal VOC and LabelMe files state"):
         _load(folder, tmp_path, bbox_format="xyxy")
     (tmp_path / "bare" / "Annotations").mkdir(parents=True)
     with pytest.raises(DataSourceError, match="Annotations/ but no JPEGImages/"):

@@ -359,3 +359,23 @@ def roboflow_darknet(folder: Path) -> Path:
         _copy_split(folder, split, None, part)
         (folder / split / "_darknet.labels").write_text("\n".join(coco8_names()) + "\n")
     return folder
+
+
+def labelme_json(image_name: str, width: int, height: int, shapes: list[dict]) -> str:
+    """A LabelMe 5 annotation as the tool saves it beside its image (``imageData`` left out, as with its
+    "Save With Image Data" option off)."""
+    return json.dumps({"version": "5.4.1", "flags": {}, "shapes": shapes, "imagePath": image_name,
+                       "imageData": None, "imageHeight": height, "imageWidth": width}, indent=2)
+
+
+def labelme_folder(folder: Path) -> Path:
+    """LabelMe's default: each image's json beside it in one folder, rectangles drawn from either corner."""
+    folder.mkdir(parents=True)
+    for k, (image, label) in enumerate(coco8_samples()):
+        shutil.copy(image, folder / image.name)
+        width, height, objects = _voc_objects(image, label)
+        shapes = [{"label": name, "points": [[x2, y2], [x1, y1]] if k % 2 else [[x1, y1], [x2, y2]],
+                   "group_id": None, "description": "", "shape_type": "rectangle", "flags": {}, "mask": None}
+                  for name, (x1, y1, x2, y2) in objects]
+        (folder / f"{image.stem}.json").write_text(labelme_json(image.name, width, height, shapes))
+    return folder

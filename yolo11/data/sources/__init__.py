@@ -32,9 +32,9 @@ from yolo11.data.sources.coco import coco_fingerprint_files, coco_rows, image_fo
 from yolo11.data.sources.download import fetch_missing_data
 from yolo11.data.sources.hub import load_disk, load_hub, normalise, other_splits, pick_split
 from yolo11.data.sources.layouts import Layout, detect_layout
+from yolo11.data.sources.per_image import per_image_fingerprint_files, per_image_rows
 from yolo11.data.sources.splits import VAL_FALLBACKS, choose_split
 from yolo11.data.sources.synthetic import SHAPES, SyntheticOptions, synthetic_rows
-from yolo11.data.sources.voc import voc_fingerprint_files, voc_rows
 from yolo11.data.sources.yolo import (
     coco_split,
     read_data_yaml,
@@ -284,13 +284,13 @@ def _load_folder(folder: Path, request: _Request) -> DetectionSource:
 
 
 def _load_layout(layout: Layout, request: _Request) -> DetectionSource:
-    """A folder another tool exported (``layouts.py``): its data YAML, its COCO jsons, its VOC xml files or its
-    YOLO folders."""
+    """A folder another tool exported (``layouts.py``): its data YAML, its COCO jsons, its CSV or CreateML files,
+    its VOC xml or LabelMe json files, or its YOLO folders."""
     _report(layout.note)
     if layout.kind == "yaml":
         return _load_yaml(layout.path.resolve(), request)
-    if layout.kind == "voc":
-        return _load_voc(layout, request)
+    if layout.kind == "per_image":
+        return _load_per_image(layout, request)
     if layout.kind == "table":
         return _load_annotation_files(layout, request)
     if layout.kind == "coco":
@@ -329,21 +329,21 @@ def _load_yaml(path: Path, request: _Request, data: dict | None = None,
     return _checked(f"{path.stem}-{split}", result, f"{path}: split {split!r}", origin)
 
 
-def _load_voc(layout: Layout, request: _Request) -> DetectionSource:
-    """Pascal VOC xml files (``voc.py``), converted once per split like the YOLO and COCO sources."""
+def _load_per_image(layout: Layout, request: _Request) -> DetectionSource:
+    """An annotation file per image, Pascal VOC xml or LabelMe json (``per_image.py``), converted once per split."""
     if request.bbox_format != "auto":
         raise DataSourceError(f"{layout.path}: --bbox-format applies to Hub datasets, dataset folders and COCO "
-                              "jsons; Pascal VOC boxes are always xmin/ymin/xmax/ymax pixels")
-    split, note = choose_split(list(layout.voc_splits), request.split, request.fallback_splits, request.split_flag,
-                               f"{layout.path} (Pascal VOC)")
+                              "jsons; Pascal VOC and LabelMe files state their boxes' format")
+    split, note = choose_split(list(layout.image_splits), request.split, request.fallback_splits,
+                               request.split_flag, os.fspath(layout.path))
     _report(note)
-    chosen = layout.voc_splits[split]
-    fingerprint = _fingerprint({"kind": "voc", "split": chosen.name},
-                               voc_fingerprint_files(layout.voc_splits, split, layout.label_map))
-    result = _cached(request.cache_root, f"voc-{chosen.name}", fingerprint,
-                     lambda: voc_rows(layout.voc_splits, split, layout.label_map, request.workers))
+    chosen = layout.image_splits[split]
+    fingerprint = _fingerprint({"kind": "per_image", "split": chosen.name},
+                               per_image_fingerprint_files(layout.image_splits, split, layout.label_map))
+    result = _cached(request.cache_root, f"images-{chosen.name}", fingerprint,
+                     lambda: per_image_rows(layout.image_splits, split, layout.label_map, request.workers))
     return _checked(chosen.name, result, f"{layout.path}: split {split!r}",
-                    f"voc:{layout.path.resolve()}:{chosen.name}")
+                    f"images:{layout.path.resolve()}:{chosen.name}")
 
 
 def _load_annotation_files(layout: Layout, request: _Request) -> DetectionSource:

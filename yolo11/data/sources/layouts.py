@@ -12,8 +12,8 @@
   (CVAT "YOLO 1.1", darknet) or ``_darknet.labels`` (Roboflow's "YOLO Darknet" export, in each split folder):
   images in ``images/`` with ``labels/`` beside, or each label beside its image (``obj_train_data/``, or the
   folder itself), split into ``train``/``val`` sub-folders when it has them;
-- Pascal VOC xml beside each image (LabelImg, Roboflow's "Pascal VOC" export), in ``train``/``valid``/``test``
-  sub-folders when it has them.
+- Pascal VOC xml (LabelImg, Roboflow's "Pascal VOC" export) or a LabelMe json beside each image, in
+  ``train``/``valid``/``test`` sub-folders when it has them.
 
 Anything else (a ``save_to_disk`` folder, a folder of parquet files) is left to ``datasets``. Where the choice is
 not the only possible one, ``note`` says which was taken and how to take another.
@@ -29,7 +29,9 @@ from pathlib import Path
 from yolo11.data.image_io import is_image_file, is_image_name
 from yolo11.data.schema import DataSourceError
 from yolo11.data.sources.annotation_files import ANNOTATION_FILES
-from yolo11.data.sources.voc import VocSplit, read_split_list
+from yolo11.data.sources.labelme import is_labelme
+from yolo11.data.sources.per_image import ImageFileSplit
+from yolo11.data.sources.voc import read_split_list
 from yolo11.gate import FileRefusedError, read_yaml
 
 ROBOFLOW_COCO_JSON = "_annotations.coco.json"
@@ -40,14 +42,17 @@ CVAT_SPLIT_FOLDERS = {"train": "obj_train_data", "val": "obj_valid_data", "test"
 MAX_NAMES_BYTES = 8 << 20
 VOC_LABEL_MAP = "labelmap.txt"  # CVAT's VOC export: the classes in its order
 VOC_ROOT_TAG = re.compile(rb"<annotation[\s>]")  # not <annotations>: CVAT's own xml format
+# kind -> (suffix, a test of the file's first 4 KB, what the log calls it)
+BESIDE_KINDS = {"voc": (".xml", lambda head: VOC_ROOT_TAG.search(head) is not None, "Pascal VOC xml"),
+                "labelme": (".json", is_labelme, "LabelMe json")}
 
 
 @dataclass(frozen=True)
 class Layout:
     """What a folder holds: ``kind`` ``yaml`` (``path`` is the YAML), ``coco`` (``split_files``: split -> json,
     images beside each), ``table`` (``split_files``: split -> a Roboflow CSV or CreateML file, images beside each),
-    ``yolo`` (``data``: a data-YAML dict read as one, ``path`` the names file) or ``voc`` (``voc_splits``, the
-    classes in ``label_map`` when there is one, ``path`` the folder)."""
+    ``yolo`` (``data``: a data-YAML dict read as one, ``path`` the names file) or ``per_image`` (VOC xml or LabelMe
+    json per image: ``image_splits``, the classes in ``label_map`` when there is one, ``path`` the folder)."""
 
     kind: str
     path: Path
@@ -55,7 +60,7 @@ class Layout:
     data: dict = field(default_factory=dict)
     split_files: dict[str, Path] = field(default_factory=dict)
     labels_beside_images: bool = False
-    voc_splits: dict[str, VocSplit] = field(default_factory=dict)
+    image_splits: dict[str, ImageFileSplit] = field(default_factory=dict)
     label_map: Path | None = None
 
 
@@ -65,7 +70,7 @@ def detect_layout(folder: Path) -> Layout | None:
         return None
     return (_yaml_layout(folder) or _roboflow_coco_layout(folder) or _roboflow_table_layout(folder)
             or _coco_folder_layout(folder) or _voc_devkit_layout(folder) or _yolo_layout(folder)
-            or _voc_beside_layout(folder))
+            or _beside_layout(folder))
 
 
 def _yaml_layout(folder: Path) -> Layout | None:
@@ -223,13 +228,13 @@ def _voc_devkit_layout(folder: Path) -> Layout | None:
     voc = {}
     for split, pairs in joined.items():
         same = next((v for v in voc.values() if v.pairs == tuple(pairs)), None)  # one list serving two splits
-        voc[split] = same or VocSplit(f"{folder.name}-{split}", tuple(pairs), tuple(lists[split]))
+        voc[split] = same or ImageFileSplit(f"{folder.name}-{split}", tuple(pairs), tuple(lists[split]))
     which = "" if roots == [folder] else f" ({', '.join(single)})"
     note = f"{folder}: " + ("a Pascal VOC folder" if roots == [folder] else
                             f"Pascal VOC folders {', '.join(r.name for r in roots)}")
     if single:
         note += f"; no train/val lists in ImageSets/Main{which}, so one split serves training and validation"
-    return _voc_layout(folder, voc, note, [*roots, folder])
+    return _image_files_layout(folder, voc, note, [*roots, folder])
 
 
 def _voc_root_splits(root: Path) -> tuple[dict[str, tuple[list, Path | None]], bool]:
@@ -267,39 +272,44 @@ def _voc_root_splits(root: Path) -> tuple[dict[str, tuple[list, Path | None]], b
     return {"train": both, "val": both}, True
 
 
-def _voc_beside_layout(folder: Path) -> Layout | None:
-    """Each image's VOC xml beside it (LabelImg, Roboflow's "Pascal VOC" export), in the conventional split
-    folders when there are some, else in ``folder`` itself."""
+def _beside_layout(folder: Path) -> Layout | None:
+    """Each image's annotation file beside it, Pascal VOC xml (LabelImg, Roboflow's "Pascal VOC" export) or a
+    LabelMe json, in the conventional split folders when there are some, else in ``folder`` itself."""
     places = {split: folder / name for split, name in _split_folders(folder, "").items()} or {"train": folder}
-    if not any(_holds_voc_xml(place) for place in places.values()):
+    kind = next((kind for kind in BESIDE_KINDS if any(_holds(place, kind) for place in places.values())), None)
+    if kind is None:
         return None
-    voc = {split: VocSplit(f"{folder.name}-{split}", tuple(_beside_pairs(place))) for split, place in places.items()}
-    note = f"{folder}: Pascal VOC xml beside the images, splits {', '.join(f'{k}={v.name}' for k, v in places.items())}"
-    if "val" not in voc and "test" not in voc:
-        voc["val"] = voc["train"]
+    suffix, _, what = BESIDE_KINDS[kind]
+    splits = {split: ImageFileSplit(f"{folder.name}-{split}", tuple(_beside_pairs(place, suffix)))
+              for split, place in places.items()}
+    note = f"{folder}: {what} beside the images, splits {', '.join(f'{k}={v.name}' for k, v in places.items())}"
+    if "val" not in splits and "test" not in splits:
+        splits["val"] = splits["train"]
         note += "; no val/ or valid/ folder, so validation uses the training images"
-    return _voc_layout(folder, voc, note, [folder])
+    return _image_files_layout(folder, splits, note, [folder])
 
 
-def _holds_voc_xml(folder: Path) -> bool:
-    """Whether the first xml file of ``folder`` starts a VOC annotation (its first 4 KB name ``<annotation>``)."""
-    first = min((p for p in folder.glob("*.xml") if p.is_file()), default=None)
+def _holds(folder: Path, kind: str) -> bool:
+    """Whether the first file of ``folder`` with the kind's suffix starts as that kind does (its first 4 KB)."""
+    suffix, looks_like, _ = BESIDE_KINDS[kind]
+    first = min((p for p in folder.glob(f"*{suffix}") if p.is_file()), default=None)
     if first is None:
         return False
     with first.open("rb") as f:
-        return VOC_ROOT_TAG.search(f.read(4096)) is not None
+        return looks_like(f.read(4096))
 
 
-def _beside_pairs(folder: Path) -> list[tuple[Path | None, Path | None]]:
-    """``(image, its xml or None)`` for each image, then ``(None, xml)`` for each xml without an image."""
+def _beside_pairs(folder: Path, suffix: str) -> list[tuple[Path | None, Path | None]]:
+    """``(image, its annotation file or None)`` for each image, then ``(None, file)`` for each file without one."""
     files = sorted(p for p in folder.iterdir() if p.is_file())
     images = [p for p in files if is_image_name(p.name)]
-    xml_files = {p.stem: p for p in files if p.suffix.lower() == ".xml" and not p.name.startswith(".")}
-    pairs = [(image, xml_files.pop(image.stem, None)) for image in images]
-    return pairs + [(None, xml) for xml in xml_files.values()]
+    annotations = {p.stem: p for p in files if p.suffix.lower() == suffix and not p.name.startswith(".")}
+    pairs = [(image, annotations.pop(image.stem, None)) for image in images]
+    return pairs + [(None, file) for file in annotations.values()]
 
 
-def _voc_layout(folder: Path, voc: dict[str, VocSplit], note: str, label_map_places: list[Path]) -> Layout:
+def _image_files_layout(folder: Path, splits: dict[str, ImageFileSplit], note: str,
+                        label_map_places: list[Path]) -> Layout:
     label_map = next((p / VOC_LABEL_MAP for p in label_map_places if (p / VOC_LABEL_MAP).is_file()), None)
     note += f"; classes from {label_map}" if label_map else "; classes: the object names in the xml files, sorted"
-    return Layout("voc", folder, note, voc_splits=voc, label_map=label_map)
+    return Layout("per_image", folder, note, image_splits=splits, label_map=label_map)

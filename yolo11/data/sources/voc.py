@@ -18,22 +18,13 @@ import codecs
 import os
 import re
 import xml.etree.ElementTree as ET
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from yolo11.data.image_io import read_regular_file
-from yolo11.data.schema import BadSampleSummary, DataSourceError
-from yolo11.data.sources.checks import image_size
-from yolo11.data.sources.named_boxes import (
-    ImageAnnotation,
-    NamedBox,
-    annotated_rows,
-    check_class_count,
-    class_names,
-)
-from yolo11.data.sources.parallel import ordered_map
+from yolo11.data.schema import DataSourceError
+from yolo11.data.sources.named_boxes import ImageAnnotation, NamedBox
 
 MAX_VOC_XML_BYTES = 4 << 20  # a VOC file of 10,000 objects is ~3 MB; more is not an annotation file
 MAX_XML_DEPTH = 32  # VOC nests 4 deep (annotation/object/bndbox/xmin, parts one more)
@@ -42,17 +33,6 @@ XML_CHUNK_CHARS = 1 << 16
 MAX_SPLIT_LIST_BYTES = 64 << 20  # ImageSets/Main/train.txt: VOC2012's 5,717 ids are 70 KB
 MAX_LABEL_MAP_BYTES = 8 << 20
 _DECLARED_ENCODING = re.compile(rb"""^<\?xml[^>]*encoding\s*=\s*["']([A-Za-z0-9._-]+)["']""")
-
-
-@dataclass(frozen=True)
-class VocSplit:
-    """One split of a VOC folder: ``(image, xml)`` pairs, either side ``None`` when missing (an image without an
-    xml is a background; an xml without an image is skipped by name). ``name`` identifies the pairs: the val split
-    of a folder with one list is the train split under another key, and shares its name."""
-
-    name: str
-    pairs: tuple[tuple[Path | None, Path | None], ...]
-    list_files: tuple[Path, ...] = ()
 
 
 def _decode(data: bytes) -> str:
@@ -161,55 +141,3 @@ def read_split_list(path: Path) -> list[str]:
     except (ValueError, OSError) as err:
         raise DataSourceError(f"{path}: {err}") from None
     return [line.split()[0] for line in text.splitlines() if line.split()]
-
-
-def _check_pair(task: tuple[Path | None, Path | None]) -> tuple[tuple[int, int] | str | None,
-                                                                 ImageAnnotation | str | None]:
-    """Run in a worker: ``(image size, or why the image is unusable, or None when not asked;
-    annotation, or why the xml is unusable, or None without one)``."""
-    image, xml = task
-    size = None
-    if image is not None:
-        try:
-            size = image_size(image)
-        except (ValueError, OSError) as err:
-            size = f"{image}: {err}, image skipped"
-    annotation = None
-    if xml is not None:
-        try:
-            annotation = read_voc_xml(xml)
-        except (ValueError, OSError) as err:
-            annotation = f"{xml}: {err}"
-    return size, annotation
-
-
-def voc_rows(splits: dict[str, VocSplit], split: str, label_map: Path | None = None,
-             workers: int | None = None) -> tuple[list[dict], list[str], BadSampleSummary]:
-    """Rows of one split. Without ``label_map`` the class names are read from the xml files of every split, so
-    that each split's conversion numbers the classes alike; the images are checked for ``split`` only."""
-    chosen = splits[split]
-    xml_files = {xml for part in splits.values() for _, xml in part.pairs if xml is not None} if label_map is None \
-        else set()
-    tasks = list(chosen.pairs) + [(None, xml) for xml in sorted(xml_files - {xml for _, xml in chosen.pairs})]
-    results = ordered_map(_check_pair, tasks, workers=workers, desc=f"converting VOC {chosen.name}")
-    if label_map is not None:
-        names = check_class_count(read_label_map(label_map), os.fspath(label_map))
-    else:
-        where = ", ".join(sorted({os.fspath(x.parent) for x in xml_files})[:3])
-        names = class_names((annotation for _, annotation in results), where)
-    items = [(image, size if image is not None else f"{xml}: no image of this name beside it or in JPEGImages/, "
-              "skipped", annotation)
-             for (image, xml), (size, annotation) in zip(chosen.pairs, results[:len(chosen.pairs)], strict=True)]
-    rows, summary = annotated_rows(items, names, label_map.name if label_map else "the class names")
-    return rows, names, summary
-
-
-def voc_fingerprint_files(splits: dict[str, VocSplit], split: str, label_map: Path | None) -> list[Path]:
-    """Files whose size/mtime decide whether a cached conversion is still valid: the split's images and lists,
-    the label map, and every xml whose names may number the classes."""
-    chosen = splits[split]
-    parts = splits.values() if label_map is None else [chosen]
-    xml_files = sorted({xml for part in parts for _, xml in part.pairs if xml is not None})
-    images = [image for image, _ in chosen.pairs if image is not None]
-    # a listed id whose xml is missing is skipped by name at conversion; its absence is keyed by the list files
-    return [*chosen.list_files, *([label_map] if label_map else []), *(p for p in xml_files if p.exists()), *images]

@@ -1,0 +1,62 @@
+"""A LabelMe json (``shapes`` of ``label``, ``points`` and ``shape_type``, beside its image) -> one image's named
+boxes. A rectangle's two corners, a polygon's extent and a circle's bounding square are boxes; points, lines and
+line strips mark no area and are skipped by name. The embedded ``imageData`` is not decoded: the image file beside
+the json is the one read.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+
+from yolo11.data.sources.named_boxes import ImageAnnotation, NamedBox
+from yolo11.gate import FileRefusedError, read_json
+
+# LabelMe embeds the image as base64 in imageData: a 40 MB photo makes a 54 MB json
+MAX_LABELME_JSON_BYTES = 128 << 20
+BOX_SHAPES = ("rectangle", "polygon", "circle")
+
+
+def is_labelme(head: bytes) -> bool:
+    """Whether the start of a json file looks like LabelMe's (its ``shapes`` key comes before ``imageData``)."""
+    return b'"shapes"' in head
+
+
+def read_labelme_json(path: Path) -> ImageAnnotation:
+    """The json's boxes; ``ValueError`` saying why for a file that is not LabelMe's."""
+    try:
+        data = read_json(path, max_bytes=MAX_LABELME_JSON_BYTES)
+    except FileRefusedError as err:
+        raise ValueError(err.problem) from None  # the caller names the file
+    if not isinstance(data, dict) or not isinstance(data.get("shapes"), list):
+        raise ValueError("not a LabelMe file (no 'shapes' list)")
+    try:
+        size = int(data["imageWidth"]), int(data["imageHeight"])
+    except (KeyError, TypeError, ValueError):
+        size = None
+    objects = tuple(_shape_box(shape) for shape in data["shapes"])
+    return ImageAnnotation(os.fspath(path), size if size and min(size) > 0 else None, objects)
+
+
+def _shape_box(shape: object) -> NamedBox:
+    if not isinstance(shape, dict):
+        return NamedBox("", None, "not a shape object")
+    name, kind = str(shape.get("label") or "").strip(), shape.get("shape_type") or "polygon"
+    points = shape.get("points")
+    if kind not in BOX_SHAPES:
+        return NamedBox(name, None, f"a {kind} marks no area")
+    try:
+        xs, ys = zip(*((float(x), float(y)) for x, y in points), strict=True)
+    except (TypeError, ValueError):
+        return NamedBox(name, None, "points are not [x, y] pairs")
+    if not all(math.isfinite(v) for v in (*xs, *ys)):
+        return NamedBox(name, None, "non-finite coordinates")
+    if kind == "circle":  # the centre, then a point on the circle
+        if len(xs) != 2:
+            return NamedBox(name, None, f"a circle needs 2 points, got {len(xs)}")
+        radius = math.hypot(xs[1] - xs[0], ys[1] - ys[0])
+        return NamedBox(name, (xs[0] - radius, ys[0] - radius, xs[0] + radius, ys[0] + radius))
+    if len(xs) < 2:
+        return NamedBox(name, None, f"a {kind} of {len(xs)} point")
+    return NamedBox(name, (min(xs), min(ys), max(xs), max(ys)))  # a rectangle's corners come in either order
