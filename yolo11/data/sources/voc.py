@@ -1,4 +1,4 @@
-"""Pascal VOC xml annotations -> rows of the Hub schema.
+"""Pascal VOC xml annotations -> each image's named boxes (the rows are built by ``per_image.py``).
 
 Two layouts hold them (``layouts.py`` finds them): the VOC devkit's, as the devkit and CVAT's "PASCAL VOC 1.1"
 export write it (``Annotations/<id>.xml``, ``JPEGImages/<id>.jpg``, ``ImageSets/Main/<split>.txt`` listing ids),
