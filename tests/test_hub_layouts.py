@@ -16,6 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from helpers.engine_helpers import describe, launch
 
 from yolo11.data import DataSourceError, load_source
 from yolo11.data.sources import VAL_FALLBACKS
@@ -269,6 +270,17 @@ def test_one_class_per_image_is_every_box_class(tmp_path: Path) -> None:
     assert boxes_and_classes(source) == ([[BOX], [BOX, BOX]], [[0], [1, 1]]) and source.class_names == CLASSES
 
 
+def test_top_level_class_label_lists(tmp_path: Path) -> None:
+    """``bboxes`` beside ``labels``, a ``Sequence(ClassLabel)``: the names come from the ClassLabel."""
+    features = datasets.Features({"img": datasets.Image(), "bboxes": datasets.List(datasets.List(
+        datasets.Value("float32"), length=4)), "labels": datasets.List(datasets.ClassLabel(names=CLASSES))})
+    rows = [{"img": {"bytes": encoded(".png", i), "path": None}, "bboxes": [BOX, BOX], "labels": [1, i]}
+            for i in range(2)]
+    datasets.Dataset.from_list(rows, features=features).save_to_disk(os.fspath(tmp_path / "ds"))
+    source = load(tmp_path / "ds", tmp_path)
+    assert source.class_names == CLASSES and boxes_and_classes(source)[1] == [[1, 0], [1, 1]]
+
+
 def test_box_and_class_counts_that_differ_are_an_error_naming_the_row(tmp_path: Path) -> None:
     rows = [{"file_name": f"{i}.png", "bbox": [BOX, BOX], "category": [0, 0][: i + 1]} for i in range(2)]
     with pytest.raises(DataSourceError, match=r"ds\[train\]: row 0: category has 1 values for the 2 boxes of "
@@ -434,3 +446,25 @@ def test_class_id_outside_the_names_is_an_error_naming_the_field(tmp_path: Path)
     datasets.Dataset.from_list(rows, features=HUB_FEATURES).save_to_disk(os.fspath(tmp_path / "ds"))
     with pytest.raises(DataSourceError, match=r"ds: objects.category holds class id -1, outside 0..1 \(1 objects\)"):
         load(tmp_path / "ds", tmp_path)
+
+
+# --- a training run ----------------------------------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_imagefolder_trains_an_epoch_through_accelerate_launch(tmp_path: Path) -> None:
+    """The docs' layout with what users' data holds: class names as text, a box of no size, an image whose data
+    is cut short (its header intact: it fails only when the loader decodes it, mid-epoch)."""
+    train = named_rows(["helmet", "vest", "helmet", "vest", "helmet", "vest"])
+    train[2]["objects"] = {"bbox": [[50.0, 10.0, 0.0, 30.0]], "categories": ["helmet"]}
+    root = image_folder(tmp_path / "ds", {"train": train, "validation": named_rows(["vest", "helmet"], first=10)})
+    (root / "train" / "4.png").write_bytes((root / "train" / "4.png").read_bytes()[:200])
+    result = launch(["--data", os.fspath(root), "--imgsz", "64", "--epochs", "1", "--batch-size", "4",
+                     "--workers", "0", "--plots", "false", "--cache-images", "false",
+                     "--output-dir", os.fspath(tmp_path / "runs"), "--cache-dir", os.fspath(tmp_path / "cache")],
+                    env={"HF_DATASETS_CACHE": os.fspath(tmp_path / "hf")})
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, describe(result)
+    assert "| 5 train / 2 val images |" in output, describe(result)
+    assert "ds-train: row 2: object 0: objects.bbox [50, 10, 0, 30]: zero-area box, dropped" in output
+    assert "cannot decode image" in output and "4.png" in output, describe(result)
+    assert "helmet" in result.stdout and "vest" in result.stdout  # the per-class table names them
