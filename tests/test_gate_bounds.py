@@ -328,10 +328,10 @@ def test_every_reader_refuses_what_is_not_a_regular_file(tmp_path: Path, make, p
         open_regular,
         read_json,
         read_safetensors_header,
-        read_torch_file,
         read_yaml,
     )
     from yolo11.weights.safe_pickle import Unpickler
+    from yolo11.weights.torch_zip import read_torch_file
 
     path = make(tmp_path)
     readers = [check_regular_file, open_regular, read_json, read_yaml, read_safetensors_header,

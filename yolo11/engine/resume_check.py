@@ -24,8 +24,9 @@ import torch
 from torch import nn
 
 from yolo11.engine.run_state import EMA_FILE, STATE_FILE, CheckpointError, TrainState
-from yolo11.gate import FileRefusedError, read_json, read_safetensors, read_torch_file
+from yolo11.gate import FileRefusedError, read_json, read_safetensors
 from yolo11.weights.safe_pickle import StateUnpickler
+from yolo11.weights.torch_zip import read_torch_file
 
 MODEL_FILE, OPTIMIZER_FILE, SCALER_FILE = "model.safetensors", "optimizer.bin", "scaler.pt"
 # Every file a checkpoint of ours holds (Accelerate's save_state plus ours); anything else is refused.

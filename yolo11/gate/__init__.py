@@ -5,7 +5,7 @@ hostile file costs seconds and megabytes, never minutes or gigabytes.
 
 - ``files``: only regular files are opened (``open_regular``, ``check_regular_file``): a FIFO, a device, a socket,
   a directory or a symbolic link loop is refused, never read.
-- ``pickles``: torch ``.pt``/``.bin``/``.pkl`` files: ``read_torch_file`` (``weights/torch_zip.py``), never
+- ``pickles``: torch ``.pt``/``.bin``/``.pkl`` files, read by ``weights/torch_zip.py``'s ``read_torch_file``, never
   ``torch.load``: TorchScript and any zip that is not a plain ``torch.save`` checkpoint are refused before a byte
   is unpickled, ``data.pkl`` is scanned (``scan_pickle``: operations, memo indices) and goes through a restricted
   unpickler (``weights/safe_pickle.py``) into storages that cannot grow, and the result is walked once
@@ -36,7 +36,6 @@ from yolo11.gate.pickles import (
     MAX_PICKLE_OPS,
     MAX_PICKLE_TEXT,
     check_object_graph,
-    read_torch_file,
     scan_pickle,
 )
 from yolo11.gate.safetensors import (
@@ -83,7 +82,6 @@ __all__ = [
     "read_json",
     "read_safetensors",
     "read_safetensors_header",
-    "read_torch_file",
     "read_yaml",
     "safetensors_dtype",
     "scan_pickle",

@@ -11,13 +11,12 @@ reader that does not track identity (``str()``, a copy, a recursive walk) would 
 
 from __future__ import annotations
 
-import pickle
 import pickletools
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from yolo11.gate.files import FileRefusedError, check_regular_file
+from yolo11.gate.files import FileRefusedError
 
 # A YOLO11n checkpoint's data.pkl has ~130 KB and ~53k opcodes building ~7k objects, ~21k when every shared
 # reference is counted again, with ~155k characters of strings, at most ~20 deep; a training checkpoint of a large
@@ -37,18 +36,6 @@ _ATOMS = (str, bytes, bytearray, int, float, complex, type(None), type)
 _EFFECTS = {op.name: (pickletools.markobject in op.stack_before,
                       op.stack_before.index(pickletools.markobject) if pickletools.markobject in op.stack_before
                       else len(op.stack_before), len(op.stack_after)) for op in pickletools.opcodes}
-
-
-def read_torch_file(path: str | Path, unpickler: type[pickle.Unpickler]) -> Any:
-    """The object in a ``torch.save`` zip, read by ``unpickler`` (``safe_pickle.Unpickler`` for Ultralytics
-    checkpoints, ``safe_pickle.StateUnpickler`` for optimizer and RNG state); see ``torch_zip.read_torch_zip``."""
-    from yolo11.weights.torch_zip import is_zip, read_torch_zip
-
-    path = check_regular_file(path)
-    if not is_zip(path):
-        raise FileRefusedError(path, "not a torch.save zip archive (a legacy pre-1.6 torch file, or not a "
-                                     "checkpoint at all); refused")
-    return read_torch_zip(path, unpickler)
 
 
 class _SizeMachine:

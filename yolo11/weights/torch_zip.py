@@ -28,7 +28,14 @@ from typing import Any
 import numpy as np
 import torch
 
-from yolo11.gate import MAX_PICKLE_BYTES, FileRefusedError, check_object_graph, open_regular, scan_pickle
+from yolo11.gate import (
+    MAX_PICKLE_BYTES,
+    FileRefusedError,
+    check_object_graph,
+    check_regular_file,
+    open_regular,
+    scan_pickle,
+)
 from yolo11.weights.safe_pickle import UnsafeCheckpointError
 
 ZIP_MAGIC = b"PK\x03\x04"
@@ -206,3 +213,13 @@ def read_torch_zip(path: str | Path, unpickler: type[pickle.Unpickler]) -> Any:
             loaded = _unpickle(data, unpickler, _storage_loader(archive, records, path, storages), path)
     check_object_graph(path, loaded, _tensor_checker(storages))
     return loaded
+
+
+def read_torch_file(path: str | Path, unpickler: type[pickle.Unpickler]) -> Any:
+    """The object in a ``torch.save`` zip, read by ``unpickler`` (``safe_pickle.Unpickler`` for Ultralytics
+    checkpoints, ``safe_pickle.StateUnpickler`` for optimizer and RNG state); see ``torch_zip.read_torch_zip``."""
+    path = check_regular_file(path)
+    if not is_zip(path):
+        raise FileRefusedError(path, "not a torch.save zip archive (a legacy pre-1.6 torch file, or not a "
+                                     "checkpoint at all); refused")
+    return read_torch_zip(path, unpickler)

@@ -23,12 +23,12 @@ from yolo11.gate import (
     check_class_names,
     check_finite,
     check_tensors,
-    read_torch_file,
     tensor_layout,
 )
 from yolo11.models.detector import YOLO11Detector, create_model
 from yolo11.models.neck import ULTRALYTICS_LAYERS
 from yolo11.weights.safe_pickle import StubModule, Unpickler
+from yolo11.weights.torch_zip import read_torch_file
 
 HEAD_LAYER = 23
 _KEY = re.compile(r"model\.(\d+)\.(.+)")
