@@ -89,6 +89,34 @@ def test_data_yaml_spellings_ultralytics_accepts(tmp_path: Path, variant: str, e
     assert sorted(c for row in val.dataset for c in row["objects"]["category"]) == [0, 0, 1]
 
 
+@pytest.mark.parametrize("where", ["./datasets", "ultralytics settings"])
+def test_a_relative_path_is_found_where_ultralytics_keeps_datasets(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                   where: str) -> None:
+    """``path: mydata`` in a YAML written for Ultralytics: its data under ``./datasets`` (Ultralytics' default
+    datasets_dir) or under the ``datasets_dir`` of its settings.json (``$YOLO_CONFIG_DIR/Ultralytics``)."""
+    from yolo11.data.sources.yolo import ultralytics_datasets_dir
+
+    work, config = tmp_path / "work", tmp_path / "config"
+    datasets = work / "datasets" if where == "./datasets" else tmp_path / "elsewhere"
+    make_dataset(datasets / "mydata", {"a": "0 0.5 0.5 0.2 0.2\n"})
+    (config / "Ultralytics").mkdir(parents=True)
+    (config / "Ultralytics" / "settings.json").write_text(json.dumps(
+        {"settings_version": "0.0.6", "datasets_dir": os.fspath(tmp_path / "elsewhere")}))
+    yaml_path = tmp_path / "yamls" / "mydata.yaml"
+    yaml_path.parent.mkdir()
+    yaml_path.write_text("path: mydata\ntrain: images/train\nval: images/train\nnames: [a, b, c]\n")
+    work.mkdir(exist_ok=True)
+    monkeypatch.chdir(work)
+    monkeypatch.setenv("YOLO_CONFIG_DIR", os.fspath(config))
+    ultralytics_datasets_dir.cache_clear()
+    try:
+        source = _load(yaml_path, tmp_path)
+    finally:
+        ultralytics_datasets_dir.cache_clear()
+    assert len(source.dataset) == 1
+    assert source.origin == f"yolo:{(datasets / 'mydata' / 'images' / 'train').resolve()}", source.origin
+
+
 @pytest.mark.parametrize("nc", ["'ten'", "2.5", "0"])
 def test_nc_that_is_not_a_class_count_is_refused_by_name(tmp_path: Path, nc: str) -> None:
     yaml_path = make_dataset(tmp_path, {"x": "0 0.5 0.5 0.2 0.2\n"}, yaml_extra=f"nc: {nc}\n")

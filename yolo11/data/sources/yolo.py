@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import codecs
+import functools
 import os
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -12,7 +14,7 @@ from yolo11.data.image_io import is_image_name, read_regular_file
 from yolo11.data.schema import BadSampleSummary, DataSourceError
 from yolo11.data.sources.checks import check_box, image_size, objects_row
 from yolo11.data.sources.parallel import ordered_map
-from yolo11.gate import MAX_CLASSES, FileRefusedError, check_class_names, read_yaml
+from yolo11.gate import MAX_CLASSES, FileRefusedError, check_class_names, read_json, read_yaml
 
 SPLIT_KEYS = ("train", "val", "test")
 MAX_LABEL_BYTES = 64 << 20  # a label file of a million boxes is ~40 MB; more is not a label file
@@ -69,14 +71,39 @@ def _class_count(path: Path, nc: object) -> int:
 
 
 def dataset_root(yaml_path: Path, data: dict) -> Path:
-    """``path`` resolved against the YAML's folder first, then the working directory (as Ultralytics does)."""
+    """``path`` resolved against the YAML's folder first, then the working directory (as Ultralytics does), then
+    where Ultralytics keeps datasets: ``./datasets`` and the ``datasets_dir`` of its settings, so that a YAML
+    written for it (``path: coco``) finds the data it downloaded."""
     root = Path(data.get("path") or "")
     if root.is_absolute():
         return root
-    for base in (yaml_path.parent, Path.cwd()):
+    bases = [yaml_path.parent, Path.cwd()]
+    if data.get("path"):  # no path: the YAML's folder is the root, as Ultralytics takes it
+        bases += [Path.cwd() / "datasets", *ultralytics_datasets_dir()]
+    for base in bases:
         if (base / root).exists():
             return (base / root).resolve()
     return (yaml_path.parent / root).resolve()
+
+
+@functools.cache
+def ultralytics_datasets_dir() -> tuple[Path, ...]:
+    """The ``datasets_dir`` of Ultralytics' ``settings.json`` (its config folder: ``$YOLO_CONFIG_DIR``, else the
+    platform's), when there is one; read through the gate, never written."""
+    if os.environ.get("YOLO_CONFIG_DIR"):
+        config = Path(os.environ["YOLO_CONFIG_DIR"]).expanduser()
+    elif sys.platform == "win32":
+        config = Path.home() / "AppData" / "Roaming"
+    elif sys.platform == "darwin":
+        config = Path.home() / "Library" / "Application Support"
+    else:
+        config = Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config")
+    try:
+        settings = read_json(config / "Ultralytics" / "settings.json", max_bytes=1 << 20)
+    except (OSError, FileRefusedError):
+        return ()
+    folder = settings.get("datasets_dir") if isinstance(settings, dict) else None
+    return (Path(folder),) if isinstance(folder, str) and folder else ()
 
 
 def yaml_splits(data: dict) -> list[str]:
