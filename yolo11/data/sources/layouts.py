@@ -311,5 +311,5 @@ def _beside_pairs(folder: Path, suffix: str) -> list[tuple[Path | None, Path | N
 def _image_files_layout(folder: Path, splits: dict[str, ImageFileSplit], note: str,
                         label_map_places: list[Path]) -> Layout:
     label_map = next((p / VOC_LABEL_MAP for p in label_map_places if (p / VOC_LABEL_MAP).is_file()), None)
-    note += f"; classes from {label_map}" if label_map else "; classes: the object names in the xml files, sorted"
+    note += f"; classes from {label_map}" if label_map else "; classes: the object names in its files, sorted"
     return Layout("per_image", folder, note, image_splits=splits, label_map=label_map)
