@@ -176,10 +176,14 @@ def _looks_like_path(spec: str) -> bool:
     return spec.startswith((".", "/", "~")) or spec.endswith((".yaml", ".yml", ".json")) or os.sep * 2 in spec
 
 
+_REPORTED: set[str] = set()  # notes already logged by this process: loading train then val would say each twice
+
+
 def _report(note: str) -> None:
-    """Log a choice made for the user (a stand-in split, a guessed folder) once per machine."""
+    """Log a choice made for the user (a stand-in split, a guessed folder) once per machine and process."""
     state = _launch_state()
-    if note and (state is None or state.is_local_main_process):
+    if note and note not in _REPORTED and (state is None or state.is_local_main_process):
+        _REPORTED.add(note)
         LOGGER.warning("%s", note)
 
 
