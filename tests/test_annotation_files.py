@@ -90,3 +90,25 @@ def test_createml_that_is_not_a_list_is_refused_by_name(tmp_path: Path) -> None:
     (folder / "_annotations.createml.json").write_text('{"image": "a.jpg"}')
     with pytest.raises(DataSourceError, match="_annotations.createml.json: a CreateML file is a list"):
         _load(folder, tmp_path)
+
+
+@pytest.mark.parametrize("export", ["csv", "createml"])
+def test_numbers_too_large_for_a_float_are_named_not_fatal(tmp_path: Path, export: str) -> None:
+    """A CSV width of ``1e400`` or a CreateML coordinate of 400 digits is a bad row or box, named; Python's
+    ``OverflowError`` does not stop the conversion."""
+    folder = tmp_path / "export"
+    for k, stem in enumerate(["a", "b"]):
+        write_image(folder / f"{stem}.jpg", seed=k, size=(60, 80))
+    if export == "csv":
+        (folder / "_annotations.csv").write_text("filename,width,height,class,xmin,ymin,xmax,ymax\n"
+                                                 "a.jpg,80,60,cat,10,10,30,30\nb.jpg,1e400,60,cat,10,10,30,30\n")
+    else:
+        (folder / "_annotations.createml.json").write_text(
+            '[{"image": "a.jpg", "annotations": [{"label": "cat", "coordinates": {"x": 20, "y": 20, "width": 10, '
+            '"height": 10}}]}, {"image": "b.jpg", "annotations": [{"label": "cat", "coordinates": {"x": 1'
+            + "0" * 400 + ', "y": 20, "width": 10, "height": 10}}]}]')
+    source = _load(folder, tmp_path)
+    assert [Path(row["image"]["path"]).name for row in source.dataset] == ["a.jpg"]
+    expected = {"csv": f"{folder / '_annotations.csv'} (b.jpg): line 3 (cat): a size or corner is not a number",
+                "createml": f"{folder / '_annotations.createml.json'}: b.jpg object 1 (cat): coordinates need numbers"}
+    assert expected[export] in source.summary.skipped_lines[0], source.summary.skipped_lines

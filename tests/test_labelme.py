@@ -74,3 +74,19 @@ def test_broken_resized_and_oversized_files_skip_their_images_by_name(tmp_path: 
     for stem, why in [("resized", "labelled for a 160x120 image, but its image is 80x60"),
                       ("broken", "not valid JSON"), ("other", "not a LabelMe file"), ("huge", "bytes")]:
         assert f"{folder / stem}.json: " in skipped and why in skipped, (stem, skipped)
+
+
+def test_numbers_too_large_for_a_float_are_named_not_fatal(tmp_path: Path) -> None:
+    """``imageWidth: 1e400`` (infinity to Python's json) is no stated size, and a 400-digit coordinate no point:
+    each is named, where ``int``/``float`` would stop the conversion with an ``OverflowError``."""
+    folder = tmp_path / "labelme"
+    for k, stem in enumerate(["size", "points"]):
+        write_image(folder / f"{stem}.jpg", seed=k, size=(60, 80))
+    good = [_shape("cat", "rectangle", [[10, 10], [30, 30]])]
+    (folder / "size.json").write_text(user_data.labelme_json("size.jpg", 80, 60, good)
+                                      .replace('"imageWidth": 80', '"imageWidth": 1e400'))
+    (folder / "points.json").write_text(user_data.labelme_json("points.jpg", 80, 60, good)
+                                        .replace("30", "3" + "0" * 400, 1))
+    source = _load(folder, tmp_path)
+    assert [Path(row["image"]["path"]).name for row in source.dataset] == ["size.jpg"]
+    assert f"{folder / 'points.json'}: object 1 (cat): points are not [x, y] pairs" in source.summary.skipped_lines[0]

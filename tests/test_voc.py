@@ -202,3 +202,18 @@ def test_bbox_format_and_a_devkit_without_images_are_refused_by_name(tmp_path: P
     (tmp_path / "bare" / "Annotations").mkdir(parents=True)
     with pytest.raises(DataSourceError, match="Annotations/ but no JPEGImages/"):
         _load(tmp_path / "bare", tmp_path)
+
+
+def test_numbers_too_large_for_a_float_are_named_not_fatal(tmp_path: Path) -> None:
+    """A ``<size>`` of ``1e400`` is no size (the image's own is used) and such a corner no box: the conversion
+    goes on instead of stopping at Python's ``OverflowError``."""
+    folder = tmp_path / "voc"
+    for k, stem in enumerate(["size", "corner"]):
+        write_image(folder / f"{stem}.jpg", seed=k, size=(60, 80))
+    (folder / "size.xml").write_text(user_data.voc_xml("size.jpg", 80, 60, [("cat", (10, 10, 30, 30))])
+                                     .replace("<width>80</width>", "<width>1e400</width>"))
+    (folder / "corner.xml").write_text(user_data.voc_xml("corner.jpg", 80, 60, [("cat", (10, 10, 30, 30))])
+                                       .replace("<xmax>30</xmax>", "<xmax>1e400</xmax>"))
+    source = _load(folder, tmp_path)
+    assert sorted(_by_name(source)) == ["size.jpg"]
+    assert f"{folder / 'corner.xml'}: object 1 (cat): non-finite coordinates" in source.summary.skipped_lines[0]

@@ -59,7 +59,7 @@ def read_tfod_csv(path: Path) -> dict[str, ImageAnnotation]:
         try:
             size = int(float(row[at["width"]])), int(float(row[at["height"]]))
             corners = tuple(float(row[at[key]]) for key in ("xmin", "ymin", "xmax", "ymax"))
-        except ValueError:
+        except (ValueError, OverflowError):  # OverflowError: "1e400" is infinity to float, which int refuses
             parsed.append((line, row[at["filename"]].strip(), None, name, None, "a size or corner is not a number"))
             continue
         parsed.append((line, row[at["filename"]].strip(), size if min(size) > 0 else None, name, corners, ""))
@@ -103,7 +103,7 @@ def read_createml(path: Path) -> dict[str, ImageAnnotation]:
             name, box = str(annotation.get("label") or "").strip(), annotation.get("coordinates")
             try:
                 x, y, width, height = (float(box[key]) for key in ("x", "y", "width", "height"))
-            except (TypeError, KeyError, ValueError):
+            except (TypeError, KeyError, ValueError, OverflowError):  # OverflowError: an integer of 309+ digits
                 boxes.append(NamedBox(name, None, "coordinates need numbers x, y, width and height", where=where))
                 continue
             corners = (x - width / 2, y - height / 2, x + width / 2, y + height / 2)  # x, y: the box's centre

@@ -33,7 +33,7 @@ def read_labelme_json(path: Path) -> ImageAnnotation:
         raise ValueError("not a LabelMe file (no 'shapes' list)")
     try:
         size = int(data["imageWidth"]), int(data["imageHeight"])
-    except (KeyError, TypeError, ValueError):
+    except (KeyError, TypeError, ValueError, OverflowError):  # json reads 1e400 as infinity, which int refuses
         size = None
     objects = tuple(_shape_box(shape) for shape in data["shapes"])
     return ImageAnnotation(os.fspath(path), size if size and min(size) > 0 else None, objects)
@@ -48,7 +48,7 @@ def _shape_box(shape: object) -> NamedBox:
         return NamedBox(name, None, f"a {kind} marks no area")
     try:
         xs, ys = zip(*((float(x), float(y)) for x, y in points), strict=True)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # OverflowError: an integer of 309 digits or more
         return NamedBox(name, None, "points are not [x, y] pairs")
     if not all(math.isfinite(v) for v in (*xs, *ys)):
         return NamedBox(name, None, "non-finite coordinates")

@@ -92,7 +92,7 @@ def _parse_bounded(text: str) -> ET.Element:
 def _stated_size(root: ET.Element) -> tuple[int, int] | None:
     try:
         width, height = (int(float(root.findtext(f"size/{key}", ""))) for key in ("width", "height"))
-    except ValueError:
+    except (ValueError, OverflowError):  # OverflowError: "1e400" is infinity to float, which int refuses
         return None
     return (width, height) if width > 0 and height > 0 else None
 
