@@ -217,3 +217,25 @@ def test_numbers_too_large_for_a_float_are_named_not_fatal(tmp_path: Path) -> No
     source = _load(folder, tmp_path)
     assert sorted(_by_name(source)) == ["size.jpg"]
     assert f"{folder / 'corner.xml'}: object 1 (cat): non-finite coordinates" in source.summary.skipped_lines[0]
+
+
+def test_utf16_without_a_byte_order_mark_is_read_and_its_doctype_refused(tmp_path: Path) -> None:
+    """XML may be UTF-16 without a byte-order mark (the parser tells it by ``<?`` as two-byte characters): such a
+    file is read, and a DOCTYPE in it is refused as in UTF-8, not seen past because the text check read the bytes
+    as UTF-8."""
+    folder = tmp_path / "voc"
+    declared = '<?xml version="1.0" encoding="UTF-16"?>\n'
+    entity = declared + '<!DOCTYPE annotation [<!ENTITY c "cat">]>\n'
+    for k, (stem, head, encoding) in enumerate([("a", "", "utf-8"), ("le", declared, "utf-16-le"),
+                                                ("be", declared, "utf-16-be"),
+                                                ("entity_le", entity, "utf-16-le"),
+                                                ("entity_be", entity, "utf-16-be")]):
+        write_image(folder / f"{stem}.jpg", seed=k, size=(60, 80))
+        name = "&c;" if stem.startswith("entity") else "cat"
+        text = head + user_data.voc_xml(f"{stem}.jpg", 80, 60, [(name, (10, 10, 30, 30))])
+        (folder / f"{stem}.xml").write_bytes(text.encode(encoding))
+    source = _load(folder, tmp_path)
+    assert sorted(_by_name(source)) == ["a.jpg", "be.jpg", "le.jpg"] and source.class_names == ["cat"]
+    skipped = "\n".join(source.summary.skipped_images)
+    for stem in ("entity_le", "entity_be"):
+        assert f"{folder / stem}.xml: declares a DOCTYPE or entities" in skipped, skipped

@@ -36,17 +36,25 @@ _DECLARED_ENCODING = re.compile(rb"""^<\?xml[^>]*encoding\s*=\s*["']([A-Za-z0-9.
 
 
 def _decode(data: bytes) -> str:
-    """The file's text: a byte-order mark decides (UTF-16 from Windows tools), else the XML declaration, else UTF-8."""
+    """The file's text: a byte-order mark decides (UTF-16 from Windows tools), else a first ``<`` written in two
+    bytes (UTF-16 without a mark, as the XML spec detects it), else the XML declaration, else UTF-8. Text holding a
+    NUL is refused: the parser, fed it, would take ``<\0`` for UTF-16 and read what the DOCTYPE check did not."""
     if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
-        return data.decode("utf-16")
-    if data.startswith(codecs.BOM_UTF8):
-        return data[len(codecs.BOM_UTF8):].decode("utf-8")
-    declared = _DECLARED_ENCODING.match(data)
-    encoding = declared.group(1).decode() if declared else "utf-8"
-    try:
-        return data.decode(encoding)
-    except LookupError:
-        raise ValueError(f"unknown encoding {encoding!r} in its XML declaration") from None
+        text = data.decode("utf-16")
+    elif data.startswith((b"<\0", b"\0<")):
+        text = data.decode("utf-16-le" if data[0] else "utf-16-be")
+    elif data.startswith(codecs.BOM_UTF8):
+        text = data[len(codecs.BOM_UTF8):].decode("utf-8")
+    else:
+        declared = _DECLARED_ENCODING.match(data)
+        encoding = declared.group(1).decode() if declared else "utf-8"
+        try:
+            text = data.decode(encoding)
+        except LookupError:
+            raise ValueError(f"unknown encoding {encoding!r} in its XML declaration") from None
+    if "\0" in text:
+        raise ValueError("not XML text (it holds NUL characters: UTF-32, or UTF-16 not starting with '<'?)")
+    return text
 
 
 def read_voc_xml(path: Path) -> ImageAnnotation:
