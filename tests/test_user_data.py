@@ -10,10 +10,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 from helpers import user_data
+from helpers.yolo_folders import write_image
 from PIL import Image
 
 from yolo11.data.dataset import decode_image
 from yolo11.data.sources import load_source
+from yolo11.data.sources.layouts import detect_layout
 
 pytestmark = pytest.mark.usefixtures("fresh_accelerate_state")
 
@@ -160,6 +162,47 @@ def test_exported_layouts_convert_without_flags(layout: str, tmp_path: Path) -> 
             classes, _ = user_data.label_boxes(expected[Path(row["image"]["path"]).name].read_text(), 1, 1)
             coco8_classes = [user_data.coco8_names().index(names[c]) for c in row["objects"]["category"]]
             assert coco8_classes == classes.tolist()
+
+
+def _beside_folder(folder: Path, suffix: str, other: dict[str, bytes], encoding: str = "utf-8") -> Path:
+    """Two images, each with its VOC xml or LabelMe json beside it, and ``other`` files the tool did not write."""
+    for k, stem in enumerate(["img1", "img2"]):
+        write_image(folder / f"{stem}.jpg", seed=k, size=(60, 80))
+        if suffix == ".xml":
+            text = user_data.voc_xml(f"{stem}.jpg", 80, 60, [("cat", (10, 10, 30, 30))])
+        else:
+            text = user_data.labelme_json(f"{stem}.jpg", 80, 60, [{"label": "cat", "points": [[10, 10], [30, 30]],
+                                                                   "shape_type": "rectangle"}])
+        (folder / f"{stem}{suffix}").write_bytes(text.encode(encoding))
+    for name, data in other.items():
+        (folder / name).write_bytes(data)
+    return folder
+
+
+@pytest.mark.parametrize("case", ["utf-16 voc", "macos resource forks", "another json first", "another xml first"])
+def test_beside_layouts_are_recognised_past_files_the_tool_did_not_write(case: str, tmp_path: Path) -> None:
+    """The probe of a folder reads an annotation file named as one of its images, decoded as the reader decodes
+    it: not the first file of the suffix, which may be macOS's ``._img1.xml`` (a resource fork copied beside it),
+    a ``classes.json`` or a ``build.xml`` sorting first."""
+    fork = b"\x00\x05\x16\x07\x00\x02\x00\x00Mac OS X        "
+    folder = {"utf-16 voc": lambda: _beside_folder(tmp_path / "f", ".xml", {}, "utf-16"),
+              "macos resource forks": lambda: _beside_folder(tmp_path / "f", ".xml", {"._img1.xml": fork,
+                                                                                      "._img1.jpg": fork}),
+              "another json first": lambda: _beside_folder(tmp_path / "f", ".json", {"classes.json": b'["cat"]'}),
+              "another xml first": lambda: _beside_folder(tmp_path / "f", ".xml", {"build.xml": b"<project/>"}),
+              }[case]()
+    source = load_source(os.fspath(folder), "train", cache_dir=tmp_path / "cache", workers=1)
+    assert len(source.dataset) == 2 and source.class_names == ["cat"], source.summary
+
+
+@pytest.mark.parametrize("other", ["config.json", "pom.xml"])
+def test_a_folder_of_images_and_another_tools_file_is_not_taken_for_annotations(other: str, tmp_path: Path) -> None:
+    """A ``config.json`` with a ``shapes`` key, or a ``pom.xml`` naming an ``<annotation>``, beside unlabelled
+    images annotates none of them: the folder is left to ``datasets``, not read as LabelMe or VOC."""
+    write_image(tmp_path / "f" / "a.jpg", size=(60, 80))
+    (tmp_path / "f" / other).write_text('{"shapes": [[1, 3, 64, 64]]}' if other == "config.json" else
+                                        "<project><annotation>x</annotation></project>")
+    assert detect_layout(tmp_path / "f") is None
 
 
 @pytest.mark.parametrize("variant", ["no path, folder list", "path, txt list, dict names", "nc and names"])

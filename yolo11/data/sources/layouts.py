@@ -22,7 +22,6 @@ not the only possible one, ``note`` says which was taken and how to take another
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -31,8 +30,8 @@ from yolo11.data.schema import DataSourceError
 from yolo11.data.sources.annotation_files import ANNOTATION_FILES
 from yolo11.data.sources.labelme import is_labelme
 from yolo11.data.sources.per_image import ImageFileSplit
-from yolo11.data.sources.voc import read_split_list
-from yolo11.gate import FileRefusedError, read_yaml
+from yolo11.data.sources.voc import is_voc, read_split_list
+from yolo11.gate import FileRefusedError, open_regular, read_yaml
 
 ROBOFLOW_COCO_JSON = "_annotations.coco.json"
 # one class name per line, the class id = line number; Roboflow's darknet export has one in each split folder
@@ -41,9 +40,8 @@ SPLIT_FOLDERS = {"train": ("train",), "val": ("val", "valid", "validation"), "te
 CVAT_SPLIT_FOLDERS = {"train": "obj_train_data", "val": "obj_valid_data", "test": "obj_test_data"}
 MAX_NAMES_BYTES = 8 << 20
 VOC_LABEL_MAP = "labelmap.txt"  # CVAT's VOC export: the classes in its order
-VOC_ROOT_TAG = re.compile(rb"<annotation[\s>]")  # not <annotations>: CVAT's own xml format
 # kind -> (suffix, a test of the file's first 4 KB, what the log calls it)
-BESIDE_KINDS = {"voc": (".xml", lambda head: VOC_ROOT_TAG.search(head) is not None, "Pascal VOC xml"),
+BESIDE_KINDS = {"voc": (".xml", is_voc, "Pascal VOC xml"),
                 "labelme": (".json", is_labelme, "LabelMe json")}
 
 
@@ -290,13 +288,21 @@ def _beside_layout(folder: Path) -> Layout | None:
 
 
 def _holds(folder: Path, kind: str) -> bool:
-    """Whether the first file of ``folder`` with the kind's suffix starts as that kind does (its first 4 KB)."""
+    """Whether the first file of ``folder`` with the kind's suffix and an image's name starts as that kind does (its
+    first 4 KB). Not merely the first of the suffix: that may be another tool's (``build.xml``, ``classes.json``,
+    a ``config.json`` beside unlabelled images) or macOS's resource fork (``._img1.xml``)."""
     suffix, looks_like, _ = BESIDE_KINDS[kind]
-    first = min((p for p in folder.glob(f"*{suffix}") if p.is_file()), default=None)
+    entries = list(folder.iterdir())
+    stems = {p.stem for p in entries if is_image_name(p.name)}
+    first = min((p for p in entries if p.suffix.lower() == suffix and p.stem in stems and not p.name.startswith(".")
+                 and p.is_file()), default=None)
     if first is None:
         return False
-    with first.open("rb") as f:
-        return looks_like(f.read(4096))
+    try:
+        with open_regular(first) as f:
+            return looks_like(f.read(4096))
+    except (OSError, FileRefusedError):
+        return False
 
 
 def _beside_pairs(folder: Path, suffix: str) -> list[tuple[Path | None, Path | None]]:

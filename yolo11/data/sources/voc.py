@@ -33,28 +33,42 @@ XML_CHUNK_CHARS = 1 << 16
 MAX_SPLIT_LIST_BYTES = 64 << 20  # ImageSets/Main/train.txt: VOC2012's 5,717 ids are 70 KB
 MAX_LABEL_MAP_BYTES = 8 << 20
 _DECLARED_ENCODING = re.compile(rb"""^<\?xml[^>]*encoding\s*=\s*["']([A-Za-z0-9._-]+)["']""")
+_VOC_ROOT_TAG = re.compile(r"<annotation[\s>]")
+
+
+def _encoding(data: bytes) -> str:
+    """How the file is written: a byte-order mark decides (UTF-16 from Windows tools), else a first ``<`` written in
+    two bytes (UTF-16 without a mark, as the XML spec detects it), else the XML declaration, else UTF-8."""
+    if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        return "utf-16"
+    if data.startswith((b"<\0", b"\0<")):
+        return "utf-16-le" if data[0] else "utf-16-be"
+    if data.startswith(codecs.BOM_UTF8):
+        return "utf-8-sig"
+    declared = _DECLARED_ENCODING.match(data)
+    return declared.group(1).decode() if declared else "utf-8"
 
 
 def _decode(data: bytes) -> str:
-    """The file's text: a byte-order mark decides (UTF-16 from Windows tools), else a first ``<`` written in two
-    bytes (UTF-16 without a mark, as the XML spec detects it), else the XML declaration, else UTF-8. Text holding a
-    NUL is refused: the parser, fed it, would take ``<\0`` for UTF-16 and read what the DOCTYPE check did not."""
-    if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
-        text = data.decode("utf-16")
-    elif data.startswith((b"<\0", b"\0<")):
-        text = data.decode("utf-16-le" if data[0] else "utf-16-be")
-    elif data.startswith(codecs.BOM_UTF8):
-        text = data[len(codecs.BOM_UTF8):].decode("utf-8")
-    else:
-        declared = _DECLARED_ENCODING.match(data)
-        encoding = declared.group(1).decode() if declared else "utf-8"
-        try:
-            text = data.decode(encoding)
-        except LookupError:
-            raise ValueError(f"unknown encoding {encoding!r} in its XML declaration") from None
+    """The file's text. Text holding a NUL is refused: the parser, fed it, would take ``<\0`` for UTF-16 and read
+    what the DOCTYPE check did not."""
+    encoding = _encoding(data)
+    try:
+        text = data.decode(encoding)
+    except LookupError:
+        raise ValueError(f"unknown encoding {encoding!r} in its XML declaration") from None
     if "\0" in text:
         raise ValueError("not XML text (it holds NUL characters: UTF-32, or UTF-16 not starting with '<'?)")
     return text
+
+
+def is_voc(head: bytes) -> bool:
+    """Whether the first bytes of a file hold VOC's ``<annotation>`` root (not CVAT's ``<annotations>``), in any
+    encoding ``read_voc_xml`` reads."""
+    try:
+        return _VOC_ROOT_TAG.search(head.decode(_encoding(head), errors="ignore")) is not None
+    except LookupError:
+        return False
 
 
 def read_voc_xml(path: Path) -> ImageAnnotation:
