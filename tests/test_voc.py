@@ -239,3 +239,22 @@ def test_utf16_without_a_byte_order_mark_is_read_and_its_doctype_refused(tmp_pat
     skipped = "\n".join(source.summary.skipped_images)
     for stem in ("entity_le", "entity_be"):
         assert f"{folder / stem}.xml: declares a DOCTYPE or entities" in skipped, skipped
+
+
+def test_an_xml_that_is_not_a_regular_file_skips_its_image_by_name(tmp_path: Path) -> None:
+    """A FIFO, a dangling link or a link loop named as an image's xml costs that image, named: it is never opened
+    for reading (a FIFO would block), and the image is not trained as a background, as if it had no objects."""
+    folder = tmp_path / "voc"
+    for k, stem in enumerate(["a", "fifo", "dangling", "loop"]):
+        write_image(folder / f"{stem}.jpg", seed=k, size=(60, 80))
+    (folder / "a.xml").write_text(user_data.voc_xml("a.jpg", 80, 60, [("cat", (10, 10, 30, 30))]))
+    os.mkfifo(folder / "fifo.xml")
+    (folder / "dangling.xml").symlink_to(tmp_path / "nowhere.xml")
+    (folder / "loop.xml").symlink_to(folder / "loop.xml")
+    started = time.monotonic()
+    source = _load(folder, tmp_path)
+    assert time.monotonic() - started < 60
+    assert sorted(_by_name(source)) == ["a.jpg"] and source.summary.backgrounds == 0
+    skipped = "\n".join(source.summary.skipped_images)
+    for stem, why in [("fifo", "a FIFO (named pipe)"), ("dangling", "no such file"), ("loop", "symbolic link loop")]:
+        assert f"{folder / stem}.xml: " in skipped and why in skipped, (stem, skipped)

@@ -307,9 +307,12 @@ def _holds(folder: Path, kind: str) -> bool:
 
 def _beside_pairs(folder: Path, suffix: str) -> list[tuple[Path | None, Path | None]]:
     """``(image, its annotation file or None)`` for each image, then ``(None, file)`` for each file without one."""
-    files = sorted(p for p in folder.iterdir() if p.is_file())
-    images = [p for p in files if is_image_name(p.name)]
-    annotations = {p.stem: p for p in files if p.suffix.lower() == suffix and not p.name.startswith(".")}
+    entries = sorted(folder.iterdir())
+    images = [p for p in entries if is_image_name(p.name) and p.is_file()]
+    # any entry but a folder: a FIFO or a broken link named as an image's file is refused by name when read,
+    # costing its image, rather than left out, which would train the image as a background
+    annotations = {p.stem: p for p in entries if p.suffix.lower() == suffix and not p.name.startswith(".")
+                   and not p.is_dir()}
     pairs = [(image, annotations.pop(image.stem, None)) for image in images]
     return pairs + [(None, file) for file in annotations.values()]
 
