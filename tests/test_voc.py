@@ -258,3 +258,18 @@ def test_an_xml_that_is_not_a_regular_file_skips_its_image_by_name(tmp_path: Pat
     skipped = "\n".join(source.summary.skipped_images)
     for stem, why in [("fifo", "a FIFO (named pipe)"), ("dangling", "no such file"), ("loop", "symbolic link loop")]:
         assert f"{folder / stem}.xml: " in skipped and why in skipped, (stem, skipped)
+
+
+@pytest.mark.parametrize("listed", ["../../outside", "{outside}"])
+def test_a_listed_id_that_leaves_the_folder_is_refused_by_line(tmp_path: Path, listed: str) -> None:
+    """An ``ImageSets`` line is an id inside ``Annotations/``: ``../../outside`` or an absolute path is refused,
+    naming the list and its line, before any xml outside the folder is read (its names would become classes)."""
+    root = tmp_path / "data" / "VOC2007"
+    write_image(root / "JPEGImages" / "a.jpg", size=(60, 80))
+    (root / "Annotations").mkdir()
+    (root / "Annotations" / "a.xml").write_text(user_data.voc_xml("a.jpg", 80, 60, [("cat", (1, 1, 9, 9))]))
+    (tmp_path / "outside.xml").write_text(user_data.voc_xml("a.jpg", 80, 60, [("secret", (1, 1, 9, 9))]))
+    (root / "ImageSets" / "Main").mkdir(parents=True)
+    (root / "ImageSets" / "Main" / "train.txt").write_text(f"a\n{listed.format(outside=tmp_path / 'outside')}\n")
+    with pytest.raises(DataSourceError, match=r"train\.txt: line 2: .*outside.* is not an image id"):
+        _load(root, tmp_path)

@@ -18,7 +18,7 @@ import codecs
 import os
 import re
 import xml.etree.ElementTree as ET
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import numpy as np
 
@@ -157,9 +157,20 @@ def read_label_map(path: Path) -> list[str]:
 
 
 def read_split_list(path: Path) -> list[str]:
-    """The ids of an ``ImageSets/Main/<split>.txt``: the first field of each line (class lists add a second)."""
+    """The ids of an ``ImageSets/Main/<split>.txt``: the first field of each line (class lists add a second). An id
+    that is a path leaving ``Annotations/`` (``../x``, ``/etc/x``) is refused: no list makes the reader open a file
+    outside the dataset."""
     try:
         text = read_regular_file(path, MAX_SPLIT_LIST_BYTES).decode("utf-8-sig", errors="replace")
     except (ValueError, OSError) as err:
         raise DataSourceError(f"{path}: {err}") from None
-    return [line.split()[0] for line in text.splitlines() if line.split()]
+    ids = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.split():
+            continue
+        image_id = line.split()[0]
+        if Path(image_id).is_absolute() or ".." in PurePosixPath(image_id.replace("\\", "/")).parts:
+            raise DataSourceError(f"{path}: line {number}: {image_id[:200]!r} is not an image id (a path leaving "
+                                  "Annotations/ and JPEGImages/)")
+        ids.append(image_id)
+    return ids
