@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 
 import numpy as np
@@ -12,7 +13,7 @@ from helpers import user_data
 from helpers.yolo_folders import write_image
 
 from yolo11.data import load_source
-from yolo11.data.sources.labelme import MAX_LABELME_JSON_BYTES
+from yolo11.data.sources.labelme import MAX_LABELME_JSON_BYTES, MAX_LABELME_VALUES
 
 
 def _load(spec: Path, tmp_path: Path, split: str = "train"):
@@ -90,3 +91,23 @@ def test_numbers_too_large_for_a_float_are_named_not_fatal(tmp_path: Path) -> No
     source = _load(folder, tmp_path)
     assert [Path(row["image"]["path"]).name for row in source.dataset] == ["size.jpg"]
     assert f"{folder / 'points.json'}: object 1 (cat): points are not [x, y] pairs" in source.summary.skipped_lines[0]
+
+
+def test_a_json_of_millions_of_points_is_refused_before_it_is_parsed(tmp_path: Path) -> None:
+    """The 128 MB cap is for the embedded image; a json of points that size would parse into ~6 GB of Python
+    objects in each worker. Arrays, objects and commas are counted first: past ``MAX_LABELME_VALUES`` the file
+    costs its image, named, in a fraction of a second."""
+    folder = tmp_path / "labelme"
+    write_image(folder / "a.jpg", size=(60, 80))
+    points = ",".join(["[10,20]"] * (MAX_LABELME_VALUES // 3 + 1))
+    (folder / "a.json").write_text('{"shapes": [{"label": "cat", "shape_type": "polygon", "points": [' + points
+                                   + "]}], \"imageWidth\": 80, \"imageHeight\": 60}")
+    write_image(folder / "b.jpg", size=(60, 80))
+    (folder / "b.json").write_text(user_data.labelme_json("b.jpg", 80, 60, [_shape("cat", "rectangle",
+                                                                                   [[10, 10], [30, 30]])]))
+    started = time.monotonic()
+    source = _load(folder, tmp_path)
+    assert time.monotonic() - started < 10
+    assert [Path(row["image"]["path"]).name for row in source.dataset] == ["b.jpg"]
+    assert f"{folder / 'a.json'}: " in source.summary.skipped_images[0]
+    assert "JSON values, more than" in source.summary.skipped_images[0], source.summary.skipped_images

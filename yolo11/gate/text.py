@@ -37,12 +37,20 @@ def read_text(path: Path, max_bytes: int = MAX_TEXT_BYTES) -> str:
         raise FileRefusedError(path, f"not UTF-8 text ({err.reason} at byte {err.start})") from None
 
 
-def read_json(path: str | Path, max_bytes: int = MAX_TEXT_BYTES) -> Any:
+def read_json(path: str | Path, max_bytes: int = MAX_TEXT_BYTES, max_values: int | None = None) -> Any:
     """The JSON value in the file; refused in one line when larger than ``max_bytes`` (configs by default; data
-    files such as COCO annotations pass their own cap), not JSON, or nested too deeply."""
+    files such as COCO annotations pass their own cap), not JSON, or nested too deeply. ``max_values`` bounds what
+    the parse builds: arrays, objects and commas are counted in the text first (a file whose bytes are mostly one
+    string may be large; 128 MB of ``[1,2],`` would parse into ~6 GB of Python objects)."""
     path = Path(path)
+    text = read_text(path, max_bytes)
+    if max_values is not None:
+        values = text.count(",") + text.count("[") + text.count("{")
+        if values > max_values:
+            raise FileRefusedError(path, f"about {values:,} JSON values, more than the {max_values:,} such a file "
+                                   "may hold; not parsed")
     try:
-        return json.loads(read_text(path, max_bytes))
+        return json.loads(text)
     except json.JSONDecodeError as err:
         raise FileRefusedError(path, f"line {err.lineno}: not valid JSON ({err.msg})") from None
     except RecursionError:

@@ -15,6 +15,8 @@ from yolo11.gate import FileRefusedError, read_json
 
 # LabelMe embeds the image as base64 in imageData: a 40 MB photo makes a 54 MB json
 MAX_LABELME_JSON_BYTES = 128 << 20
+# arrays, objects and commas: ~650,000 points, ~200 MB once parsed (a polygon of 1,000 points is 3,000)
+MAX_LABELME_VALUES = 2_000_000
 BOX_SHAPES = ("rectangle", "polygon", "circle")
 
 
@@ -26,7 +28,7 @@ def is_labelme(head: bytes) -> bool:
 def read_labelme_json(path: Path) -> ImageAnnotation:
     """The json's boxes; ``ValueError`` saying why for a file that is not LabelMe's."""
     try:
-        data = read_json(path, max_bytes=MAX_LABELME_JSON_BYTES)
+        data = read_json(path, max_bytes=MAX_LABELME_JSON_BYTES, max_values=MAX_LABELME_VALUES)
     except FileRefusedError as err:
         raise ValueError(err.problem) from None  # the caller names the file
     if not isinstance(data, dict) or not isinstance(data.get("shapes"), list):
