@@ -111,3 +111,20 @@ def test_a_json_of_millions_of_points_is_refused_before_it_is_parsed(tmp_path: P
     assert [Path(row["image"]["path"]).name for row in source.dataset] == ["b.jpg"]
     assert f"{folder / 'a.json'}: " in source.summary.skipped_images[0]
     assert "JSON values, more than" in source.summary.skipped_images[0], source.summary.skipped_images
+
+
+def test_points_that_are_not_pairs_of_numbers_are_named(tmp_path: Path) -> None:
+    """``["12", "34"]`` unpacked as characters would be the points (1, 2) and (3, 4), and ``true`` a 1: a point
+    is a list of two numbers, anything else is named."""
+    folder = tmp_path / "labelme"
+    write_image(folder / "a.jpg", size=(60, 80))
+    shapes = [_shape("cat", "rectangle", [[10, 10], [30, 30]]),
+              _shape("cat", "rectangle", ["12", "34"]),
+              _shape("cat", "rectangle", [[True, 10], [30, 30]]),
+              _shape("cat", "rectangle", [["10", "10"], ["30", "30"]])]
+    (folder / "a.json").write_text(user_data.labelme_json("a.jpg", 80, 60, shapes))
+    source = _load(folder, tmp_path)
+    assert source.dataset[0]["objects"]["bbox"] == [[10, 10, 20, 20]]
+    lines = "\n".join(source.summary.skipped_lines)
+    for number in (2, 3, 4):
+        assert f"{folder / 'a.json'}: object {number} (cat): points are not [x, y] pairs" in lines, lines

@@ -49,7 +49,7 @@ def _shape_box(shape: object) -> NamedBox:
     if kind not in BOX_SHAPES:
         return NamedBox(name, None, f"a {kind} marks no area")
     try:
-        xs, ys = zip(*((float(x), float(y)) for x, y in points), strict=True)
+        xs, ys = zip(*(_pair(point) for point in points), strict=True)
     except (TypeError, ValueError, OverflowError):  # OverflowError: an integer of 309 digits or more
         return NamedBox(name, None, "points are not [x, y] pairs")
     if not all(math.isfinite(v) for v in (*xs, *ys)):
@@ -62,3 +62,12 @@ def _shape_box(shape: object) -> NamedBox:
     if len(xs) < 2:
         return NamedBox(name, None, f"a {kind} of {len(xs)} point")
     return NamedBox(name, (min(xs), min(ys), max(xs), max(ys)))  # a rectangle's corners come in either order
+
+
+def _pair(point: object) -> tuple[float, float]:
+    """``[x, y]`` as numbers; ``ValueError`` for anything else (``"12"`` unpacks into the point (1, 2), ``true`` is
+    a 1 to ``float``)."""
+    if not isinstance(point, list) or len(point) != 2 or \
+            not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in point):
+        raise ValueError("not an [x, y] pair of numbers")
+    return float(point[0]), float(point[1])
