@@ -112,3 +112,18 @@ def test_numbers_too_large_for_a_float_are_named_not_fatal(tmp_path: Path, expor
     expected = {"csv": f"{folder / '_annotations.csv'} (b.jpg): line 3 (cat): a size or corner is not a number",
                 "createml": f"{folder / '_annotations.createml.json'}: b.jpg object 1 (cat): coordinates need numbers"}
     assert expected[export] in source.summary.skipped_lines[0], source.summary.skipped_lines
+
+
+def test_createml_annotations_that_are_not_a_list_skip_their_image_by_name(tmp_path: Path) -> None:
+    folder = tmp_path / "export"
+    for k, stem in enumerate(["a", "b", "c"]):
+        write_image(folder / f"{stem}.jpg", seed=k, size=(60, 80))
+    box = '{"label": "cat", "coordinates": {"x": 20, "y": 20, "width": 10, "height": 10}}'
+    (folder / "_annotations.createml.json").write_text(
+        f'[{{"image": "a.jpg", "annotations": [{box}]}}, {{"image": "b.jpg", "annotations": 5}}, '
+        f'{{"image": "c.jpg", "annotations": {box}}}]')
+    source = _load(folder, tmp_path)
+    assert [Path(row["image"]["path"]).name for row in source.dataset] == ["a.jpg"]
+    lines = "\n".join(source.summary.skipped_lines)
+    for stem, kind in (("b", "int"), ("c", "dict")):
+        assert f"{stem}.jpg (unnamed): 'annotations' is a {kind}, not a list" in lines, lines

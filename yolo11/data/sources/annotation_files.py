@@ -94,8 +94,12 @@ def read_createml(path: Path) -> dict[str, ImageAnnotation]:
     for index, entry in enumerate(data):
         if not isinstance(entry, dict) or not isinstance(entry.get("image"), str):
             raise DataSourceError(f"{path}: entry {index} has no image name ({str(entry)[:80]})")
-        boxes = []
-        for number, annotation in enumerate(entry.get("annotations") or [], start=1):
+        boxes, annotations = [], entry.get("annotations") or []
+        if not isinstance(annotations, list):
+            annotations = []
+            boxes.append(NamedBox("", None, f"'annotations' is a {type(entry['annotations']).__name__}, not a list",
+                                  where=entry["image"]))
+        for number, annotation in enumerate(annotations, start=1):
             where = f"{entry['image']} object {number}"
             if not isinstance(annotation, dict):
                 boxes.append(NamedBox("", None, "not an {label, coordinates} object", where=where))
