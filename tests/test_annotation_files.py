@@ -127,3 +127,14 @@ def test_createml_annotations_that_are_not_a_list_skip_their_image_by_name(tmp_p
     lines = "\n".join(source.summary.skipped_lines)
     for stem, kind in (("b", "int"), ("c", "dict")):
         assert f"{stem}.jpg (unnamed): 'annotations' is a {kind}, not a list" in lines, lines
+
+
+def test_a_json_number_of_thousands_of_digits_is_refused_naming_the_file(tmp_path: Path) -> None:
+    """Python's json refuses an integer of more than 4,300 digits with a bare ``ValueError``; the reader names the
+    file, as for any other JSON it cannot parse."""
+    folder = tmp_path / "export"
+    write_image(folder / "a.jpg", size=(60, 80))
+    (folder / "_annotations.createml.json").write_text('[{"image": "a.jpg", "annotations": [], "id": 1'
+                                                       + "0" * 5000 + "}]")
+    with pytest.raises(DataSourceError, match=r"_annotations\.createml\.json: .*not valid JSON .*4300 digits"):
+        _load(folder, tmp_path)

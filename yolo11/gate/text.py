@@ -53,6 +53,8 @@ def read_json(path: str | Path, max_bytes: int = MAX_TEXT_BYTES, max_values: int
         return json.loads(text)
     except json.JSONDecodeError as err:
         raise FileRefusedError(path, f"line {err.lineno}: not valid JSON ({err.msg})") from None
+    except ValueError as err:  # an integer of more than 4,300 digits: Python's int-from-text limit, not a decode error
+        raise FileRefusedError(path, f"not valid JSON ({str(err).split(':')[0]})") from None
     except RecursionError:
         raise FileRefusedError(path, "JSON nested too deeply") from None
 
