@@ -138,3 +138,16 @@ def test_a_json_number_of_thousands_of_digits_is_refused_naming_the_file(tmp_pat
                                                        + "0" * 5000 + "}]")
     with pytest.raises(DataSourceError, match=r"_annotations\.createml\.json: .*not valid JSON .*4300 digits"):
         _load(folder, tmp_path)
+
+
+def test_createml_entries_of_one_image_are_joined(tmp_path: Path) -> None:
+    """Two entries naming one image (files concatenated) keep the boxes of both; the second did not replace the
+    first."""
+    folder = tmp_path / "export"
+    write_image(folder / "a.jpg", size=(60, 80))
+    box = '{{"label": "{}", "coordinates": {{"x": {}, "y": 20, "width": 10, "height": 10}}}}'
+    (folder / "_annotations.createml.json").write_text(
+        f'[{{"image": "a.jpg", "annotations": [{box.format("cat", 20)}]}}, '
+        f'{{"image": "a.jpg", "annotations": [{box.format("dog", 50)}]}}]')
+    source = _load(folder, tmp_path)
+    assert source.class_names == ["cat", "dog"] and source.dataset[0]["objects"]["category"] == [0, 1]

@@ -90,16 +90,17 @@ def read_createml(path: Path) -> dict[str, ImageAnnotation]:
         raise DataSourceError(str(err)) from None
     if not isinstance(data, list):
         raise DataSourceError(f"{path}: a CreateML file is a list of {{image, annotations}} entries")
-    found = {}
+    found: dict[str, list[NamedBox]] = {}
     for index, entry in enumerate(data):
         if not isinstance(entry, dict) or not isinstance(entry.get("image"), str):
             raise DataSourceError(f"{path}: entry {index} has no image name ({str(entry)[:80]})")
-        boxes, annotations = [], entry.get("annotations") or []
+        boxes = found.setdefault(entry["image"], [])  # entries naming one image (files joined) add up
+        annotations = entry.get("annotations") or []
         if not isinstance(annotations, list):
             annotations = []
             boxes.append(NamedBox("", None, f"'annotations' is a {type(entry['annotations']).__name__}, not a list",
                                   where=entry["image"]))
-        for number, annotation in enumerate(annotations, start=1):
+        for number, annotation in enumerate(annotations, start=len(boxes) + 1):
             where = f"{entry['image']} object {number}"
             if not isinstance(annotation, dict):
                 boxes.append(NamedBox("", None, "not an {label, coordinates} object", where=where))
@@ -112,8 +113,7 @@ def read_createml(path: Path) -> dict[str, ImageAnnotation]:
                 continue
             corners = (x - width / 2, y - height / 2, x + width / 2, y + height / 2)  # x, y: the box's centre
             boxes.append(_named_box(name, corners, "", where))
-        found[entry["image"]] = ImageAnnotation(os.fspath(path), None, tuple(boxes))
-    return found
+    return {image: ImageAnnotation(os.fspath(path), None, tuple(boxes)) for image, boxes in found.items()}
 
 
 def _named_box(name: str, corners: tuple[float, ...] | None, problem: str, where: str) -> NamedBox:
