@@ -151,3 +151,18 @@ def test_createml_entries_of_one_image_are_joined(tmp_path: Path) -> None:
         f'{{"image": "a.jpg", "annotations": [{box.format("dog", 50)}]}}]')
     source = _load(folder, tmp_path)
     assert source.class_names == ["cat", "dog"] and source.dataset[0]["objects"]["category"] == [0, 1]
+
+
+def test_csv_rows_stating_different_sizes_for_one_image_skip_it_by_name(tmp_path: Path) -> None:
+    """Rows that disagree on their image's size: one of them states another size than the image's, and such a row
+    skips its image, as when every row states it."""
+    folder = tmp_path / "export"
+    for k, stem in enumerate(["a", "b"]):
+        write_image(folder / f"{stem}.jpg", seed=k, size=(60, 80))
+    (folder / "_annotations.csv").write_text("filename,width,height,class,xmin,ymin,xmax,ymax\n"
+                                             "a.jpg,80,60,cat,10,10,30,30\n"
+                                             "b.jpg,80,60,cat,10,10,30,30\nb.jpg,160,120,cat,20,20,60,60\n")
+    source = _load(folder, tmp_path)
+    assert [Path(row["image"]["path"]).name for row in source.dataset] == ["a.jpg"]
+    assert f"{folder / '_annotations.csv'} (b.jpg): its rows state the image sizes 160x120 and 80x60" in \
+        "\n".join(source.summary.skipped_images), source.summary.skipped_images

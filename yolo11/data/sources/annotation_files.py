@@ -29,13 +29,14 @@ MAX_ANNOTATION_FILE_BYTES = 256 << 20
 CSV_COLUMNS = ("filename", "width", "height", "class", "xmin", "ymin", "xmax", "ymax")
 
 
-def read_annotation_file(path: Path) -> dict[str, ImageAnnotation]:
-    """``{image file name: its annotation}`` of a CSV or CreateML file; ``DataSourceError`` for a file that is
-    neither. Rows or entries that cannot be used become objects with a problem, reported by the row checks."""
+def read_annotation_file(path: Path) -> dict[str, ImageAnnotation | str]:
+    """``{image file name: its annotation, or why its image is skipped}`` of a CSV or CreateML file;
+    ``DataSourceError`` for a file that is neither. Rows or entries that cannot be used become objects with a
+    problem, reported by the row checks."""
     return read_createml(path) if path.name.endswith(".json") else read_tfod_csv(path)
 
 
-def read_tfod_csv(path: Path) -> dict[str, ImageAnnotation]:
+def read_tfod_csv(path: Path) -> dict[str, ImageAnnotation | str]:
     try:
         text = read_regular_file(path, MAX_ANNOTATION_FILE_BYTES).decode("utf-8-sig", errors="replace")
         rows = list(csv.reader(io.StringIO(text)))
@@ -73,14 +74,17 @@ def read_tfod_csv(path: Path) -> dict[str, ImageAnnotation]:
                 corners = (corners[0] * size[0], corners[1] * size[1], corners[2] * size[0], corners[3] * size[1])
         box = _named_box(name, corners, problem, f"line {line}")
         by_image.setdefault(file_name, []).append((size, box))
-    return {file_name: ImageAnnotation(f"{path} ({file_name})", _stated(entries), tuple(box for _, box in entries))
-            for file_name, entries in by_image.items() if file_name}
-
-
-def _stated(entries: list) -> tuple[int, int] | None:
-    """The image size the rows state when they agree on one, else None (not checked)."""
-    sizes = {size for size, _ in entries if size is not None}
-    return sizes.pop() if len(sizes) == 1 else None
+    found = {}
+    for file_name, entries in by_image.items():
+        sizes = sorted({size for size, _ in entries if size is not None}, reverse=True)
+        source = f"{path} ({file_name})"
+        if len(sizes) > 1:  # one of them is not the image's: its rows were made for another copy of the image
+            stated = " and ".join(f"{width}x{height}" for width, height in sizes)
+            found[file_name] = f"{source}: its rows state the image sizes {stated}"
+        else:
+            found[file_name] = ImageAnnotation(source, sizes[0] if sizes else None, tuple(box for _, box in entries))
+    found.pop("", None)
+    return found
 
 
 def read_createml(path: Path) -> dict[str, ImageAnnotation]:
