@@ -166,3 +166,15 @@ def test_csv_rows_stating_different_sizes_for_one_image_skip_it_by_name(tmp_path
     assert [Path(row["image"]["path"]).name for row in source.dataset] == ["a.jpg"]
     assert f"{folder / '_annotations.csv'} (b.jpg): its rows state the image sizes 160x120 and 80x60" in \
         "\n".join(source.summary.skipped_images), source.summary.skipped_images
+
+
+def test_a_csv_that_is_not_utf8_is_refused_naming_the_line(tmp_path: Path) -> None:
+    """Excel on Windows saves CSV as cp1252: read with replacement characters, ``café`` and ``cafè`` would both
+    become ``caf\ufffd``, one class. The file is refused, naming the line of the first byte that is not UTF-8."""
+    folder = tmp_path / "export"
+    write_image(folder / "a.jpg", size=(60, 80))
+    (folder / "_annotations.csv").write_bytes("filename,width,height,class,xmin,ymin,xmax,ymax\n"
+                                              "a.jpg,80,60,caf\u00e9,10,10,30,30\n"
+                                              "a.jpg,80,60,caf\u00e8,40,10,60,30\n".encode("cp1252"))
+    with pytest.raises(DataSourceError, match=r"_annotations\.csv: line 2: not UTF-8 text"):
+        _load(folder, tmp_path)
