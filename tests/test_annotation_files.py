@@ -178,3 +178,16 @@ def test_a_csv_that_is_not_utf8_is_refused_naming_the_line(tmp_path: Path) -> No
                                               "a.jpg,80,60,caf\u00e8,40,10,60,30\n".encode("cp1252"))
     with pytest.raises(DataSourceError, match=r"_annotations\.csv: line 2: not UTF-8 text"):
         _load(folder, tmp_path)
+
+
+def test_csv_line_endings_and_a_bad_field_named_by_line(tmp_path: Path) -> None:
+    """Excel for Mac's "CSV (Macintosh)" ends lines with a bare carriage return: read as rows. A field past the
+    csv module's 128 KB limit is refused naming its line."""
+    folder = tmp_path / "export"
+    write_image(folder / "a.jpg", size=(60, 80))
+    rows = ["filename,width,height,class,xmin,ymin,xmax,ymax", "a.jpg,80,60,cat,10,10,30,30"]
+    (folder / "_annotations.csv").write_text("\r".join(rows) + "\r", newline="")
+    assert _load(folder, tmp_path).dataset[0]["objects"]["category"] == [0]
+    (folder / "_annotations.csv").write_text("\n".join([*rows, "a.jpg,80,60," + "c" * 200_000 + ",1,1,9,9"]))
+    with pytest.raises(DataSourceError, match=r"_annotations\.csv: line 3: .*field larger than field limit"):
+        _load(folder, tmp_path)

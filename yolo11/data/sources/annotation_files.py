@@ -40,13 +40,17 @@ def read_tfod_csv(path: Path) -> dict[str, ImageAnnotation | str]:
     try:
         data = read_regular_file(path, MAX_ANNOTATION_FILE_BYTES)
         text = data.decode("utf-8-sig")
-        rows = list(csv.reader(io.StringIO(text)))
     except UnicodeDecodeError as err:  # replacement characters would merge names (café and cafè): refused
         line = data.count(b"\n", 0, err.start) + 1
         raise DataSourceError(f"{path}: line {line}: not UTF-8 text (byte 0x{data[err.start]:02x}); save it as "
                               "UTF-8") from None
-    except (ValueError, OSError, csv.Error) as err:
+    except (ValueError, OSError) as err:
         raise DataSourceError(f"{path}: cannot read it as CSV ({err})") from None
+    reader = csv.reader(io.StringIO(text, newline=""))  # newline="": \r\n, \n and Excel for Mac's bare \r end rows
+    try:
+        rows = list(reader)
+    except csv.Error as err:
+        raise DataSourceError(f"{path}: line {reader.line_num}: cannot read it as CSV ({err})") from None
     header = [cell.strip().lower() for cell in rows[0]] if rows else []
     missing = [column for column in CSV_COLUMNS if column not in header]
     if missing:
