@@ -5,7 +5,7 @@
     yolo11 predict best.safetensors yolo11/assets/coco8/images/val    # = yolo11-predict
     yolo11 export best.safetensors imgsz=160                          # = yolo11-export
     yolo11 convert yolo11n.pt weights/yolo11n                         # = yolo11-convert
-    yolo11 info [yolo26n | weights]                                   # versions, devices; a model's summary
+    yolo11 info [yolo26n | weights]                                   # versions and devices, or a model's summary
     yolo11 version                                                    # the package's version, as `yolo version`
 
 Each subcommand takes its tool's flags and Ultralytics' ``key=value`` arguments; ``yolo11 detect train ...``

@@ -1,4 +1,4 @@
-"""Versions and devices (what a bug report needs) and, for each model named, its summary in Ultralytics' format.
+"""Versions and devices (what a bug report needs) or, for each model named, its summary in Ultralytics' format.
 
     yolo11 info                                        # Python, packages, CUDA devices
     yolo11 info yolo26n                                # a scale name: the model built, no weights
