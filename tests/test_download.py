@@ -166,3 +166,75 @@ def test_coco128_by_name_is_shipped_as_ultralytics_names_it(tmp_path: Path, monk
     source = load_source(spec, "train", cache_dir=tmp_path / "cache", workers=1)
     assert asked == ["https://github.com/ultralytics/assets/releases/download/v0.0.0/coco128.zip"]
     assert len(source.dataset) == 8
+
+
+class _Scripted:
+    """A local server answering every GET with ``respond(handler)``: what a broken or hostile server sends."""
+
+    def __init__(self, respond):
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_GET(self):
+                try:
+                    respond(self)
+                except OSError:  # the client gave up: what the test checks
+                    pass
+                self.close_connection = True
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def _cut_chunked(handler) -> None:
+    handler.send_response(200)
+    handler.send_header("Transfer-Encoding", "chunked")
+    handler.end_headers()
+    handler.wfile.write(b"400\r\n" + b"x" * 1024 + b"\r\n400\r\nxx")
+
+
+def _cut_with_length(handler) -> None:
+    handler.send_response(200)
+    handler.send_header("Content-Length", str(1 << 20))
+    handler.end_headers()
+    handler.wfile.write(b"PK\x03\x04" + b"x" * 1000)
+
+
+@pytest.mark.parametrize("server", ["chunks cut", "length cut", "not http"])
+def test_a_download_cut_short_or_not_http_is_named_and_leaves_nothing(tmp_path: Path, server: str) -> None:
+    """A connection closed mid-way (with or without a stated length) and a server that does not speak HTTP end in
+    an error naming the YAML and the link, and no ``.part`` file is left behind."""
+    if server == "not http":
+        listener = socket.socket()
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+
+        def answer():
+            connection, _ = listener.accept()
+            connection.recv(1000)
+            connection.sendall(b"SSH-2.0-OpenSSH_9.6\r\n")
+            connection.close()
+
+        threading.Thread(target=answer, daemon=True).start()
+        link, close = f"http://127.0.0.1:{listener.getsockname()[1]}/tiny.zip", listener.close
+    else:
+        scripted = _Scripted(_cut_chunked if server == "chunks cut" else _cut_with_length)
+        link, close = f"{scripted.url}/tiny.zip", scripted.close
+    yaml_path = _yaml(tmp_path, link)
+    try:
+        with pytest.raises(DataSourceError) as caught:
+            load_source(os.fspath(yaml_path), "train", cache_dir=tmp_path / "cache", workers=1)
+    finally:
+        close()
+    assert f"{yaml_path}: cannot download {link}" in str(caught.value), caught.value
+    if server == "length cut":
+        assert "after 1,004 of 1,048,576 bytes" in str(caught.value), caught.value
+    assert list((tmp_path / "cache" / "downloads").glob(".*.part")) == []

@@ -10,12 +10,12 @@ replaces.
 
 from __future__ import annotations
 
+import http.client
 import os
 import shutil
 import stat
 import sys
 import tempfile
-import urllib.error
 import urllib.request
 import zipfile
 from pathlib import Path, PurePosixPath
@@ -66,15 +66,14 @@ def download_zip(url: str, into: Path, where: str) -> None:
     part = into / f".{name}.part"
     request = urllib.request.Request(url, headers={"User-Agent": "yolo11-accelerate"})
     try:
-        with urllib.request.urlopen(request, timeout=DOWNLOAD_TIMEOUT_S) as response, part.open("wb") as out:
-            size = int(response.headers.get("Content-Length") or 0) or None
-            with tqdm(total=size, unit="B", unit_scale=True, desc=f"downloading {name}", file=sys.stderr) as bar:
-                while chunk := response.read(1 << 20):
-                    out.write(chunk)
-                    bar.update(len(chunk))
-    except (urllib.error.URLError, TimeoutError, ConnectionError, ValueError) as err:
+        _fetch(request, part, name)
+    # OSError: no network, a timeout, a refused link (URLError), a full disk; HTTPException: a connection cut
+    # inside a chunk, or a server that does not speak HTTP
+    except (OSError, http.client.HTTPException, ValueError) as err:
         part.unlink(missing_ok=True)
-        reason = getattr(err, "reason", None) or err
+        reason = " ".join(str(getattr(err, "reason", None) or err).split())
+        if isinstance(err, http.client.HTTPException):
+            reason = f"not a complete HTTP answer: {type(err).__name__} {reason}"
         raise DataSourceError(f"{where}: cannot download {url} ({reason}); without a network, fetch it elsewhere "
                               f"and unzip it into {into} or the working folder, or set the YAML's 'path' to where "
                               "the data is") from None
@@ -82,6 +81,20 @@ def download_zip(url: str, into: Path, where: str) -> None:
         unpack_zip(part, into, f"{where}: {url}")
     finally:
         part.unlink(missing_ok=True)
+
+
+def _fetch(request: urllib.request.Request, part: Path, name: str) -> None:
+    """The response's body written to ``part``; ``ConnectionError`` when it ends before its stated length."""
+    with urllib.request.urlopen(request, timeout=DOWNLOAD_TIMEOUT_S) as response, part.open("wb") as out:
+        size = int(response.headers.get("Content-Length") or 0) or None
+        received = 0
+        with tqdm(total=size, unit="B", unit_scale=True, desc=f"downloading {name}", file=sys.stderr) as bar:
+            while chunk := response.read(1 << 20):
+                out.write(chunk)
+                received += len(chunk)
+                bar.update(len(chunk))
+    if size is not None and received < size:  # http.client ends a body cut short as if it were whole
+        raise ConnectionError(f"the connection closed after {received:,} of {size:,} bytes")
 
 
 def unpack_zip(archive_path: Path, into: Path, where: str) -> None:
