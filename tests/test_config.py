@@ -222,6 +222,38 @@ def test_help_does_not_load_torch():
     assert "--batch-size" in result.stdout and result.stdout.splitlines()[-1] == "[]"
 
 
+def _flag_help(flag: str) -> str:
+    """What ``--help`` prints for one flag, default included (COLUMNS wide enough that its help is one line, beside
+    the flag or below it)."""
+    from yolo11.engine.config import build_parser
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("COLUMNS", "100000")
+        lines = build_parser().format_help().splitlines()
+    at = next(k for k, line in enumerate(lines) if line.lstrip().startswith(flag + " "))
+    below = lines[at + 1] if at + 1 < len(lines) and not lines[at + 1].lstrip().startswith("-") else ""
+    return f"{lines[at]} {below}"
+
+
+@pytest.mark.parametrize("flag", ["--model", "--workers", "--cache-dir", "--cache-images", "--hsv-on-device",
+                                  "--grad-accum", "--save-period", "--compile", "--compile-loss", "--cuda-graphs",
+                                  "--val-batch-size"])
+def test_help_of_an_automatic_default_says_it_once(flag):
+    """A flag whose default is chosen at run time says how in its help; ``--help`` does not then add "(default:
+    None)", which read as if the flag had no default (``--workers ... default auto: 8, ... (default: None)``)."""
+    text = _flag_help(flag)
+    assert "default" in text and "(default: None)" not in text, text
+
+
+def test_help_gives_the_real_defaults():
+    """--cache-dir names where converted datasets go ($YOLO11_CACHE, else ~/.cache/yolo11/datasets; the help said
+    ~/.cache/yolo11); --resume names every form it takes; a plain default is still appended."""
+    assert "~/.cache/yolo11/datasets" in _flag_help("--cache-dir") and "YOLO11_CACHE" in _flag_help("--cache-dir")
+    resume = _flag_help("--resume")
+    assert "last.safetensors" in resume and "newest unfinished run" in resume
+    assert "(default: 0.01)" in _flag_help("--lr0") and "(default: True)" in _flag_help("--val-nms")
+
+
 def test_args_yaml_is_flat_with_ultralytics_names_and_reads_back(tmp_path):
     """The run folder's args.yaml: flat keys, Ultralytics' names, task/mode as Ultralytics writes them;
     ``--config args.yaml`` and ``cfg=args.yaml`` give the same settings back."""

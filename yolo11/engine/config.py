@@ -156,7 +156,8 @@ class DataConfig(AugmentParams, _SelfValidating):
     workers: int | None = _free(None, "data-loader worker processes per training process, at most its CPU cores; "
                                      "default auto: 8, but none on a CPU run at 320 px or more with 2 cores or "
                                      "fewer per process, where they only take cycles from the training step")
-    cache_dir: str | None = _free(None, "where converted Arrow datasets are cached (default ~/.cache/yolo11)")
+    cache_dir: str | None = _free(None, "where converted Arrow datasets are cached (default: $YOLO11_CACHE, else "
+                                        "~/.cache/yolo11/datasets)")
     cache_images: bool | None = _free(None, "decode and resize every image once into RAM shared by the loader "
                                            "workers (Ultralytics' cache=ram); default auto: when the train and val "
                                            "images of every process of the machine fit in half the available RAM")
@@ -231,7 +232,10 @@ class RunConfig(_SelfValidating):
     output_dir: str = _local("runs/train", "parent folder of run folders")
     name: str = _local("exp", "run folder name under --output-dir")
     exist_ok: bool = _local(False, "reuse an existing run folder instead of making exp2, exp3 ...")
-    resume: str | None = _local(None, "resume from a checkpoint folder, a run folder, or 'auto' (latest of this run)")
+    resume: str | None = _local(None, "resume from a run folder, a checkpoint folder, a run's "
+                                      "weights/last.safetensors, or 'auto' (the newest unfinished run of --output-dir; "
+                                      "with --name, that run: its latest checkpoint, or a fresh start before its "
+                                      "first)")
     allow_changes: bool = _local(False, "with --resume: accept flags that change the run (model, data, optimizer, "
                                "batch, epochs...) instead of refusing them")
     save_period: int | None = _free(None, "save a resumable checkpoint every N epochs; default auto: at the end of "
@@ -352,18 +356,27 @@ def _aliases(name: str) -> tuple[str, ...]:
     return (FLAG_ALIASES[name],) if name in FLAG_ALIASES else ()
 
 
+def _help_with_default(help_text: str, default: Any) -> str:
+    """``--help``'s text of a flag with its default, as argparse's ArgumentDefaultsHelpFormatter appends it, except
+    where the default is chosen at run time (None) and the help already says how (``default auto: ...``): there
+    "(default: None)" would read as if the flag had none."""
+    if default is None and re.search(r"\bdefault\b", help_text):
+        return help_text
+    return help_text + " (default: %(default)s)"
+
+
 def build_parser(description: str | None = None) -> argparse.ArgumentParser:
     # allow_abbrev=False: a typo such as --epoch must not silently set --epochs
-    parser = ArgumentParser(description=description, formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-                            allow_abbrev=False)
-    parser.add_argument("--config", type=Path, default=None,
-                        help="YAML file of defaults: flat keys named as the flags, or an Ultralytics cfg / args.yaml")
+    parser = ArgumentParser(description=description, allow_abbrev=False)
+    parser.add_argument("--config", type=Path, default=None, help=_help_with_default(
+        "YAML file of defaults: flat keys named as the flags, or an Ultralytics cfg / args.yaml", None))
     for section_name, section in _SECTIONS.items():
         group = parser.add_argument_group(section_name)
         for f in dataclasses.fields(section):
             flag = "--" + f.name.replace("_", "-")
             scalar, _ = _field_type(f.type)
-            kwargs: dict[str, Any] = {"dest": f.name, "default": f.default, "help": f.metadata["help"]}
+            kwargs: dict[str, Any] = {"dest": f.name, "default": f.default,
+                                      "help": _help_with_default(f.metadata["help"], f.default)}
             if scalar is bool:
                 # --ema / --no-ema, and also --ema false for scripts.
                 kwargs.update(nargs="?", const=True, type=_converter(f.type))
