@@ -42,6 +42,20 @@ def test_help_loads_no_torch(module):
     assert "LOADED []" in result.stdout
 
 
+@pytest.mark.parametrize("module", ["yolo11.tools.val", "yolo11.tools.predict"])
+def test_help_names_every_weights_reference(module, capsys, monkeypatch):
+    """val and predict take the same weights references (docs/weights.md), ONNX exports and run folders too; their
+    --help says so (predict's named only "our .safetensors file or folder, or an Ultralytics .pt")."""
+    import importlib
+
+    monkeypatch.setenv("COLUMNS", "100000")
+    with pytest.raises(SystemExit):
+        importlib.import_module(module).parse_args(["--help"])
+    weights = next(line for line in capsys.readouterr().out.splitlines() if line.lstrip().startswith("weights "))
+    for reference in (".safetensors", ".pt", ".onnx", "run folder", "hf://", "owner/name", "yolo26x.pt"):
+        assert reference in weights, weights
+
+
 @pytest.mark.parametrize("argv, expected", [
     (["yolo11.tools.val", "missing.safetensors", "--data", "synthetic"], "no such weights file"),
     (["yolo11.tools.val", "yolo11n.pt", "--data", "missing.yaml"], "--data missing.yaml: no such file"),

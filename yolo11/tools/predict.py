@@ -279,7 +279,9 @@ def class_ids(text: str) -> list[int]:
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
-    parser.add_argument("weights", help="our .safetensors file or folder, or an Ultralytics .pt")
+    parser.add_argument("weights", help="our .safetensors file or folder, an Ultralytics .pt, an .onnx export, a "
+                                        "run folder (its best weights), hf://owner/repo/file, a Hub repo owner/name, "
+                                        "or yolo11n.pt ... yolo26x.pt")
     parser.add_argument("sources", nargs="+",
                         help="image or video files, folders, quoted globs, http(s)/rtsp URLs, webcam indices (0)")
     parser.add_argument("--project", type=Path, default=Path("runs/predict"), help="parent of the output folder")
