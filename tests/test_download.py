@@ -12,6 +12,7 @@ import threading
 import time
 import zipfile
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from helpers import user_data
@@ -237,4 +238,32 @@ def test_a_download_cut_short_or_not_http_is_named_and_leaves_nothing(tmp_path: 
     assert f"{yaml_path}: cannot download {link}" in str(caught.value), caught.value
     if server == "length cut":
         assert "after 1,004 of 1,048,576 bytes" in str(caught.value), caught.value
+    assert list((tmp_path / "cache" / "downloads").glob(".*.part")) == []
+
+
+def _endless(handler, stated: int | None = None) -> None:
+    handler.send_response(200)
+    if stated is not None:
+        handler.send_header("Content-Length", str(stated))
+    handler.end_headers()
+    while True:  # until the client hangs up (an OSError the server's handler swallows)
+        handler.wfile.write(b"\0" * (1 << 20))
+
+
+@pytest.mark.parametrize("stated", [None, 1 << 40])
+def test_a_server_sending_without_end_is_stopped_at_half_the_free_disk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                      stated: int | None) -> None:
+    """The zip and what it unpacks must both fit, so a download may take half the free disk: a server sending
+    without end (or stating a size past that) is stopped there, not left to fill the disk, and its part removed."""
+    free = 8 << 20
+    monkeypatch.setattr(download.shutil, "disk_usage", lambda path: SimpleNamespace(free=free))
+    scripted = _Scripted(functools.partial(_endless, stated=stated))
+    yaml_path = _yaml(tmp_path, f"{scripted.url}/tiny.zip")
+    started = time.monotonic()
+    try:
+        with pytest.raises(DataSourceError, match="more than 4,194,304 bytes, half the 8,388,608 free"):
+            load_source(os.fspath(yaml_path), "train", cache_dir=tmp_path / "cache", workers=1)
+    finally:
+        scripted.close()
+    assert time.monotonic() - started < 20
     assert list((tmp_path / "cache" / "downloads").glob(".*.part")) == []

@@ -3,7 +3,8 @@
 
 Only an http(s) link to a zip is followed: Ultralytics also runs Python written in that key, and a data file never
 runs code here. The zip is unpacked into ``<cache>/downloads`` (the YAML's relative ``path`` is then read there),
-checked first: no member outside its folder, no links, and no more bytes than the disk has free. Several processes
+checked first: no member outside its folder, no links, and no more bytes than the disk has free (the download
+itself stops at half the free disk, the zip and what it unpacks both having to fit). Several processes
 of a launch download once (a file lock); an interrupted download leaves only a ``.part`` file, which the next try
 replaces.
 """
@@ -65,8 +66,12 @@ def download_zip(url: str, into: Path, where: str) -> None:
     name = PurePosixPath(urlparse(url).path).name
     part = into / f".{name}.part"
     request = urllib.request.Request(url, headers={"User-Agent": "yolo11-accelerate"})
+    free = shutil.disk_usage(into).free
     try:
-        _fetch(request, part, name)
+        if not _fetch(request, part, name, free // 2):  # the zip and what it unpacks must both fit
+            part.unlink(missing_ok=True)
+            raise DataSourceError(f"{where}: {url} sends more than {free // 2:,} bytes, half the {free:,} free in "
+                                  f"{into} (the zip and what it unpacks must both fit); stopped")
     # OSError: no network, a timeout, a refused link (URLError), a full disk; HTTPException: a connection cut
     # inside a chunk, or a server that does not speak HTTP
     except (OSError, http.client.HTTPException, ValueError) as err:
@@ -83,18 +88,24 @@ def download_zip(url: str, into: Path, where: str) -> None:
         part.unlink(missing_ok=True)
 
 
-def _fetch(request: urllib.request.Request, part: Path, name: str) -> None:
-    """The response's body written to ``part``; ``ConnectionError`` when it ends before its stated length."""
+def _fetch(request: urllib.request.Request, part: Path, name: str, max_bytes: int) -> bool:
+    """The response's body written to ``part``; ``False`` as soon as it states or sends more than ``max_bytes`` (a
+    server sending without end would fill the disk), ``ConnectionError`` when it ends before its stated length."""
     with urllib.request.urlopen(request, timeout=DOWNLOAD_TIMEOUT_S) as response, part.open("wb") as out:
         size = int(response.headers.get("Content-Length") or 0) or None
+        if size is not None and size > max_bytes:
+            return False
         received = 0
         with tqdm(total=size, unit="B", unit_scale=True, desc=f"downloading {name}", file=sys.stderr) as bar:
             while chunk := response.read(1 << 20):
-                out.write(chunk)
                 received += len(chunk)
+                if received > max_bytes:
+                    return False
+                out.write(chunk)
                 bar.update(len(chunk))
     if size is not None and received < size:  # http.client ends a body cut short as if it were whole
         raise ConnectionError(f"the connection closed after {received:,} of {size:,} bytes")
+    return True
 
 
 def unpack_zip(archive_path: Path, into: Path, where: str) -> None:
