@@ -62,6 +62,23 @@ def test_architectures_are_built_on_first_use_and_weights_paths_checked(tmp_path
         YOLO(tmp_path / "run")
 
 
+def test_predict_saves_where_yolo11_predict_does(tmp_path, monkeypatch):
+    """``predict(save=True)`` writes runs/predict/exp, then exp2, and ``name=`` a folder under runs/predict, as
+    ``yolo11 predict`` does (it wrote runs/predict, then runs/predict2 beside it, and ``name="x"`` runs/x)."""
+    monkeypatch.chdir(tmp_path)
+    model = YOLO("yolo11n")
+    image = str(COCO8_IMAGES / "000000000036.jpg")
+    for _ in range(2):
+        model.predict(image, imgsz=64, save=True)
+    model.predict(image, imgsz=64, save_txt=True, name="x")
+    model.predict(image, imgsz=64, save=True, project="elsewhere", name="y")
+    assert sorted(path.name for path in (tmp_path / "runs").iterdir()) == ["predict"]
+    assert sorted(path.name for path in (tmp_path / "runs" / "predict").iterdir()) == ["exp", "exp2", "x"]
+    assert (tmp_path / "runs" / "predict" / "exp2" / "000000000036.jpg").is_file()
+    assert (tmp_path / "runs" / "predict" / "x" / "labels").is_dir()
+    assert (tmp_path / "elsewhere" / "y" / "predictions.json").is_file()
+
+
 def test_metrics_per_class_as_the_table_prints_them():
     """Per class: a class with ground truth but no detection scores 0 (COCO gives it no AP), one without ground
     truth has no values; Ultralytics' ``box.maps`` gives it the overall mAP50-95."""

@@ -317,7 +317,7 @@ class YOLO:
         reads them), an (H, W, 3) uint8 **RGB** array (Ultralytics takes BGR arrays), a PIL image, or a list of
         these. Keywords: ``imgsz``, ``conf``, ``iou``, ``max_det``, ``rect``, ``batch``, ``device``, ``nms``,
         ``names`` (``yolo11.Detector``), and ``save=True`` (drawn images, a drawn image per video frame, and
-        predictions.json under ``project``/``name``, default runs/predict), ``save_txt``, ``save_conf``. Returns one
+        predictions.json under ``project``/``name``, default runs/predict/exp), ``save_txt``, ``save_conf``. Returns one
         ``Detections`` per image or video frame, or with ``stream=True`` a generator of them."""
         if source is None:
             raise UsageError("predict needs a source (an image, folder, glob, URL, video, array or a list of them)")
@@ -386,11 +386,11 @@ class YOLO:
         """Each image's (or video frame's) ``Detections``, in order, ``detector.batch`` images at a time; saved as
         ``saving`` asks (``yolo11 predict``'s ``PredictionWriter``)."""
         from yolo11.run_folders import numbered_dir
-        from yolo11.tools.predict import PredictionWriter
+        from yolo11.tools.predict import NAME, PROJECT, PredictionWriter
 
         writer = None
         if saving.get("save") or saving.get("save_txt"):
-            folder = Path(saving.get("project") or "runs") / (saving.get("name") or "predict")
+            folder = Path(saving.get("project") or PROJECT) / (saving.get("name") or NAME)
             writer = PredictionWriter(numbered_dir(folder, bool(saving.get("exist_ok"))), draw=bool(saving.get("save")),
                                       save_txt=bool(saving.get("save_txt")), save_conf=bool(saving.get("save_conf")))
         pending: list[tuple[Any, str | None]] = []  # images waiting for a full batch

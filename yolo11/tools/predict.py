@@ -68,6 +68,9 @@ if TYPE_CHECKING:  # torch and OpenCV load in main, after the arguments and sour
 
     from yolo11.predictor import Detections, Detector, ImageTiming
 
+# Where outputs go without --output: PROJECT/NAME, then NAME2, NAME3... (yolo11.YOLO.predict(save=True) too).
+PROJECT, NAME = Path("runs/predict"), "exp"
+
 
 def yolo_txt_lines(detections: Detections, save_conf: bool = False) -> list[str]:
     """``class xc yc w h`` lines (``... score`` with ``save_conf``, as Ultralytics' ``save_conf``), coordinates
@@ -284,8 +287,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                                         "or yolo11n.pt ... yolo26x.pt")
     parser.add_argument("sources", nargs="+",
                         help="image or video files, folders, quoted globs, http(s)/rtsp URLs, webcam indices (0)")
-    parser.add_argument("--project", type=Path, default=Path("runs/predict"), help="parent of the output folder")
-    parser.add_argument("--name", default="exp", help="output folder under --project (exp2, exp3... when it exists)")
+    parser.add_argument("--project", type=Path, default=PROJECT, help="parent of the output folder")
+    parser.add_argument("--name", default=NAME, help="output folder under --project (exp2, exp3... when it exists)")
     parser.add_argument("--exist-ok", action="store_true", help="write into --project/--name even if it exists")
     parser.add_argument("--output", type=Path, default=None, help="exact output folder (overrides --project/--name)")
     parser.add_argument("--imgsz", type=int, default=None,
