@@ -267,3 +267,30 @@ def test_a_server_sending_without_end_is_stopped_at_half_the_free_disk(tmp_path:
         scripted.close()
     assert time.monotonic() - started < 20
     assert list((tmp_path / "cache" / "downloads").glob(".*.part")) == []
+
+
+def test_a_redirect_to_another_scheme_is_refused_before_it_is_followed(tmp_path: Path) -> None:
+    """Only http(s) is downloaded: urllib refuses a redirect to ``file://`` but follows one to ``ftp://``; here
+    that redirect is refused, naming it, and the ftp address is never contacted."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    listener.settimeout(0.5)
+    target = f"ftp://127.0.0.1:{listener.getsockname()[1]}/tiny.zip"
+
+    def redirect(handler) -> None:
+        handler.send_response(302)
+        handler.send_header("Location", target)
+        handler.send_header("Content-Length", "0")
+        handler.end_headers()
+
+    scripted = _Scripted(redirect)
+    yaml_path = _yaml(tmp_path, f"{scripted.url}/tiny.zip")
+    try:
+        with pytest.raises(DataSourceError, match=f"redirected to '{target}', not an http"):
+            load_source(os.fspath(yaml_path), "train", cache_dir=tmp_path / "cache", workers=1)
+        with pytest.raises(TimeoutError):
+            listener.accept()
+    finally:
+        scripted.close()
+        listener.close()

@@ -17,6 +17,7 @@ import shutil
 import stat
 import sys
 import tempfile
+import urllib.error
 import urllib.request
 import zipfile
 from pathlib import Path, PurePosixPath
@@ -31,6 +32,19 @@ from yolo11.data.sources.yolo import dataset_root
 DOWNLOAD_TIMEOUT_S = 30  # per connection attempt and per read: a silent server fails instead of hanging the run
 MAX_ZIP_MEMBERS = 5_000_000  # COCO's train2017 images and labels are 240,000
 SKIPPED_TOP_FOLDERS = ("__MACOSX",)  # resource forks that macOS's Finder adds to the zips it makes
+
+
+class _HttpRedirectsOnly(urllib.request.HTTPRedirectHandler):
+    """Redirects followed to http(s) links only: urllib's own handler also follows one to ``ftp://``."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        if urlparse(newurl).scheme not in ("http", "https"):
+            raise urllib.error.HTTPError(newurl, code, f"redirected to {newurl[:120]!r}, not an http(s) link",
+                                         headers, fp)
+        return super().redirect_request(req, fp, code, msg, headers, newurl)
+
+
+_OPENER = urllib.request.build_opener(_HttpRedirectsOnly)
 
 
 def fetch_missing_data(yaml_path: Path, data: dict, downloads: Path) -> tuple[dict, str]:
@@ -91,7 +105,7 @@ def download_zip(url: str, into: Path, where: str) -> None:
 def _fetch(request: urllib.request.Request, part: Path, name: str, max_bytes: int) -> bool:
     """The response's body written to ``part``; ``False`` as soon as it states or sends more than ``max_bytes`` (a
     server sending without end would fill the disk), ``ConnectionError`` when it ends before its stated length."""
-    with urllib.request.urlopen(request, timeout=DOWNLOAD_TIMEOUT_S) as response, part.open("wb") as out:
+    with _OPENER.open(request, timeout=DOWNLOAD_TIMEOUT_S) as response, part.open("wb") as out:
         size = int(response.headers.get("Content-Length") or 0) or None
         if size is not None and size > max_bytes:
             return False
