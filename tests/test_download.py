@@ -294,3 +294,17 @@ def test_a_redirect_to_another_scheme_is_refused_before_it_is_followed(tmp_path:
     finally:
         scripted.close()
         listener.close()
+
+
+@pytest.mark.parametrize("members", [["tiny/a", "tiny/a/b.txt"], ["tiny/" + "n" * 300 + ".txt"]])
+def test_a_zip_whose_members_cannot_be_written_is_named(tmp_path: Path, served, members: list[str]) -> None:
+    """A file and a folder of one name, or a name longer than the file system takes: an error naming the link and
+    the member, nothing left half unpacked (not the bare ``NotADirectoryError`` of the extraction)."""
+    server, www = served
+    with zipfile.ZipFile(www / "tiny.zip", "w") as archive:
+        for member in members:
+            archive.writestr(member, b"x")
+    yaml_path = _yaml(tmp_path, f"{server.url}/tiny.zip")
+    with pytest.raises(DataSourceError, match=rf"{server.url}/tiny.zip: cannot unpack it \("):
+        load_source(os.fspath(yaml_path), "train", cache_dir=tmp_path / "cache", workers=1)
+    assert [p.name for p in (tmp_path / "cache" / "downloads").iterdir() if not p.name.endswith(".lock")] == []

@@ -143,7 +143,12 @@ def unpack_zip(archive_path: Path, into: Path, where: str) -> None:
             if needed > free:
                 raise DataSourceError(f"{where}: unpacks to {needed / 1e9:.1f} GB, more than the {free / 1e9:.1f} GB "
                                       f"free in {into}")
-            archive.extractall(staging)
+            for member in members:  # one by one, so that a member the file system refuses is named
+                try:
+                    archive.extract(member, staging)
+                except OSError as err:  # a file and a folder of one name, a name too long, a full disk
+                    raise DataSourceError(f"{where}: cannot unpack it ({err.strerror or err}: "
+                                          f"{member.filename[:120]!r})") from None
     except zipfile.BadZipFile as err:
         shutil.rmtree(staging, ignore_errors=True)
         raise DataSourceError(f"{where}: not a zip file ({err})") from None
