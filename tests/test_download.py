@@ -308,3 +308,17 @@ def test_a_zip_whose_members_cannot_be_written_is_named(tmp_path: Path, served, 
     with pytest.raises(DataSourceError, match=rf"{server.url}/tiny.zip: cannot unpack it \("):
         load_source(os.fspath(yaml_path), "train", cache_dir=tmp_path / "cache", workers=1)
     assert [p.name for p in (tmp_path / "cache" / "downloads").iterdir() if not p.name.endswith(".lock")] == []
+
+
+def test_a_path_written_as_ultralytics_8_0_wrote_it_is_found_after_its_download(tmp_path: Path, served) -> None:
+    """``path: ../datasets/coco128`` (Ultralytics' YAMLs up to 8.0, relative to its datasets folder, where the zip
+    unpacks ``coco128/``): the download's folder is the path's last name, so it is read after one download, not
+    fetched again at each run and reported missing."""
+    server, www = served
+    _tiny_zip(www / "tiny.zip")
+    yaml_path = _yaml(tmp_path, f"{server.url}/tiny.zip")
+    yaml_path.write_text(yaml_path.read_text().replace("path: tiny", "path: ../datasets/tiny"))
+    for split in ("train", "val"):
+        source = load_source(os.fspath(yaml_path), split, cache_dir=tmp_path / "cache", workers=1)
+        assert len(source.dataset) == 8
+    assert server.requests == 1

@@ -54,7 +54,12 @@ def fetch_missing_data(yaml_path: Path, data: dict, downloads: Path) -> tuple[di
     if not isinstance(link, str) or not isinstance(relative, str) or not relative or Path(relative).is_absolute() \
             or dataset_root(yaml_path, data).exists():
         return data, ""
-    target = downloads / relative
+    # the zip unpacks at the top of downloads, as Ultralytics unpacks into its datasets folder: its YAMLs' path
+    # "../datasets/coco128" (up to 8.0, relative to that folder) names coco128/ there, as "coco128" does
+    name = PurePosixPath(relative.replace("\\", "/")).name
+    if name in ("", ".."):
+        return data, ""
+    target = downloads / name
     note = f"{yaml_path}: its data ({relative}) is not here; using the copy downloaded into {target}"
     if not target.is_dir():
         url = urlparse(link.strip())
@@ -63,13 +68,13 @@ def fetch_missing_data(yaml_path: Path, data: dict, downloads: Path) -> tuple[di
                                   f"'download' is not an http(s) link to a zip, the only kind yolo11 downloads (it "
                                   f"never runs code from a data file): {link.strip()[:120]!r}")
         downloads.mkdir(parents=True, exist_ok=True)
-        with FileLock(os.fspath(downloads / f".{Path(relative).name}.lock")):
+        with FileLock(os.fspath(downloads / f".{name}.lock")):
             if not target.is_dir():  # another process of the launch may have fetched it while this one waited
                 download_zip(link.strip(), downloads, f"{yaml_path}")
                 note = f"{yaml_path}: downloaded {link.strip()} into {target}"
         if not target.is_dir():
             unpacked = sorted(p.name for p in downloads.iterdir() if not p.name.startswith("."))
-            raise DataSourceError(f"{yaml_path}: {link.strip()} did not unpack into {relative}/ as its 'path' says "
+            raise DataSourceError(f"{yaml_path}: {link.strip()} did not unpack into {name}/ as its 'path' says "
                                   f"(found in {downloads}: {', '.join(unpacked[:5]) or 'nothing'})")
     return {**data, "path": os.fspath(target)}, note
 
