@@ -14,6 +14,7 @@ from helpers.yolo_folders import write_image
 from PIL import Image
 
 from yolo11.data.dataset import decode_image
+from yolo11.data.schema import DataSourceError
 from yolo11.data.sources import load_source
 from yolo11.data.sources.layouts import detect_layout
 
@@ -203,6 +204,15 @@ def test_a_folder_of_images_and_another_tools_file_is_not_taken_for_annotations(
     (tmp_path / "f" / other).write_text('{"shapes": [[1, 3, 64, 64]]}' if other == "config.json" else
                                         "<project><annotation>x</annotation></project>")
     assert detect_layout(tmp_path / "f") is None
+
+
+def test_a_names_file_naming_a_class_twice_is_refused_by_name(tmp_path: Path) -> None:
+    """``classes.txt`` with a name twice (or two names that a cp1252 file's bytes made alike) cannot number the
+    classes: an error naming the file, not the ``datasets`` error that names nothing."""
+    folder = user_data.labelimg_folder(tmp_path / "labelimg")
+    (folder / "classes.txt").write_text("person\nbicycle\nperson\n")
+    with pytest.raises(DataSourceError, match=r"classes\.txt: the class name 'person' is listed twice"):
+        load_source(os.fspath(folder), "train", cache_dir=tmp_path / "cache", workers=1)
 
 
 @pytest.mark.parametrize("variant", ["no path, folder list", "path, txt list, dict names", "nc and names"])

@@ -273,3 +273,13 @@ def test_a_listed_id_that_leaves_the_folder_is_refused_by_line(tmp_path: Path, l
     (root / "ImageSets" / "Main" / "train.txt").write_text(f"a\n{listed.format(outside=tmp_path / 'outside')}\n")
     with pytest.raises(DataSourceError, match=r"train\.txt: line 2: .*outside.* is not an image id"):
         _load(root, tmp_path)
+
+
+def test_a_labelmap_naming_a_class_twice_is_refused_by_name(tmp_path: Path) -> None:
+    root = tmp_path / "cvat"
+    write_image(root / "JPEGImages" / "a.jpg", size=(60, 80))
+    (root / "Annotations").mkdir()
+    (root / "Annotations" / "a.xml").write_text(user_data.voc_xml("a.jpg", 80, 60, [("car", (1, 1, 9, 9))]))
+    (root / "labelmap.txt").write_text("background:0,0,0::\ncar:4,5,6::\nbus:1,2,3::\ncar:7,8,9::\n")
+    with pytest.raises(DataSourceError, match=r"labelmap\.txt: the class name 'car' is listed twice \(classes 0 and 2"):
+        _load(root, tmp_path)

@@ -29,6 +29,7 @@ from yolo11.data.image_io import is_image_file, is_image_name
 from yolo11.data.schema import DataSourceError
 from yolo11.data.sources.annotation_files import ANNOTATION_FILES
 from yolo11.data.sources.labelme import is_labelme
+from yolo11.data.sources.named_boxes import check_class_list
 from yolo11.data.sources.per_image import ImageFileSplit
 from yolo11.data.sources.voc import is_voc, read_split_list
 from yolo11.gate import FileRefusedError, open_regular, read_yaml
@@ -155,7 +156,7 @@ def read_names_file(path: Path) -> list[str]:
     names = [line.strip() for line in path.read_text(errors="replace").splitlines() if line.strip()]
     if not names:
         raise DataSourceError(f"{path}: no class names (one per line)")
-    return names
+    return check_class_list(names, os.fspath(path))
 
 
 def _yolo_layout(folder: Path) -> Layout | None:

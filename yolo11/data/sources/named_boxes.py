@@ -45,13 +45,21 @@ def class_names(annotations: Iterable[ImageAnnotation | str | None], where: str)
                     for obj in annotation.objects if obj.name})
     if not names:
         raise DataSourceError(f"{where}: no object names in any annotation, so no classes")
-    return check_class_count(names, where)
+    return check_class_list(names, where)
 
 
-def check_class_count(names: list[str], where: str) -> list[str]:
+def check_class_list(names: list[str], where: str) -> list[str]:
+    """``names`` as a class list: at most ``MAX_CLASSES``, no name twice (a list numbers the classes by position;
+    ``datasets`` refuses a repeated name without naming the file)."""
     if len(names) > MAX_CLASSES:
         raise DataSourceError(f"{where}: {len(names)} classes, more than the {MAX_CLASSES} a model may have "
                               "(yolo11.gate.MAX_CLASSES)")
+    first = {}
+    for class_id, name in enumerate(names):
+        if name in first:
+            raise DataSourceError(f"{where}: the class name {name!r} is listed twice (classes {first[name]} and "
+                                  f"{class_id}); each class needs a name of its own")
+        first[name] = class_id
     return names
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from yolo11.data.schema import BadSampleSummary
 from yolo11.data.sources.checks import image_size
 from yolo11.data.sources.labelme import read_labelme_json
-from yolo11.data.sources.named_boxes import ImageAnnotation, annotated_rows, check_class_count, class_names
+from yolo11.data.sources.named_boxes import ImageAnnotation, annotated_rows, check_class_list, class_names
 from yolo11.data.sources.parallel import ordered_map
 from yolo11.data.sources.voc import read_label_map, read_voc_xml
 
@@ -62,7 +62,7 @@ def per_image_rows(splits: dict[str, ImageFileSplit], split: str, label_map: Pat
     tasks = list(chosen.pairs) + [(None, file) for file in sorted(files - {file for _, file in chosen.pairs})]
     results = ordered_map(_check_pair, tasks, workers=workers, desc=f"converting {chosen.name}")
     if label_map is not None:
-        names = check_class_count(read_label_map(label_map), os.fspath(label_map))
+        names = check_class_list(read_label_map(label_map), os.fspath(label_map))
     else:
         where = ", ".join(sorted({os.fspath(file.parent) for file in files})[:3])
         names = class_names((annotation for _, annotation in results), where)
