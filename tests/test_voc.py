@@ -283,3 +283,15 @@ def test_a_labelmap_naming_a_class_twice_is_refused_by_name(tmp_path: Path) -> N
     (root / "labelmap.txt").write_text("background:0,0,0::\ncar:4,5,6::\nbus:1,2,3::\ncar:7,8,9::\n")
     with pytest.raises(DataSourceError, match=r"labelmap\.txt: the class name 'car' is listed twice \(classes 0 and 2"):
         _load(root, tmp_path)
+
+
+def test_macos_resource_forks_in_a_devkit_are_not_annotations(tmp_path: Path) -> None:
+    """A devkit copied through a macOS share holds ``Annotations/._a.xml`` beside ``a.xml``: left out, as hidden
+    files are everywhere else, not read and reported as an xml without its image."""
+    root = tmp_path / "cvat"
+    write_image(root / "JPEGImages" / "a.jpg", size=(60, 80))
+    (root / "Annotations").mkdir()
+    (root / "Annotations" / "a.xml").write_text(user_data.voc_xml("a.jpg", 80, 60, [("car", (1, 1, 9, 9))]))
+    (root / "Annotations" / "._a.xml").write_bytes(b"\x00\x05\x16\x07\x00\x02\x00\x00Mac OS X        ")
+    source = _load(root, tmp_path)
+    assert len(source.dataset) == 1 and not source.summary.num_problems, source.summary

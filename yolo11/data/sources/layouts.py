@@ -266,7 +266,9 @@ def _voc_root_splits(root: Path) -> tuple[dict[str, tuple[list, Path | None]], b
     if lists:
         ids, list_file = read_split_list(lists[0]), lists[0]
     else:
-        ids, list_file = sorted(p.stem for p in (root / "Annotations").glob("*.xml")), None
+        # hidden files left out: macOS's ._x.xml resource forks are not annotations
+        ids = sorted(p.stem for p in (root / "Annotations").glob("*.xml") if not p.name.startswith("."))
+        list_file = None
     both = (pairs(ids), list_file)
     return {"train": both, "val": both}, True
 
