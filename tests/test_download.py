@@ -322,3 +322,16 @@ def test_a_path_written_as_ultralytics_8_0_wrote_it_is_found_after_its_download(
         source = load_source(os.fspath(yaml_path), split, cache_dir=tmp_path / "cache", workers=1)
         assert len(source.dataset) == 8
     assert server.requests == 1
+
+
+def test_a_zip_with_windows_separators_unpacks_into_folders(tmp_path: Path, served) -> None:
+    """PowerShell 5's ``Compress-Archive`` writes ``tiny\\images\\x.jpg``: the checks read ``\\`` as a separator,
+    and so does the unpacking (zipfile alone writes one file of that name on Linux, and the data is not found)."""
+    server, www = served
+    _tiny_zip(tmp_path / "posix.zip")
+    with zipfile.ZipFile(tmp_path / "posix.zip") as posix, zipfile.ZipFile(www / "tiny.zip", "w") as windows:
+        for member in posix.infolist():
+            windows.writestr(member.filename.replace("/", "\\"), posix.read(member))
+    yaml_path = _yaml(tmp_path, f"{server.url}/tiny.zip")
+    source = load_source(os.fspath(yaml_path), "train", cache_dir=tmp_path / "cache", workers=1)
+    assert len(source.dataset) == 8 and not source.summary.num_problems

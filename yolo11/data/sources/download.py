@@ -144,6 +144,8 @@ def unpack_zip(archive_path: Path, into: Path, where: str) -> None:
                         or stat.S_ISLNK(member.external_attr >> 16):
                     raise DataSourceError(f"{where}: holds {member.filename!r}, a link or a path outside its folder; "
                                           "not unpacked")
+                # unpacked as checked: "\\" a separator (PowerShell 5's Compress-Archive writes it), not part of a name
+                member.filename = member.filename.replace("\\", "/")
             needed, free = sum(m.file_size for m in members), shutil.disk_usage(into).free
             if needed > free:
                 raise DataSourceError(f"{where}: unpacks to {needed / 1e9:.1f} GB, more than the {free / 1e9:.1f} GB "
