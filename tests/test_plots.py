@@ -78,6 +78,14 @@ def test_results_png(tmp_path):
     assert width > 2 * height  # the 2 x 5 grid
 
 
+def test_results_png_of_a_run_stopped_in_its_first_epoch_warns_nothing(tmp_path, recwarn):
+    """A run stopped before its first epoch ended (``--max-steps 1``) has a results.csv without rows; results.png is
+    its empty grid, without matplotlib's "No artists with labels found to put in legend" on the console."""
+    ResultsCSV(tmp_path / "results.csv")
+    _is_png(plots.plot_results(tmp_path / "results.csv", tmp_path / "results.png"))
+    assert [str(w.message) for w in recwarn] == []
+
+
 def plot_metrics() -> dict:
     grid = np.linspace(0, 1, 1000)
     return {"map50": 0.5, "per_class_ap50": [0.7, None],

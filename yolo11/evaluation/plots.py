@@ -87,7 +87,8 @@ def plot_results(csv_path: Path, out_path: Path) -> Path:
             if len(y) > 1:
                 ax.plot(x, gaussian_smooth(y), ":", linewidth=2, label="smooth")
         ax.set_title(column, fontsize=12)
-    axes[0, 0].legend()
+    if rows:  # a run stopped in its first epoch has none: no lines to name (matplotlib would warn)
+        axes[0, 0].legend()
     _save_figure(fig, out_path, 200)
     return Path(out_path)
 
