@@ -155,6 +155,17 @@ def test_timm_backbone_model_round_trip(tmp_path):
     _assert_same_state(model, loaded)
 
 
+def test_an_onnx_export_is_named_as_one(tmp_path):
+    """An ``.onnx`` file given as weights (``yolo11-export best.onnx``, ``--weights best.onnx``, ``yolo11 info``)
+    is refused as an ONNX export, naming the tools that run it; it was read as a safetensors file ("header claims
+    8031177557570357256 bytes")."""
+    onnx = tmp_path / "best.onnx"
+    onnx.write_bytes(b"\x08\x08\x12\x0fyolo11-accelerate" + bytes(64))
+    with pytest.raises(ValueError, match=r"best.onnx: an ONNX export.*yolo11 val.*yolo11 predict") as refused:
+        load_weights(onnx)
+    assert "safetensors" not in str(refused.value).split("need")[0]
+
+
 def test_fused_model_is_not_saved(tmp_path):
     with pytest.raises(ValueError, match="fused"):
         save_pretrained(yolo11.create_model("yolo11n").fuse(), tmp_path)

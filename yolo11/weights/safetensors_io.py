@@ -243,6 +243,10 @@ def load_weights(ref: str | Path, *, backbone: str | None = None) -> YOLO11Detec
         from yolo11.weights.ultralytics import load_ultralytics
 
         return load_ultralytics(path)
+    if path.suffix.lower() == ".onnx":  # onnxruntime runs it (tools/onnx_model.py); no model is built from one
+        raise FileRefusedError(path, "an ONNX export, not weights to build a model from: yolo11 val and yolo11 predict "
+                                     "run it; training, export, convert and info need the .safetensors or .pt it "
+                                     "was exported from")
     metadata = read_safetensors_header(path).metadata
     if "config" not in metadata:
         raise FileRefusedError(path, "no model config in the safetensors metadata; was it written by save_weights?")
