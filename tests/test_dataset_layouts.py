@@ -117,6 +117,15 @@ def test_a_relative_path_is_found_where_ultralytics_keeps_datasets(tmp_path: Pat
     assert source.origin == f"yolo:{(datasets / 'mydata' / 'images' / 'train').resolve()}", source.origin
 
 
+def test_a_class_named_twice_in_a_data_yaml_is_refused_by_name(tmp_path: Path) -> None:
+    """A list numbers the classes by position: two of one name cannot both be classes of the model (the error came
+    from datasets' ClassLabel, naming no file)."""
+    yaml_path = make_dataset(tmp_path, {"x": "0 0.5 0.5 0.2 0.2\n"}, yaml_extra="names: [car, bus, car]\n")
+    with pytest.raises(DataSourceError) as caught:
+        _load(yaml_path, tmp_path)
+    assert f"{yaml_path}: the class name 'car' is listed twice (classes 0 and 2)" in str(caught.value)
+
+
 @pytest.mark.parametrize("nc", ["'ten'", "2.5", "0"])
 def test_nc_that_is_not_a_class_count_is_refused_by_name(tmp_path: Path, nc: str) -> None:
     yaml_path = make_dataset(tmp_path, {"x": "0 0.5 0.5 0.2 0.2\n"}, yaml_extra=f"nc: {nc}\n")

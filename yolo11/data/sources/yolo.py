@@ -13,6 +13,7 @@ import numpy as np
 from yolo11.data.image_io import is_image_name, read_regular_file
 from yolo11.data.schema import BadSampleSummary, DataSourceError
 from yolo11.data.sources.checks import check_box, image_size, objects_row
+from yolo11.data.sources.named_boxes import check_class_list
 from yolo11.data.sources.parallel import ordered_map
 from yolo11.gate import MAX_CLASSES, FileRefusedError, check_class_names, read_json, read_yaml
 
@@ -55,7 +56,7 @@ def read_data_yaml(path: Path) -> dict:
         raise DataSourceError(str(err)) from None
     if count is not None and count != len(names):  # Ultralytics rejects this too: which one is wrong is unknown
         raise DataSourceError(f"{path}: 'nc' is {count} but 'names' lists {len(names)} classes")
-    data["names"] = names
+    data["names"] = check_class_list(names, os.fspath(path))  # a name twice: datasets' error would name no file
     return data
 
 
