@@ -253,3 +253,22 @@ def test_coco_export_folders_are_recognised(tmp_path: Path, layout: str,
     assert train.class_names == val.class_names == ["cat"]
     assert all(row["objects"]["category"] == [0] for row in [*train.dataset, *val.dataset])
     assert ("one COCO json" in caplog.text) == (layout != "coco 2017")
+
+
+@pytest.mark.parametrize("make, renames", [
+    ("roboflow_coco", {"train": "Train", "valid": "Valid"}),
+    ("roboflow_voc", {"train": "training", "valid": "Validation"}),
+    ("roboflow_darknet", {"train": "TRAIN", "valid": "VAL"}),
+])
+def test_split_folders_named_in_another_case_or_word(tmp_path: Path, make: str, renames: dict[str, str]) -> None:
+    """``Train/``/``Valid/`` (Windows users, some tools), ``training/``/``testing/`` (KITTI's words): the same
+    splits as ``train/``/``valid/``, on a case-sensitive file system too."""
+    from helpers import user_data
+
+    folder = getattr(user_data, make)(tmp_path / "export")
+    for old, new in renames.items():
+        (folder / old).rename(folder / new)
+    train, val = _load(folder, tmp_path, "train"), _load(folder, tmp_path, "val")
+    assert (len(train.dataset), len(val.dataset)) == (5, 3)
+    assert not train.summary.num_problems and not val.summary.num_problems
+

@@ -37,7 +37,8 @@ from yolo11.gate import FileRefusedError, open_regular, read_yaml
 ROBOFLOW_COCO_JSON = "_annotations.coco.json"
 # one class name per line, the class id = line number; Roboflow's darknet export has one in each split folder
 NAMES_FILES = ("classes.txt", "obj.names", "labels.txt", "_darknet.labels")
-SPLIT_FOLDERS = {"train": ("train",), "val": ("val", "valid", "validation"), "test": ("test",)}
+# split -> its folder's names, in any case (Train/, Valid/ as some tools and Windows users write them)
+SPLIT_FOLDERS = {"train": ("train", "training"), "val": ("val", "valid", "validation"), "test": ("test", "testing")}
 CVAT_SPLIT_FOLDERS = {"train": "obj_train_data", "val": "obj_valid_data", "test": "obj_test_data"}
 MAX_NAMES_BYTES = 8 << 20
 VOC_LABEL_MAP = "labelmap.txt"  # CVAT's VOC export: the classes in its order
@@ -92,13 +93,24 @@ def _is_data_yaml(path: Path) -> bool:
     return isinstance(data, dict) and bool(data.get("names") or data.get("nc")) and bool(data.get("train"))
 
 
-def _roboflow_coco_layout(folder: Path) -> Layout | None:
-    jsons = {}
+def _split_dirs(folder: Path) -> dict[str, Path]:
+    """``{split: its sub-folder}`` for the conventional split folders ``folder`` has, names in any case, the first
+    of ``SPLIT_FOLDERS``' names winning (``val/`` over ``valid/``)."""
+    try:
+        present = {p.name.lower(): p for p in sorted(folder.iterdir()) if not p.name.startswith(".") and p.is_dir()}
+    except OSError:
+        return {}
+    found = {}
     for split, names in SPLIT_FOLDERS.items():
-        found = next((folder / name / ROBOFLOW_COCO_JSON for name in names
-                      if (folder / name / ROBOFLOW_COCO_JSON).is_file()), None)
-        if found is not None:
-            jsons[split] = found
+        name = next((name for name in names if name in present), None)
+        if name is not None:
+            found[split] = present[name]
+    return found
+
+
+def _roboflow_coco_layout(folder: Path) -> Layout | None:
+    jsons = {split: place / ROBOFLOW_COCO_JSON for split, place in _split_dirs(folder).items()
+             if (place / ROBOFLOW_COCO_JSON).is_file()}
     return Layout("coco", folder, split_files=jsons) if jsons else None
 
 
@@ -106,8 +118,8 @@ def _roboflow_table_layout(folder: Path) -> Layout | None:
     """Roboflow's CSV or CreateML export: the file in each split folder, or in ``folder`` itself (then serving
     training and validation)."""
     for file_name in ANNOTATION_FILES:
-        found = {split: folder / name / file_name for split, names in SPLIT_FOLDERS.items() for name in names
-                 if (folder / name / file_name).is_file()}
+        found = {split: place / file_name for split, place in _split_dirs(folder).items()
+                 if (place / file_name).is_file()}
         if not found and (folder / file_name).is_file():
             found = {"train": folder / file_name}
         if found:
@@ -145,7 +157,7 @@ def _coco_folder_layout(folder: Path) -> Layout | None:
 
 def _names_file(folder: Path) -> Path | None:
     """The class names file in ``folder``, or in its first split folder that has one (Roboflow's darknet export)."""
-    places = [folder, *(folder / name for names in SPLIT_FOLDERS.values() for name in names)]
+    places = [folder, *_split_dirs(folder).values()]
     return next((place / name for place in places for name in NAMES_FILES if (place / name).is_file()), None)
 
 
@@ -195,12 +207,7 @@ def _yolo_splits(folder: Path) -> tuple[dict[str, str], bool]:
 
 def _split_folders(folder: Path, prefix: str) -> dict[str, str]:
     """``{split: prefix + sub-folder}`` for the conventional split folders ``folder`` has (``valid`` for val...)."""
-    found = {}
-    for split, names in SPLIT_FOLDERS.items():
-        name = next((name for name in names if (folder / name).is_dir()), None)
-        if name is not None:
-            found[split] = prefix + name
-    return found
+    return {split: prefix + place.name for split, place in _split_dirs(folder).items()}
 
 
 def _is_voc_root(folder: Path) -> bool:
