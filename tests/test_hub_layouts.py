@@ -155,6 +155,18 @@ def test_metadata_beside_the_split_folders_is_named_in_the_error(tmp_path: Path)
         load(root, tmp_path)
 
 
+
+def test_a_folder_of_bare_images_says_what_a_detection_folder_holds(tmp_path: Path) -> None:
+    """Images with no labels of any kind: the error lists what would make them a dataset, not only the columns
+    ``datasets`` found."""
+    root = tmp_path / "photos"
+    root.mkdir()
+    for k in range(2):
+        (root / f"{k}.png").write_bytes(encoded(".png"))
+    with pytest.raises(DataSourceError, match=r"found \['image'\]\): images without annotations that yolo11 "
+                                              r"recognises; a detection folder holds a data YAML"):
+        load(root, tmp_path)
+
 # --- push_to_hub parquet files and save_to_disk folders --------------------------------------------------------
 
 CLASSES = ["helmet", "vest"]

@@ -76,9 +76,13 @@ def find_columns(dataset: datasets.Dataset, where: str) -> tuple[datasets.Datase
     category = next((name for name in CATEGORY_NAMES if name in features), None)
     if bbox is None or category is None:
         # imagefolder without a metadata file beside the images labels them by their folder, as for classification
-        hint = "" if sorted(features) != ["image", "label"] else (
-            ": datasets read it as images labelled by folder name; put a metadata.jsonl (or metadata.csv) with the "
-            "objects in each split folder, beside its images")
+        hint = {("image", "label"): ": datasets read it as images labelled by folder name; put a metadata.jsonl "
+                                    "(or metadata.csv) with the objects in each split folder, beside its images (a "
+                                    "folder per class is an image-classification layout, without boxes)",
+                ("image",): ": images without annotations that yolo11 recognises; a detection folder holds a data "
+                            "YAML, YOLO labels/ beside images/ (with classes.txt when there is no YAML), COCO "
+                            "jsons, Pascal VOC xml, LabelMe json, a Roboflow export, or a metadata.jsonl of objects "
+                            "(docs/data.md, 'Sources')"}.get(tuple(sorted(features)), "")
         raise DataSourceError(f"{where}: no objects column (looked for {OBJECTS_NAMES}, or box columns {BBOX_NAMES} "
                               f"beside a class column {CATEGORY_NAMES}; found {sorted(features)}){hint}")
     return dataset, ObjectColumns("", bbox, category)
