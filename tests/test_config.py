@@ -269,6 +269,17 @@ def test_args_yaml_is_flat_with_ultralytics_names_and_reads_back(tmp_path):
     assert parse_config([f"cfg={tmp_path / 'args.yaml'}"]) == config
 
 
+def test_an_args_yaml_at_ultralytics_defaults_prints_no_ignored_line(tmp_path, capsys):
+    """Our own args.yaml holds Ultralytics' keys we do not implement at its defaults: reading it back changes
+    nothing, so nothing is said to be ignored (it printed 'ignored: none (and 2 more ...)')."""
+    from yolo11.engine.config import save_args_yaml
+
+    save_args_yaml(parse_config(["--data", "synthetic", "--epochs", "3"]), tmp_path / "args.yaml")
+    capsys.readouterr()
+    parse_config([f"cfg={tmp_path / 'args.yaml'}"])
+    assert "ignored" not in capsys.readouterr().out
+
+
 def test_every_flag_declares_its_resume_rule_and_help() -> None:
     """A flag without a rule cannot be declared (``_fixed``/``_free``/``_local`` make the fields); this walks them all
     so that none slips through another way (the augmentation flags come from ``AugmentParams``)."""

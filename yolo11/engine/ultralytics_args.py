@@ -209,9 +209,8 @@ def read_ultralytics_keys(values: dict[str, Any], ours: dict[str, bool]) -> tupl
     notes = legacy_notes
     if mapped:
         notes.append("Ultralytics keys read as ours: " + ", ".join(mapped))
-    if ignored or at_default:
-        listed = ", ".join(ignored) if ignored else "none"
-        notes.append(f"Ultralytics keys not implemented here, ignored: {listed}"
+    if ignored:  # keys at Ultralytics' defaults change nothing: counted, not listed, and alone not said at all
+        notes.append(f"Ultralytics keys not implemented here, ignored: {', '.join(ignored)}"
                      + (f" (and {at_default} more at Ultralytics' defaults)" if at_default else ""))
     return out, notes
 
