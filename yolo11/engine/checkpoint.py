@@ -142,7 +142,7 @@ def check_resume_config(checkpoint: Path, current: dict, allow_changes: bool) ->
                 continue
             before = saved.get(section, {}).get(key, value)
             if before != value:
-                line = f"--{key.replace('_', '-')}: {before!r} in the checkpoint, {value!r} now"
+                line = f"--{key.replace('_', '-')}: {_shown(before)} in the checkpoint, {_shown(value)} now"
                 changes.append(line)
                 if rules.get(key, FIXED) == FIXED:  # a key the flags no longer declare is compared strictly
                     refused.append(line)
@@ -150,6 +150,11 @@ def check_resume_config(checkpoint: Path, current: dict, allow_changes: bool) ->
         raise CheckpointError("--resume with flags that change the run:\n  " + "\n  ".join(refused) +
                               "\nresume with the checkpoint's flags, or add --allow-changes true to continue anyway")
     return changes
+
+
+def _shown(value: object) -> str:
+    """A flag's value as the command line writes it: ``auto`` for one chosen at run time (stored as None)."""
+    return "auto" if value is None else repr(value)
 
 
 def check_finite(accelerator: Accelerator, model: nn.Module, ema: ModelEMA | None) -> None:
