@@ -142,7 +142,7 @@ def test_the_run_args_yaml_has_ultralytics_keys_and_reads_back(trained):
     assert (back.run.epochs, back.run.batch_size, back.run.plots, back.run.name) == (1, 4, False, "run")
 
 
-def test_val_predict_export_and_info_use_the_trained_model(trained, tmp_path):
+def test_val_predict_export_and_info_use_the_trained_model(trained, tmp_path, capsys):
     """val (the run's data and imgsz by default), predict and the call (arrays, a folder, a stream, saved
     outputs), export (ONNX beside the weights, safetensors), info; a run folder loads as its best weights."""
     model, metrics, _, _ = trained
@@ -161,7 +161,10 @@ def test_val_predict_export_and_info_use_the_trained_model(trained, tmp_path):
     assert len(json.loads((tmp_path / "p" / "predictions.json").read_text())) == len(files)
     pytest.importorskip("onnx")
     onnx = metrics.best.with_suffix(".onnx")
+    capsys.readouterr()
     assert model.export(format="onnx") == onnx and onnx.is_file()
+    said = capsys.readouterr().out  # the model's weights, not the temporary copy the export tool read
+    assert [line.split(" -> ")[0] for line in said.splitlines() if " -> " in line] == [str(metrics.best)], said
     copy = model.export(format="safetensors", output=tmp_path / "copy.safetensors")
     assert YOLO(copy).names == model.names
     with pytest.raises(UsageError, match="is the weights file this model was loaded from"):

@@ -22,6 +22,7 @@ import contextlib
 import copy
 import dataclasses
 import glob
+import io
 import sys
 import tempfile
 import time
@@ -434,11 +435,15 @@ class YOLO:
             return save_weights(self.model, output)
         with tempfile.TemporaryDirectory() as folder, calls.error_lines("yolo11 export", hold=True) as errors:
             weights = save_weights(self.model, Path(folder) / f"{Path(self._weights_name()).stem}.safetensors")
+            printed = io.StringIO()
             try:  # the export tool on this object's model (saved as it is now), so that Python and shell agree
-                code = export_tool.main([str(weights), "--format", fmt, "--output", str(output),
-                                         *calls.tool_tokens(kwargs)])
+                with contextlib.redirect_stdout(printed):
+                    code = export_tool.main([str(weights), "--format", fmt, "--output", str(output),
+                                             *calls.tool_tokens(kwargs)])
             except SystemExit as exit_:
                 code = exit_.code
+            finally:  # its lines name the model's weights, not the temporary copy the tool read
+                print(printed.getvalue().replace(str(weights), self._weights_name()), end="")
             if code:
                 raise UsageError(errors.last or f"export failed (exit {code})")
         return output
