@@ -288,6 +288,8 @@ def test_a_cpu_run_computes_on_all_cores_but_one_unless_omp_num_threads_says(dev
     assert (reason == "") == (device != "cpu")
     if env and device == "cpu":
         assert "OMP_NUM_THREADS" in reason and env in reason
+    if device == "cpu" and not env:  # a lone core leaves none for the loader: the reason must not say it does
+        assert ("one left for the loader" in reason) == (cores > 1), reason
 
 
 def test_a_cpu_run_in_a_callers_process_gives_its_thread_count_back(tmp_path, monkeypatch):

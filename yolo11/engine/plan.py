@@ -296,8 +296,8 @@ def decide_cpu_threads(device_type: str, cores: int, omp_num_threads: str | None
     if omp_num_threads:
         return None, f"compute threads: {omp_num_threads} (OMP_NUM_THREADS)"
     threads = max(cores - 1, 1)
-    return threads, (f"compute threads: {threads} of {cores} core(s) (auto: one left for the loader and the rest of "
-                     "the machine; OMP_NUM_THREADS=N to choose)")
+    why = "one left for the loader and the rest of the machine" if cores > 1 else "this process's one core"
+    return threads, f"compute threads: {threads} of {cores} core(s) (auto: {why}; OMP_NUM_THREADS=N to choose)"
 
 
 def decide_cache(requested: bool | None, needed: int, available: int | None, processes: int = 1) -> tuple[bool, str]:
