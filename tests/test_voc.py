@@ -295,3 +295,15 @@ def test_macos_resource_forks_in_a_devkit_are_not_annotations(tmp_path: Path) ->
     (root / "Annotations" / "._a.xml").write_bytes(b"\x00\x05\x16\x07\x00\x02\x00\x00Mac OS X        ")
     source = _load(root, tmp_path)
     assert len(source.dataset) == 1 and not source.summary.num_problems, source.summary
+
+
+def test_class_names_are_bounded_in_characters_across_files(tmp_path: Path) -> None:
+    """Each file is bounded, but the names of many add up: three 3-million-character names pass each file's
+    bound and would be copied into the model's config, the plots and every log line; refused by the gate's bound."""
+    folder = tmp_path / "voc"
+    for k in range(3):
+        write_image(folder / f"{k}.jpg", seed=k, size=(60, 80))
+        (folder / f"{k}.xml").write_text(user_data.voc_xml(f"{k}.jpg", 80, 60, [(str(k) * 3_000_000, (1, 1, 9, 9))]))
+    with pytest.raises(DataSourceError, match="MAX_NAMES_CHARS"):
+        _load(folder, tmp_path)
+

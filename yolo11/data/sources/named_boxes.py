@@ -14,7 +14,7 @@ import numpy as np
 
 from yolo11.data.schema import BadSampleSummary, DataSourceError
 from yolo11.data.sources.checks import check_box, objects_row
-from yolo11.gate import MAX_CLASSES
+from yolo11.gate import MAX_CLASSES, FileRefusedError, check_class_names
 
 
 @dataclass(frozen=True)
@@ -49,11 +49,15 @@ def class_names(annotations: Iterable[ImageAnnotation | str | None], where: str)
 
 
 def check_class_list(names: list[str], where: str) -> list[str]:
-    """``names`` as a class list: at most ``MAX_CLASSES``, no name twice (a list numbers the classes by position;
-    ``datasets`` refuses a repeated name without naming the file)."""
+    """``names`` as a class list: at most ``MAX_CLASSES``, the gate's ``MAX_NAMES_CHARS`` in all, no name twice (a
+    list numbers the classes by position; ``datasets`` refuses a repeated name without naming the file)."""
     if len(names) > MAX_CLASSES:
         raise DataSourceError(f"{where}: {len(names)} classes, more than the {MAX_CLASSES} a model may have "
                               "(yolo11.gate.MAX_CLASSES)")
+    try:  # the gate's bound on all the names' characters, which every copy (config, plots, JSON) pays again
+        names = check_class_names(names, where)
+    except FileRefusedError as err:
+        raise DataSourceError(str(err)) from None
     first = {}
     for class_id, name in enumerate(names):
         if name in first:
