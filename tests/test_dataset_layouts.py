@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -271,4 +272,18 @@ def test_split_folders_named_in_another_case_or_word(tmp_path: Path, make: str, 
     train, val = _load(folder, tmp_path, "train"), _load(folder, tmp_path, "val")
     assert (len(train.dataset), len(val.dataset)) == (5, 3)
     assert not train.summary.num_problems and not val.summary.num_problems
+
+
+@pytest.mark.parametrize("make", ["roboflow_coco", "roboflow_csv", "roboflow_createml"])
+def test_an_export_of_the_training_split_alone_validates_on_it_and_says_so(tmp_path: Path, make: str,
+                                                                           caplog: pytest.LogCaptureFixture) -> None:
+    from helpers import user_data
+
+    from yolo11.data.sources import same_data_warning
+
+    folder = getattr(user_data, make)(tmp_path / "export")
+    shutil.rmtree(folder / "valid")
+    train, val = _load(folder, tmp_path, "train"), _load(folder, tmp_path, "val")
+    assert len(train.dataset) == len(val.dataset) == 5 and same_data_warning(train, val)
+    assert "so validation uses the training images" in caplog.text
 

@@ -111,7 +111,19 @@ def _split_dirs(folder: Path) -> dict[str, Path]:
 def _roboflow_coco_layout(folder: Path) -> Layout | None:
     jsons = {split: place / ROBOFLOW_COCO_JSON for split, place in _split_dirs(folder).items()
              if (place / ROBOFLOW_COCO_JSON).is_file()}
-    return Layout("coco", folder, split_files=jsons) if jsons else None
+    if not jsons:
+        return None
+    jsons, note = _train_for_val(folder, jsons)
+    return Layout("coco", folder, note, split_files=jsons)
+
+
+def _train_for_val(folder: Path, files: dict[str, Path]) -> tuple[dict[str, Path], str]:
+    """An export of its training split alone (no valid/ or test/ folder): validation on the training images, said
+    aloud, as for the other exported folders."""
+    if "train" not in files or "val" in files or "test" in files:
+        return files, ""
+    return {**files, "val": files["train"]}, (f"{folder}: one {files['train'].relative_to(folder)}, so validation "
+                                              "uses the training images (no valid/ folder)")
 
 
 def _roboflow_table_layout(folder: Path) -> Layout | None:
@@ -123,11 +135,7 @@ def _roboflow_table_layout(folder: Path) -> Layout | None:
         if not found and (folder / file_name).is_file():
             found = {"train": folder / file_name}
         if found:
-            note = ""
-            if "train" in found and "val" not in found and "test" not in found:
-                found["val"] = found["train"]
-                note = (f"{folder}: one {found['train'].relative_to(folder)}, so validation uses the training "
-                        "images (no valid/ folder)")
+            found, note = _train_for_val(folder, found)
             return Layout("table", folder, note, split_files=found)
     return None
 
