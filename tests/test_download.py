@@ -79,13 +79,15 @@ def test_missing_data_is_downloaded_once_and_read_from_the_cache(tmp_path: Path,
     server, www = served
     _tiny_zip(www / "tiny.zip")
     yaml_path = _yaml(tmp_path, f"{server.url}/tiny.zip")
+    stale = tmp_path / "cache" / "downloads" / ".unpacking.tiny.zip.part-x1y2"  # a process killed mid-unpack
+    (stale / "tiny" / "images").mkdir(parents=True)
     train = load_source(os.fspath(yaml_path), "train", cache_dir=tmp_path / "cache", workers=1)
     val = load_source(os.fspath(yaml_path), "val", cache_dir=tmp_path / "cache", workers=1)
     assert len(train.dataset) == len(val.dataset) == 8 and not train.summary.num_problems
     assert server.requests == 1
     downloads = tmp_path / "cache" / "downloads"
     assert sorted(p.name for p in downloads.iterdir() if not p.name.startswith(".")) == ["tiny"]  # no __MACOSX
-    assert not list(downloads.glob(".*.part")) and not list(downloads.glob(".unpacking-*"))
+    assert not list(downloads.glob(".*.part")) and not list(downloads.glob(".unpacking*")) and not stale.exists()
 
 
 def test_data_already_there_is_not_downloaded(tmp_path: Path, served) -> None:

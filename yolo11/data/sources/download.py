@@ -84,6 +84,8 @@ def download_zip(url: str, into: Path, where: str) -> None:
     and the link when the network or the file fails."""
     name = PurePosixPath(urlparse(url).path).name
     part = into / f".{name}.part"
+    for stale in into.glob(f".unpacking{part.name}-*"):  # left by a process killed while unpacking this zip
+        shutil.rmtree(stale, ignore_errors=True)
     request = urllib.request.Request(url, headers={"User-Agent": "yolo11-accelerate"})
     free = shutil.disk_usage(into).free
     try:
@@ -132,7 +134,7 @@ def unpack_zip(archive_path: Path, into: Path, where: str) -> None:
     absolute path or ``..``) or is a link, when it has more than ``MAX_ZIP_MEMBERS`` members, or when its stated
     sizes exceed the free disk space (zipfile stops each member at its stated size, so a crafted zip cannot write
     more). Unpacked into a hidden folder first and moved into place, so no half-unpacked dataset is ever read."""
-    staging = Path(tempfile.mkdtemp(prefix=".unpacking-", dir=into))
+    staging = Path(tempfile.mkdtemp(prefix=f".unpacking{archive_path.name}-", dir=into))
     try:
         with zipfile.ZipFile(archive_path) as archive:
             members = archive.infolist()
