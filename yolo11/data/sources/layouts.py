@@ -41,6 +41,7 @@ NAMES_FILES = ("classes.txt", "obj.names", "labels.txt", "_darknet.labels")
 SPLIT_FOLDERS = {"train": ("train", "training"), "val": ("val", "valid", "validation"), "test": ("test", "testing")}
 CVAT_SPLIT_FOLDERS = {"train": "obj_train_data", "val": "obj_valid_data", "test": "obj_test_data"}
 MAX_NAMES_BYTES = 8 << 20
+TRAIN_FOR_VAL = "no val/ or valid/ folder, so validation uses the training images"
 VOC_LABEL_MAP = "labelmap.txt"  # CVAT's VOC export: the classes in its order
 # kind -> (suffix, a test of the file's first 4 KB, what the log calls it)
 BESIDE_KINDS = {"voc": (".xml", is_voc, "Pascal VOC xml"),
@@ -113,30 +114,29 @@ def _roboflow_coco_layout(folder: Path) -> Layout | None:
              if (place / ROBOFLOW_COCO_JSON).is_file()}
     if not jsons:
         return None
-    jsons, note = _train_for_val(folder, jsons)
-    return Layout("coco", folder, note, split_files=jsons)
+    jsons, alone = _train_for_val(jsons)
+    return Layout("coco", folder, f"{folder}: {TRAIN_FOR_VAL}" if alone else "", split_files=jsons)
 
 
-def _train_for_val(folder: Path, files: dict[str, Path]) -> tuple[dict[str, Path], str]:
-    """An export of its training split alone (no valid/ or test/ folder): validation on the training images, said
-    aloud, as for the other exported folders."""
-    if "train" not in files or "val" in files or "test" in files:
-        return files, ""
-    return {**files, "val": files["train"]}, (f"{folder}: one {files['train'].relative_to(folder)}, so validation "
-                                              "uses the training images (no valid/ folder)")
+def _train_for_val(splits: dict) -> tuple[dict, bool]:
+    """``(splits, whether train now serves val)``: a folder of its training split alone (no valid/ or test/)
+    validates on the training images, which the caller says aloud (Ultralytics would refuse it)."""
+    if "train" not in splits or "val" in splits or "test" in splits:
+        return splits, False
+    return {**splits, "val": splits["train"]}, True
 
 
 def _roboflow_table_layout(folder: Path) -> Layout | None:
     """Roboflow's CSV or CreateML export: the file in each split folder, or in ``folder`` itself (then serving
     training and validation)."""
+    places = _split_dirs(folder)
     for file_name in ANNOTATION_FILES:
-        found = {split: place / file_name for split, place in _split_dirs(folder).items()
-                 if (place / file_name).is_file()}
+        found = {split: place / file_name for split, place in places.items() if (place / file_name).is_file()}
         if not found and (folder / file_name).is_file():
             found = {"train": folder / file_name}
         if found:
-            found, note = _train_for_val(folder, found)
-            return Layout("table", folder, note, split_files=found)
+            found, alone = _train_for_val(found)
+            return Layout("table", folder, f"{folder}: {TRAIN_FOR_VAL}" if alone else "", split_files=found)
     return None
 
 
@@ -190,9 +190,9 @@ def _yolo_layout(folder: Path) -> Layout | None:
                               "(looked for images/, obj_train_data/, train/ and val/ folders, and images beside it)")
     note = (f"{folder}: a YOLO folder without a data YAML: classes from {names_file.name}, splits "
             f"{', '.join(f'{k}={v}' for k, v in splits.items())}")
-    if "val" not in splits and "test" not in splits:  # one split: Ultralytics would refuse; say what we do
-        splits["val"] = splits["train"]
-        note += "; no val/ or valid/ folder, so validation uses the training images (pass a data YAML to choose)"
+    splits, alone = _train_for_val(splits)
+    if alone:
+        note += f"; {TRAIN_FOR_VAL} (pass a data YAML to choose)"
     data = {"path": os.fspath(folder.resolve()), "names": names, **splits}
     return Layout("yolo", names_file, note, data=data, labels_beside_images=beside)
 
@@ -291,7 +291,7 @@ def _voc_root_splits(root: Path) -> tuple[dict[str, tuple[list, Path | None]], b
 def _beside_layout(folder: Path) -> Layout | None:
     """Each image's annotation file beside it, Pascal VOC xml (LabelImg, Roboflow's "Pascal VOC" export) or a
     LabelMe json, in the conventional split folders when there are some, else in ``folder`` itself."""
-    places = {split: folder / name for split, name in _split_folders(folder, "").items()} or {"train": folder}
+    places = _split_dirs(folder) or {"train": folder}
     kind = next((kind for kind in BESIDE_KINDS if any(_holds(place, kind) for place in places.values())), None)
     if kind is None:
         return None
@@ -299,9 +299,9 @@ def _beside_layout(folder: Path) -> Layout | None:
     splits = {split: ImageFileSplit(f"{folder.name}-{split}", tuple(_beside_pairs(place, suffix)))
               for split, place in places.items()}
     note = f"{folder}: {what} beside the images, splits {', '.join(f'{k}={v.name}' for k, v in places.items())}"
-    if "val" not in splits and "test" not in splits:
-        splits["val"] = splits["train"]
-        note += "; no val/ or valid/ folder, so validation uses the training images"
+    splits, alone = _train_for_val(splits)
+    if alone:
+        note += f"; {TRAIN_FOR_VAL}"
     return _image_files_layout(folder, splits, note, [folder])
 
 
