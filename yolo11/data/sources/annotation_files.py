@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 import os
 from pathlib import Path
 
@@ -131,7 +132,7 @@ def read_createml(path: Path) -> dict[str, ImageAnnotation]:
 
 def _named_box(name: str, corners: tuple[float, ...] | None, problem: str, where: str) -> NamedBox:
     if corners is not None and not problem:
-        if not all(map(_finite, corners)):
+        if not all(map(math.isfinite, corners)):
             return NamedBox(name, None, "non-finite coordinates", where=where)
         if corners[2] < corners[0] or corners[3] < corners[1]:
             return NamedBox(name, None, "xmax/ymax before xmin/ymin", where=where)
@@ -139,17 +140,15 @@ def _named_box(name: str, corners: tuple[float, ...] | None, problem: str, where
     return NamedBox(name, None, problem or "no box", where=where)
 
 
-def _finite(value: float) -> bool:
-    return value == value and abs(value) != float("inf")
-
-
 def annotation_file_rows(files: dict[str, Path], split: str,
                          workers: int | None = None) -> tuple[list[dict], list[str], BadSampleSummary]:
     """Rows of one split's file, its images beside it; classes from every split's file."""
-    annotations = {name: read_annotation_file(path) for name, path in files.items()}
+    # each file read once: a file serving train and val (a folder of one split) is one set of annotations
+    annotations = {path: read_annotation_file(path) for path in dict.fromkeys(files.values())}
     names = class_names((a for per_file in annotations.values() for a in per_file.values()),
-                        ", ".join(os.fspath(p) for p in files.values()))
-    path, listed = files[split], annotations[split]
+                        ", ".join(os.fspath(p) for p in annotations))
+    path = files[split]
+    listed = annotations[path]
     folder = path.parent
     beside = sorted(p.name for p in folder.iterdir() if is_image_name(p.name) and p.is_file())
     order = sorted(listed) + [name for name in beside if name not in listed]  # unnamed images: backgrounds
