@@ -141,13 +141,18 @@ def _read_object(element: ET.Element) -> NamedBox:
     return NamedBox(name, (x1, y1, xmax, ymax), "", difficult)
 
 
+def _list_text(path: Path, max_bytes: int) -> str:
+    """A line-per-entry file's text (a byte-order mark dropped); ``DataSourceError`` naming it when unreadable."""
+    try:
+        return read_regular_file(path, max_bytes).decode("utf-8-sig", errors="replace")
+    except (ValueError, OSError) as err:
+        raise DataSourceError(f"{path}: {err}") from None
+
+
 def read_label_map(path: Path) -> list[str]:
     """Class names of CVAT's ``labelmap.txt`` (``name:r,g,b:parts:actions`` per line, ``#`` comments), without its
     ``background`` entry, in the file's order."""
-    try:
-        text = read_regular_file(path, MAX_LABEL_MAP_BYTES).decode("utf-8-sig", errors="replace")
-    except (ValueError, OSError) as err:
-        raise DataSourceError(f"{path}: {err}") from None
+    text = _list_text(path, MAX_LABEL_MAP_BYTES)
     names = [line.split(":", 1)[0].strip() for line in text.splitlines() if line.strip() and
              not line.lstrip().startswith("#")]
     names = [name for name in names if name and name != "background"]
@@ -160,10 +165,7 @@ def read_split_list(path: Path) -> list[str]:
     """The ids of an ``ImageSets/Main/<split>.txt``: the first field of each line (class lists add a second). An id
     that is a path leaving ``Annotations/`` (``../x``, ``/etc/x``) is refused: no list makes the reader open a file
     outside the dataset."""
-    try:
-        text = read_regular_file(path, MAX_SPLIT_LIST_BYTES).decode("utf-8-sig", errors="replace")
-    except (ValueError, OSError) as err:
-        raise DataSourceError(f"{path}: {err}") from None
+    text = _list_text(path, MAX_SPLIT_LIST_BYTES)
     ids = []
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.split():
