@@ -271,6 +271,13 @@ def _no_image_folder(request: _Request, where: str) -> None:
                               "this source says where its images are itself")
 
 
+def _no_bbox_format(request: _Request, where: os.PathLike, why: str) -> None:
+    """``--bbox-format`` says how Hub/folder and COCO json boxes are stored; a file format that fixes it (``why``)
+    would silently ignore it."""
+    if request.bbox_format != "auto":
+        raise DataSourceError(f"{where}: --bbox-format applies to Hub datasets, dataset folders and COCO jsons; {why}")
+
+
 def _load_folder(folder: Path, request: _Request) -> DetectionSource:
     """A ``save_to_disk`` folder or a folder of dataset files: already Arrow (or read by ``datasets``), only
     normalised, not cached by us."""
@@ -321,9 +328,7 @@ def _load_yaml(path: Path, request: _Request, data: dict | None = None,
             raise DataSourceError(f"{path}: the '{split}' json {json_path} does not exist")
         return _load_coco(json_path.resolve(), request.images or yaml_images, request)
     _no_image_folder(request, f"{path} (YOLO labels)")
-    if request.bbox_format != "auto":
-        raise DataSourceError(f"{path}: --bbox-format applies to Hub datasets, dataset folders and COCO jsons; YOLO "
-                              "txt labels are always 'class cx cy w h', normalised")
+    _no_bbox_format(request, path, "YOLO txt labels are always 'class cx cy w h', normalised")
     stats = yolo_fingerprint_stats(path, split, data, labels_beside_images)
     fingerprint = _fingerprint_stats({"kind": "yolo", "split": split, "data": data if path.suffix not in (
         ".yaml", ".yml") else None, "beside": labels_beside_images}, stats)
@@ -335,9 +340,7 @@ def _load_yaml(path: Path, request: _Request, data: dict | None = None,
 
 def _load_per_image(layout: Layout, request: _Request) -> DetectionSource:
     """An annotation file per image, Pascal VOC xml or LabelMe json (``per_image.py``), converted once per split."""
-    if request.bbox_format != "auto":
-        raise DataSourceError(f"{layout.path}: --bbox-format applies to Hub datasets, dataset folders and COCO "
-                              "jsons; Pascal VOC and LabelMe files state their boxes' format")
+    _no_bbox_format(request, layout.path, "Pascal VOC and LabelMe files state their boxes' format")
     split, note = choose_split(list(layout.image_splits), request.split, request.fallback_splits,
                                request.split_flag, os.fspath(layout.path))
     _report(note)
@@ -352,9 +355,7 @@ def _load_per_image(layout: Layout, request: _Request) -> DetectionSource:
 
 def _load_annotation_files(layout: Layout, request: _Request) -> DetectionSource:
     """Roboflow's CSV or CreateML export (``annotation_files.py``), converted once per split."""
-    if request.bbox_format != "auto":
-        raise DataSourceError(f"{layout.path}: --bbox-format applies to Hub datasets, dataset folders and COCO "
-                              "jsons; these files state their boxes' format")
+    _no_bbox_format(request, layout.path, "these files state their boxes' format")
     split, note = choose_split(list(layout.split_files), request.split, request.fallback_splits, request.split_flag,
                                os.fspath(layout.path))
     _report(note)
