@@ -18,6 +18,16 @@ export PYTHONPYCACHEPREFIX=/tmp/pycache
 python3 -m compileall -q -j 0 $(python3 -c "import site; print(*site.getsitepackages())") /tmp/site > /dev/null 2>&1
 python3 -c "import yolo11.engine.trainer, yolo11.tools.val, accelerate.commands.launch, datasets, pycocotools.coco" \
   && python3 -c "import ultralytics.models.yolo, ultralytics.engine.trainer" 2>/dev/null; true
+# cuDNN's and cuBLAS's libraries (~2 GB) read from disk before any timing: otherwise the first trainer of a call
+# pays it alone (~10 s of its start), the next ones finding them in the page cache as on a machine used before
+python3 -c "
+import torch
+x = torch.randn(8, 3, 64, 64, device='cuda')
+for dtype in (torch.float32, torch.bfloat16, torch.float16):
+    w = torch.randn(16, 3, 3, 3, device='cuda', dtype=dtype, requires_grad=True)
+    torch.nn.functional.conv2d(x.to(dtype), w).sum().backward()
+    (w.flatten(1) @ w.flatten(1).T).sum().item()
+"
 python3 -c "import matplotlib.font_manager"  # its font cache, built once per machine (a user's is built already)
 python3 -c "import torch, timm, accelerate; print('torch', torch.__version__, 'timm', timm.__version__, 'accelerate', accelerate.__version__, torch.cuda.get_device_name())" | tee "$OUT/versions.txt"
 i=0

@@ -114,13 +114,21 @@ def test_postprocessor_maps_to_original_pixels(reference):
     assert in_original[0][:, 2].max() > 640  # really rescaled (gain 0.5)
 
 
+@pytest.mark.parametrize("suppression", ["torchvision", "batched", "batched-chunks"])
 @pytest.mark.parametrize("group_budget", [1 << 20, 700], ids=["whole-batch", "groups"])
 @pytest.mark.parametrize("multi_label", [True, False])
-def test_batched_nms_equals_one_image_at_a_time(multi_label, group_budget, monkeypatch):
+def test_batched_nms_equals_one_image_at_a_time(multi_label, group_budget, suppression, monkeypatch):
     """The candidates of several images are thresholded at once (in groups of at most ``MAX_GROUP_CANDIDATES``);
     each image's detections must still be bitwise those of that image alone, also under the max_nms cap, with
-    tied scores and with an image without candidates."""
+    tied scores and with an image without candidates. "batched": the suppression of CUDA runs
+    (``batched_greedy_nms``, taken here on the CPU), for the whole group or in chunks of a few images."""
     monkeypatch.setattr("yolo11.postprocess.MAX_GROUP_CANDIDATES", group_budget)
+    if suppression != "torchvision":
+        def batchable(candidates, counts, max_nms):
+            return max(counts, default=0) <= max_nms
+        monkeypatch.setattr("yolo11.postprocess._batchable", batchable)
+    if suppression == "batched-chunks":
+        monkeypatch.setattr("yolo11.postprocess.MAX_PAIR_ENTRIES", 300 * 300)
     torch.manual_seed(0)
     images, anchors, classes = 4, 600, 6
     decoded = torch.cat((torch.rand(images, 2, anchors) * 600, torch.rand(images, 2, anchors) * 80 + 1,
@@ -130,9 +138,61 @@ def test_batched_nms_equals_one_image_at_a_time(multi_label, group_budget, monke
     settings = dict(conf=0.01, iou=0.6, max_det=120, multi_label=multi_label, max_nms=300)
     batched = non_max_suppression(decoded, **settings)
     assert len(batched) == images and len(batched[2]) == 0 and len(batched[0]) == 120
+    monkeypatch.undo()  # each image alone through torchvision's NMS
     for image, det in enumerate(batched):
         (alone,) = non_max_suppression(decoded[image:image + 1], **settings)
         assert torch.equal(det, alone)
+
+
+def _crowded_candidates(seed: int, device: str = "cpu"):
+    """Several images' candidates, one image after another: clusters of boxes overlapping each other (chains of
+    suppression), integer corners (exactly tied IoUs), scores in tenths (ties), an image without any."""
+    generator = torch.Generator().manual_seed(seed)
+    counts = [int(c) for c in torch.randint(0, 400, (5,), generator=generator)]
+    counts[3] = 0
+    total = sum(counts)
+    centres = torch.rand(total, 1, 2, generator=generator) * 40 + torch.randint(0, 3, (total, 1, 2),
+                                                                               generator=generator) * 200
+    sizes = torch.rand(total, 1, 2, generator=generator) * 60 + 4
+    boxes = torch.cat((centres - sizes / 2, centres + sizes / 2), dim=2).flatten(1)
+    if seed % 2:
+        boxes = boxes.round()
+    scores = (torch.rand(total, generator=generator) * 10).round() / 10 + 0.01
+    return boxes.to(device), scores.to(device), counts
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("iou, max_det", [(0.7, 300), (0.45, 300), (0.2, 7)])
+def test_batched_greedy_nms_keeps_torchvisions_boxes(seed, iou, max_det):
+    """``batched_greedy_nms`` keeps, image by image, exactly the indices torchvision's NMS keeps, in its order."""
+    from yolo11.postprocess import batched_greedy_nms, nms
+
+    boxes, scores, counts = _crowded_candidates(seed)
+    rows, kept = batched_greedy_nms(boxes, scores, counts, iou, max_det)
+    expected, start = [], 0
+    for count in counts:
+        expected.append(nms(boxes[start:start + count], scores[start:start + count], iou)[:max_det] + start)
+        start += count
+    assert kept == [len(keep) for keep in expected]
+    assert torch.equal(rows, torch.cat(expected))
+    assert max(kept) < max(counts)  # something was suppressed
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_batched_greedy_nms_on_cuda_keeps_torchvisions_boxes():
+    """On CUDA, where training's validation uses it: torchvision's CUDA NMS keeps the same boxes per image."""
+    from yolo11.postprocess import batched_greedy_nms, nms
+
+    for seed in range(6):
+        boxes, scores, counts = _crowded_candidates(seed, "cuda")
+        rows, kept = batched_greedy_nms(boxes, scores, counts, 0.7, 300)
+        expected, start = [], 0
+        for count in counts:
+            expected.append(nms(boxes[start:start + count], scores[start:start + count], 0.7)[:300] + start)
+            start += count
+        assert kept == [len(keep) for keep in expected]
+        assert torch.equal(rows, torch.cat(expected))
 
 
 def test_image_groups_stay_within_the_budget_unless_one_image_exceeds_it():
