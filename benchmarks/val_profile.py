@@ -8,7 +8,9 @@ Prints the mean seconds of a pass (after two warm-up passes that capture the gra
 and the 25 ops with the most host time in one profiled pass. The model is freshly built (its detections are as
 few as a model at its first epoch gives); ``--weights`` (a run folder or weights file, e.g. a finished run's
 ``weights/last.safetensors``) validates trained weights instead, whose detections at conf 0.001 are as many as
-training's later validations see (up to 300 per image), so NMS and scoring do their most work.
+training's later validations see (up to 300 per image), so NMS and scoring do their most work. Last, the
+post-processing (decode, NMS) of one validation batch alone, as a pass runs it and with torchvision's NMS one
+image at a time (on CUDA a host sync per image).
 """
 
 from __future__ import annotations
@@ -29,7 +31,8 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=16, help="the training batch (validation uses twice it)")
     parser.add_argument("--passes", type=int, default=20)
     parser.add_argument("--channels-last", default="true", help="the trainer's --channels-last")
-    parser.add_argument("--weights", default=None, help="a run folder or weights file (default: a fresh model)")
+    parser.add_argument("--weights", default=None, help="a weights file, e.g. <run>/weights/last.safetensors "
+                        "(default: a fresh model)")
     args = parser.parse_args()
 
     import torch
@@ -83,6 +86,41 @@ def main() -> None:
         validator.run(model, criterion, plots=False, images=False, all_stats=False)
         sync()
     print(profile.key_averages().table(sort_by="cpu_time_total", row_limit=25, max_name_column_width=60))
+    postprocessing(validator, model, accelerator, sync)
+
+
+def postprocessing(validator, model, accelerator, sync) -> None:
+    """Milliseconds of the post-processor on one batch's maps: as validation runs it, and with each image's NMS
+    through torchvision (``_batchable`` refusing every group)."""
+    import time
+
+    import torch
+
+    import yolo11.postprocess as postprocess_module
+    from yolo11.data import model_input
+    from yolo11.evaluation.runner import float_maps
+
+    batch = next(iter(validator.loader))
+    images = model_input(batch["images"].to(accelerator.device), validator.channels_last)
+    with torch.no_grad(), accelerator.autocast():
+        feats = float_maps(model(images))
+    timings = {}
+    for name, batchable in (("as validation runs it", postprocess_module._batchable),
+                            ("torchvision per image", lambda *_: False)):
+        postprocess_module._batchable, kept = batchable, postprocess_module._batchable
+        try:
+            runs = []
+            for _ in range(10):
+                sync()
+                start = time.perf_counter()
+                detections = validator.postprocessor(feats)
+                sync()
+                runs.append(time.perf_counter() - start)
+        finally:
+            postprocess_module._batchable = kept
+        timings[name] = (sorted(runs)[len(runs) // 2], sum(len(d) for d in detections))
+    print(f"post-processing one batch of {images.shape[0]} (median of 10): " + "; ".join(
+        f"{name} {seconds * 1000:.2f} ms ({count} detections)" for name, (seconds, count) in timings.items()))
 
 
 if __name__ == "__main__":
