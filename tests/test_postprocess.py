@@ -182,6 +182,20 @@ def test_batched_greedy_nms_keeps_torchvisions_boxes(seed, iou, max_det):
     assert max(kept) < max(counts)  # something was suppressed
 
 
+def test_batched_greedy_nms_settles_a_long_chain_of_suppressions():
+    """Boxes in a row, each overlapping the next above the threshold but not the one after, scores falling along
+    the row: greedy NMS keeps every other box, and each box's fate waits for the one before it (one box settled per
+    round, more rounds than the first check's)."""
+    from yolo11.postprocess import batched_greedy_nms, nms
+
+    left = torch.arange(200, dtype=torch.float32) * 4
+    boxes = torch.stack((left, torch.zeros(200), left + 40, torch.full((200,), 40.0)), dim=1)
+    scores = torch.linspace(0.9, 0.1, 200)
+    rows, kept = batched_greedy_nms(boxes, scores, [200], 0.7, 300)
+    assert torch.equal(rows, nms(boxes, scores, 0.7))
+    assert rows.tolist() == list(range(0, 200, 2)) and kept == [100]
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_batched_greedy_nms_on_cuda_keeps_torchvisions_boxes():

@@ -62,8 +62,9 @@ def nms(boxes: Tensor, scores: Tensor, iou_threshold: float) -> Tensor:
 MAX_GROUP_CANDIDATES = 1 << 20
 # (image, box, box) pairs whose IoUs ``batched_greedy_nms`` holds at once: ~200 MB of float32 temporaries at most
 MAX_PAIR_ENTRIES = 1 << 24
-# batched_greedy_nms's suppression rounds between two checks of whether the result has settled
-ROUNDS_PER_CHECK = 4
+# batched_greedy_nms's suppression rounds before its first check of whether the result has settled (each later
+# check comes after twice as many: a long chain of suppressions costs a few host syncs, not one per few boxes)
+FIRST_ROUNDS = 4
 
 
 def batched_greedy_nms(boxes: Tensor, scores: Tensor, counts: Sequence[int], iou_threshold: float,
@@ -75,7 +76,7 @@ def batched_greedy_nms(boxes: Tensor, scores: Tensor, counts: Sequence[int], iou
     (a stable sort, as torchvision's), their IoUs computed as torchvision computes them, and the greedy choice
     found as the fixed point of "a box is kept unless a kept box before it overlaps it by more than
     ``iou_threshold``": a box depends only on the boxes before it, so the fixed point is unique (the greedy
-    result) and each round settles at least one more box; a box-dense image takes a few rounds.
+    result) and each round settles at least one more box: a few rounds for most images, checked after 4, 8, 16, ...
 
     Args:
         boxes: ``(N, 4)`` xyxy, the images' candidates one image after another (``counts`` each).
@@ -109,17 +110,18 @@ def batched_greedy_nms(boxes: Tensor, scores: Tensor, counts: Sequence[int], iou
     del inter, union
     suppresses &= torch.ones(width, width, dtype=torch.bool, device=device).triu_(1)  # only later boxes
     suppresses &= valid[:, :, None]
-    keep = valid
-    for _ in range(0, width + ROUNDS_PER_CHECK, ROUNDS_PER_CHECK):  # after `width` rounds every box is settled
-        for _ in range(ROUNDS_PER_CHECK):
+    keep, rounds, done = valid, FIRST_ROUNDS, 0
+    while True:
+        for _ in range(rounds):
             previous = keep
             keep = valid & ~(suppresses & previous[:, :, None]).any(dim=1)
+        done += rounds
         kept = keep & (keep.cumsum(1) <= max_det)
         # one sync: whether the last round changed anything, and each image's count
         state = torch.cat(((keep != previous).any()[None], kept.sum(1))).tolist()
-        if not state[0]:
-            break
-    return rows[kept], state[1:]
+        if not state[0] or done >= width:  # after `width` rounds every box is settled
+            return rows[kept], state[1:]
+        rounds *= 2
 
 
 def _decode_cells(feats: Sequence[Tensor], strides: Sequence[int], reg_max: int) -> tuple[Tensor, Tensor, Tensor]:
