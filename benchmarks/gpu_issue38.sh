@@ -6,14 +6,15 @@
 # core: the GPU tests and the coco128 tutorial runs only (~5 minutes with the install); quick: also the first-use
 # figures and a validation pass's profile (~6 minutes); without either, also the generated 2,000/500 runs for
 # yolo11n and yolo26n, yolo26n's training speed against Ultralytics' at batch 16 (whole trainer) and 128 (the step),
-# and seeds 1 and 2 (~35 minutes: more than one call's 10; run the rest as separate calls). The yolo26n lines: its
+# seeds 1 and 2, and where a tutorial epoch's time goes (~35 minutes: more than one call's 10; run the rest as
+# separate calls). The yolo26n lines: its
 # batch-128 step's kernels (0.86x Ultralytics' on 2026-12-06) and, at batch 16, CUDA graphs against --compile auto's
 # compiled run (is the ~130 s cold compile repaid?).
 set -u
 cd "$(dirname "$0")/.."
 runs=(
   "python3 benchmarks/first_use.py"
-  "python3 -m pytest -q -m gpu -n 0 -p no:cacheprovider tests/test_cuda_graphs.py tests/test_models.py tests/test_evaluate.py tests/test_evaluation.py tests/test_yolo26_train.py tests/test_compile.py 2>&1 | tail -15"
+  "python3 -m pytest -q -m gpu -n 0 -p no:cacheprovider tests/test_postprocess.py tests/test_cuda_graphs.py tests/test_models.py tests/test_evaluate.py tests/test_evaluation.py tests/test_yolo26_train.py tests/test_compile.py 2>&1 | tail -15"
   "python3 benchmarks/val_profile.py --data .data/coco128.yaml --passes 20 2>&1 | head -3"
   "python3 benchmarks/user_runs.py --dataset .data/coco128.yaml --variants ours ultralytics ours-cli --epochs 100 --batch 16 --imgsz 640 --seeds 0 && grep -hE 'time:|finished in|mixed precision' runs/user_runs/coco128_ours*_seed0.log"
 )
@@ -27,6 +28,7 @@ elif [ "${1:-}" != quick ]; then
     "python3 benchmarks/train_throughput.py --mode e2e --model yolo26n --batch 16 --coco128 .data/coco128 --steps 300 --variants='--compile false; ' 2>&1 | tail -8"
     "python3 benchmarks/user_runs.py --dataset .data/coco128.yaml --variants ours ultralytics --epochs 100 --batch 16 --imgsz 640 --seeds 1 2"
     "python3 benchmarks/user_runs.py --dataset generated --variants ours ultralytics --epochs 30 --batch 32 --imgsz 320 --seeds 1 2"
+    "python3 benchmarks/epoch_timeline.py --start 150 --steps 8 -- --data .data/coco128.yaml --epochs 100 --batch-size 16 --imgsz 640 2>&1 | tail -30"
   )
 fi
 exec bash benchmarks/gpu_session.sh "${runs[@]}"
