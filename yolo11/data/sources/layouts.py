@@ -29,7 +29,7 @@ from yolo11.data.image_io import is_image_file, is_image_name
 from yolo11.data.schema import DataSourceError
 from yolo11.data.sources.annotation_files import ANNOTATION_FILES
 from yolo11.data.sources.labelme import is_labelme
-from yolo11.data.sources.named_boxes import check_class_list
+from yolo11.data.sources.named_boxes import check_class_list, read_list_file
 from yolo11.data.sources.per_image import ImageFileSplit
 from yolo11.data.sources.voc import is_voc, read_split_list
 from yolo11.gate import FileRefusedError, open_regular, read_yaml
@@ -171,9 +171,7 @@ def _names_file(folder: Path) -> Path | None:
 
 def read_names_file(path: Path) -> list[str]:
     """Class names, one per line (blank lines ignored), as darknet, CVAT and Label Studio write them."""
-    if path.stat().st_size > MAX_NAMES_BYTES:
-        raise DataSourceError(f"{path}: {path.stat().st_size} bytes, too large for a class-names file")
-    names = [line.strip() for line in path.read_text(errors="replace").splitlines() if line.strip()]
+    names = [line.strip() for line in read_list_file(path, MAX_NAMES_BYTES).splitlines() if line.strip()]
     if not names:
         raise DataSourceError(f"{path}: no class names (one per line)")
     return check_class_list(names, os.fspath(path))

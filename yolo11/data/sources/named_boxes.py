@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+from yolo11.data.image_io import read_regular_file
 from yolo11.data.schema import BadSampleSummary, DataSourceError
 from yolo11.data.sources.checks import check_box, objects_row
 from yolo11.gate import MAX_CLASSES, FileRefusedError, check_class_names
@@ -46,6 +47,15 @@ def class_names(annotations: Iterable[ImageAnnotation | str | None], where: str)
     if not names:
         raise DataSourceError(f"{where}: no object names in any annotation, so no classes")
     return check_class_list(names, where)
+
+
+def read_list_file(path: Path, max_bytes: int) -> str:
+    """The text of a one-entry-per-line file (class names, image ids) of at most ``max_bytes``, read as a regular
+    file, without the byte-order mark Windows tools write first; ``DataSourceError`` naming it when unreadable."""
+    try:
+        return read_regular_file(path, max_bytes).decode("utf-8-sig", errors="replace")
+    except (ValueError, OSError) as err:
+        raise DataSourceError(f"{path}: {err}") from None
 
 
 def check_class_list(names: list[str], where: str) -> list[str]:

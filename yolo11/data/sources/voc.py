@@ -24,7 +24,7 @@ import numpy as np
 
 from yolo11.data.image_io import read_regular_file
 from yolo11.data.schema import DataSourceError
-from yolo11.data.sources.named_boxes import ImageAnnotation, NamedBox
+from yolo11.data.sources.named_boxes import ImageAnnotation, NamedBox, read_list_file
 
 MAX_VOC_XML_BYTES = 4 << 20  # a VOC file of 10,000 objects is ~3 MB; more is not an annotation file
 MAX_XML_DEPTH = 32  # VOC nests 4 deep (annotation/object/bndbox/xmin, parts one more)
@@ -141,18 +141,10 @@ def _read_object(element: ET.Element) -> NamedBox:
     return NamedBox(name, (x1, y1, xmax, ymax), "", difficult)
 
 
-def _list_text(path: Path, max_bytes: int) -> str:
-    """A line-per-entry file's text (a byte-order mark dropped); ``DataSourceError`` naming it when unreadable."""
-    try:
-        return read_regular_file(path, max_bytes).decode("utf-8-sig", errors="replace")
-    except (ValueError, OSError) as err:
-        raise DataSourceError(f"{path}: {err}") from None
-
-
 def read_label_map(path: Path) -> list[str]:
     """Class names of CVAT's ``labelmap.txt`` (``name:r,g,b:parts:actions`` per line, ``#`` comments), without its
     ``background`` entry, in the file's order."""
-    text = _list_text(path, MAX_LABEL_MAP_BYTES)
+    text = read_list_file(path, MAX_LABEL_MAP_BYTES)
     names = [line.split(":", 1)[0].strip() for line in text.splitlines() if line.strip() and
              not line.lstrip().startswith("#")]
     names = [name for name in names if name and name != "background"]
@@ -165,7 +157,7 @@ def read_split_list(path: Path) -> list[str]:
     """The ids of an ``ImageSets/Main/<split>.txt``: the first field of each line (class lists add a second). An id
     that is a path leaving ``Annotations/`` (``../x``, ``/etc/x``) is refused: no list makes the reader open a file
     outside the dataset."""
-    text = _list_text(path, MAX_SPLIT_LIST_BYTES)
+    text = read_list_file(path, MAX_SPLIT_LIST_BYTES)
     ids = []
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.split():
