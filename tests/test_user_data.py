@@ -215,12 +215,14 @@ def test_a_names_file_naming_a_class_twice_is_refused_by_name(tmp_path: Path) ->
         load_source(os.fspath(folder), "train", cache_dir=tmp_path / "cache", workers=1)
 
 
-def test_a_names_file_written_with_a_byte_order_mark_names_its_first_class_without_it(tmp_path: Path) -> None:
-    """Windows tools save ``classes.txt`` as "UTF-8 with BOM": the mark is not part of the first class's name (it
-    would print as 'person' and match no 'person' elsewhere)."""
+@pytest.mark.parametrize("encoding", ["utf-8-sig", "utf-16"])
+def test_a_names_file_written_with_a_byte_order_mark_names_its_first_class_without_it(encoding: str,
+                                                                                     tmp_path: Path) -> None:
+    """Windows tools save ``classes.txt`` as "UTF-8 with BOM" or (Notepad's "Unicode") UTF-16: the mark is not part
+    of the first class's name (it would print as 'person' and match no 'person' elsewhere)."""
     folder = user_data.labelimg_folder(tmp_path / "labelimg")
     names = (folder / "classes.txt").read_text().splitlines()
-    (folder / "classes.txt").write_bytes("\n".join(names).encode("utf-8-sig") + b"\r\n")
+    (folder / "classes.txt").write_bytes("\r\n".join(names + [""]).encode(encoding))
     source = load_source(os.fspath(folder), "train", cache_dir=tmp_path / "cache", workers=1)
     assert source.class_names == names and not source.class_names[0].startswith("\ufeff")
 

@@ -5,6 +5,7 @@ against the image, each name against the classes.
 
 from __future__ import annotations
 
+import codecs
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -49,11 +50,19 @@ def class_names(annotations: Iterable[ImageAnnotation | str | None], where: str)
     return check_class_list(names, where)
 
 
+def decode_text(data: bytes) -> str:
+    """A text file's bytes as Windows tools write them too: UTF-8 without its byte-order mark, or UTF-16 with its
+    mark (Notepad's "Unicode"); undecodable bytes replaced (a name or a number then fails its own check)."""
+    if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        return data.decode("utf-16", errors="replace")
+    return data.decode("utf-8-sig", errors="replace")
+
+
 def read_list_file(path: Path, max_bytes: int) -> str:
-    """The text of a one-entry-per-line file (class names, image ids) of at most ``max_bytes``, read as a regular
-    file, without the byte-order mark Windows tools write first; ``DataSourceError`` naming it when unreadable."""
+    """The text (``decode_text``) of a one-entry-per-line file (class names, image ids) of at most ``max_bytes``,
+    read as a regular file; ``DataSourceError`` naming it when unreadable."""
     try:
-        return read_regular_file(path, max_bytes).decode("utf-8-sig", errors="replace")
+        return decode_text(read_regular_file(path, max_bytes))
     except (ValueError, OSError) as err:
         raise DataSourceError(f"{path}: {err}") from None
 

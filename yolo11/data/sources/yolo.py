@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import codecs
 import functools
 import os
 import sys
@@ -13,7 +12,7 @@ import numpy as np
 from yolo11.data.image_io import is_image_name, read_regular_file
 from yolo11.data.schema import BadSampleSummary, DataSourceError
 from yolo11.data.sources.checks import check_box, image_size, objects_row
-from yolo11.data.sources.named_boxes import check_class_list
+from yolo11.data.sources.named_boxes import check_class_list, decode_text
 from yolo11.data.sources.parallel import ordered_map
 from yolo11.gate import MAX_CLASSES, FileRefusedError, check_class_names, read_json, read_yaml
 
@@ -193,7 +192,7 @@ def _listed_images(list_file: Path) -> tuple[list[Path], list[str]]:
     mark, Windows separators accepted; a relative path is read from the list's folder, then (as Ultralytics reads
     one not starting with ``./``) from the working folder."""
     try:
-        text = read_regular_file(list_file, MAX_LIST_BYTES).decode("utf-8-sig", errors="replace")
+        text = decode_text(read_regular_file(list_file, MAX_LIST_BYTES))
     except ValueError as err:
         raise DataSourceError(f"{list_file}: {err}") from None
     images, missing = [], []
@@ -230,10 +229,7 @@ def read_label_text(path: Path) -> str:
     """A label file's text; ``ValueError`` for a FIFO or device named ``.txt`` (a read would block or never end)
     or a file over ``MAX_LABEL_BYTES``. A byte-order mark is dropped (Windows editors write one, as Ultralytics
     reads ``utf-8-sig``); UTF-16 with its mark (Notepad's "Unicode") is read as such."""
-    data = read_regular_file(path, MAX_LABEL_BYTES)
-    if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
-        return data.decode("utf-16", errors="replace")
-    return data.decode("utf-8-sig", errors="replace")
+    return decode_text(read_regular_file(path, MAX_LABEL_BYTES))
 
 
 def parse_label_file(path: Path, width: int, height: int, num_classes: int, summary: BadSampleSummary,
