@@ -217,6 +217,28 @@ def test_latest_naming_a_folder_elsewhere_is_refused(resumable) -> None:
         latest.write_text(saved)
 
 
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="named pipes are POSIX")
+@pytest.mark.parametrize("kind", ["fifo", "huge"])
+def test_a_latest_file_that_is_a_pipe_or_huge_is_not_read(kind: str, tmp_path: Path) -> None:
+    """``checkpoints/latest`` in a run folder someone else wrote: a named pipe (a read would wait forever) or a
+    file of gigabytes (read whole into memory) is neither; the run has no usable checkpoint, and resuming it names
+    the file."""
+    from yolo11.engine.checkpoint import CheckpointError, latest_checkpoint, resolve_resume
+
+    run = tmp_path / "run"
+    checkpoint_folders(run / "checkpoints", 3)
+    latest = run / "checkpoints" / "latest"
+    latest.unlink()
+    if kind == "fifo":
+        os.mkfifo(latest)
+    else:
+        with latest.open("wb") as fh:
+            fh.truncate(8 << 30)  # sparse: gigabytes that take no disk
+    assert latest_checkpoint(run) is None
+    with pytest.raises(CheckpointError, match=r"latest: "):
+        resolve_resume(os.fspath(run), run)
+
+
 def test_latest_checkpoint_is_the_complete_one_latest_names(tmp_path):
     from yolo11.engine.checkpoint import latest_checkpoint
 

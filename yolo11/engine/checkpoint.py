@@ -44,9 +44,11 @@ from yolo11.engine.run_state import (  # noqa: F401 - re-exported: the writer's 
     TrainState,
     checkpoint_root,
 )
-from yolo11.gate import read_json
+from yolo11.gate import read_json, read_regular
 from yolo11.output_errors import write_file, writing
 from yolo11.weights.safetensors_io import honour_umask, host_copies, non_finite_flag
+
+MAX_LATEST_BYTES = 4096  # checkpoints/latest holds one folder name
 
 
 def save_checkpoint(accelerator: Accelerator, run_dir: Path, state: TrainState, keep: int, model: nn.Module,
@@ -200,8 +202,11 @@ def resolve_resume(resume: str, run_dir: Path, missing_ok: bool = False) -> Path
     ``missing_ok``: None instead of an error when the folder has no checkpoint yet."""
     candidate = run_dir if resume == "auto" else Path(resume)
     latest = checkpoint_root(candidate) / "latest"
-    if latest.is_file():
-        name = latest.read_text().strip()
+    if latest.exists():
+        try:
+            name = _latest_name(latest)
+        except (OSError, ValueError) as err:  # a pipe, a device, gigabytes: refused by the gate, named
+            raise CheckpointError(str(err)) from None
         if not CHECKPOINT_NAME.fullmatch(name):  # a crafted "../../elsewhere" would resume from another folder
             raise CheckpointError(f"{latest}: names {name[:80]!r}, not a checkpoint-<iteration> folder beside it")
         candidate = checkpoint_root(candidate) / name
@@ -247,12 +252,18 @@ def _checkpoints(root: Path) -> list[Path]:
     return [p for p in root.glob("checkpoint-*") if p.is_dir() and CHECKPOINT_NAME.fullmatch(p.name)]
 
 
+def _latest_name(latest: Path) -> str:
+    """The checkpoint folder name a ``latest`` file holds, read as a small regular file (a run folder may come from
+    elsewhere: a named pipe there would block the read, a huge file fill the memory)."""
+    return read_regular(latest, MAX_LATEST_BYTES).decode("utf-8", errors="replace").strip()
+
+
 def latest_checkpoint(run_dir: Path) -> Path | None:
     """The complete checkpoint ``checkpoints/latest`` names, None when there is none."""
     latest = checkpoint_root(run_dir) / "latest"
     try:
-        name = latest.read_text().strip()
-    except OSError:
+        name = _latest_name(latest)
+    except (OSError, ValueError):  # none, or not a small regular file: no usable checkpoint
         return None
     folder = checkpoint_root(run_dir) / name
     return folder if CHECKPOINT_NAME.fullmatch(name) and (folder / STATE_FILE).is_file() else None
