@@ -54,6 +54,30 @@ def test_results_csv_resume_keeps_epochs_up_to_checkpoint(tmp_path):
     assert read_results(path) == []
 
 
+def test_a_resumed_results_csv_with_rows_it_cannot_read_keeps_the_others(tmp_path):
+    """A results.csv edited by hand or by another tool: rows whose epoch is not a number, or that lack one, are
+    dropped on resume (they would have been a traceback), the others kept."""
+    path = tmp_path / "results.csv"
+    csv = ResultsCSV(path)
+    for epoch in (1, 2, 3):
+        csv.append(epoch_row(epoch))
+    text = path.read_text()
+    path.write_text(text + "epoch,note\nabc,1\n\n,2\n")
+    ResultsCSV(path, keep_epochs=2)
+    assert [r["epoch"] for r in read_results(path)] == ["1", "2"]
+
+
+def test_a_results_csv_that_is_gigabytes_is_refused_by_name(tmp_path):
+    """A run folder from elsewhere whose results.csv is huge: refused in one line naming it, not read whole."""
+    from yolo11.gate import FileRefusedError
+
+    path = tmp_path / "results.csv"
+    with path.open("wb") as fh:
+        fh.truncate(8 << 30)  # sparse
+    with pytest.raises(FileRefusedError, match=r"results\.csv: .*limit"):
+        ResultsCSV(path, keep_epochs=2)
+
+
 def _is_png(path) -> tuple[int, int]:
     with Image.open(path) as image:
         assert image.format == "PNG"

@@ -7,6 +7,7 @@ owns the state.
 
 from __future__ import annotations
 
+import math
 import shutil
 import sys
 import time
@@ -71,7 +72,7 @@ class RunOutputs:
             if accelerator.is_main_process else None
         # results.csv's `time` is cumulative, as Ultralytics': seconds since the run started, across resumes
         kept = read_results(run_dir / "results.csv") if self.csv is not None else []
-        self.time_before = float(kept[-1]["time"]) if kept and kept[-1].get("time") else 0.0
+        self.time_before = _seconds(kept[-1].get("time")) if kept else 0.0
         self.report_to = report_to
         self._figures: PlotPool | None = None  # started with the first figure (main process, --plots)
         # last/best.safetensors are written by a thread while the next epoch trains (tens of ms each on a GPU
@@ -250,6 +251,15 @@ class RunOutputs:
         written, self._written = self._written, None
         if written is not None:
             written.result()
+
+
+def _seconds(value: str | None) -> float:
+    """results.csv's cumulative ``time`` of a row; 0.0 where it has none that reads as a finite number."""
+    try:
+        seconds = float(value or "")
+    except ValueError:
+        return 0.0
+    return seconds if math.isfinite(seconds) else 0.0
 
 
 def _write_weights_files(snapshot: WeightsSnapshot, final: Path, also_best: bool) -> None:

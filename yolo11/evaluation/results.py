@@ -6,7 +6,10 @@ import csv
 import io
 from pathlib import Path
 
+from yolo11.gate import FileRefusedError, read_regular
 from yolo11.output_errors import write_file
+
+MAX_RESULTS_BYTES = 64 << 20  # ~250 bytes an epoch: far beyond any run's table
 
 COLUMNS = (
     "epoch", "time", "train/box_loss", "train/cls_loss", "train/dfl_loss",
@@ -40,7 +43,7 @@ class ResultsCSV:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.columns = columns(lr_groups, loss_names)
-        kept = [row for row in read_results(self.path) if int(float(row["epoch"])) <= keep_epochs] \
+        kept = [row for row in read_results(self.path) if (epoch := _epoch(row)) is not None and epoch <= keep_epochs] \
             if keep_epochs is not None and self.path.is_file() else []
         self._text = self._rows([{k: row.get(k, "") for k in self.columns} for row in kept], header=True)
         write_file(self.path, self._text.encode())
@@ -72,6 +75,19 @@ def _format(value) -> str:
 
 
 def read_results(path: Path) -> list[dict[str, str]]:
-    """Rows of a results.csv as dicts of strings (empty string = no value)."""
-    with Path(path).open(newline="") as f:
-        return list(csv.DictReader(f))
+    """Rows of a results.csv as dicts of strings (empty string = no value). Read as a regular file of at most
+    ``MAX_RESULTS_BYTES`` (a resumed run folder may come from elsewhere); ``FileRefusedError`` naming it otherwise,
+    or when it is not a table."""
+    text = read_regular(path, MAX_RESULTS_BYTES).decode("utf-8", errors="replace")
+    try:
+        return list(csv.DictReader(io.StringIO(text, newline="")))
+    except csv.Error as err:
+        raise FileRefusedError(path, f"not a results table ({err})") from None
+
+
+def _epoch(row: dict[str, str]) -> int | None:
+    """A row's 1-based epoch; None when the row has none that reads as a number (a line edited by hand)."""
+    try:
+        return int(float(row.get("epoch") or ""))
+    except (ValueError, OverflowError):
+        return None
