@@ -1,6 +1,7 @@
 """Annotations that name each object's class and give its pixel corners (Pascal VOC xml, Roboflow's CSV and CreateML
 exports) -> rows of the Hub schema, with one set of checks: the size a file states against the image's, each box
-against the image, each name against the classes.
+against the image, each name against the classes. Also the one reading of the text files beside them (class lists,
+image lists): bounded, in the encodings Windows tools write.
 """
 
 from __future__ import annotations
