@@ -4,9 +4,10 @@ profiled once with ``torch.profiler`` (host time by op, with the GPU time beside
 
     python benchmarks/val_profile.py --data coco128.yaml --imgsz 640 --batch 16 --passes 20
 
-Prints the mean seconds of a pass (after two warm-up passes that capture the graphs), the scoring and data parts,
+Prints the mean seconds of a pass (after two warm-up passes that capture the graphs; ``--gap`` seconds before each,
+as training leaves the loader between two validations), the scoring and data parts,
 and the 25 ops with the most host time in one profiled pass. The model is freshly built (its detections are as
-few as a model at its first epoch gives); ``--weights`` (a run folder or weights file, e.g. a finished run's
+few as a model at its first epoch gives); ``--weights`` (a weights file, e.g. a finished run's
 ``weights/last.safetensors``) validates trained weights instead, whose detections at conf 0.001 are as many as
 training's later validations see (up to 300 per image), so NMS and scoring do their most work. Last, the
 post-processing (decode, NMS) of one validation batch alone, as a pass runs it and with torchvision's NMS one
@@ -31,6 +32,8 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=16, help="the training batch (validation uses twice it)")
     parser.add_argument("--passes", type=int, default=20)
     parser.add_argument("--channels-last", default="true", help="the trainer's --channels-last")
+    parser.add_argument("--gap", type=float, default=0.2, help="seconds between passes, as an epoch's training "
+                        "leaves the loader's workers to build the next pass (0: back to back, loader-bound)")
     parser.add_argument("--weights", default=None, help="a weights file, e.g. <run>/weights/last.safetensors "
                         "(default: a fresh model)")
     args = parser.parse_args()
@@ -68,6 +71,7 @@ def main() -> None:
     sync()
     seconds, scoring, data = [], 0.0, 0.0
     for _ in range(args.passes):
+        time.sleep(args.gap)
         start = time.perf_counter()
         result = validator.run(model, criterion, plots=False, images=False, all_stats=False)
         sync()
@@ -82,6 +86,7 @@ def main() -> None:
     activities = [torch.profiler.ProfilerActivity.CPU]
     if accelerator.device.type == "cuda":
         activities.append(torch.profiler.ProfilerActivity.CUDA)
+    time.sleep(args.gap)
     with torch.profiler.profile(activities=activities) as profile:
         validator.run(model, criterion, plots=False, images=False, all_stats=False)
         sync()
