@@ -12,7 +12,7 @@ import numpy as np
 from yolo11.data.image_io import is_image_name, read_regular_file
 from yolo11.data.schema import BadSampleSummary, DataSourceError
 from yolo11.data.sources.checks import check_box, image_size, objects_row
-from yolo11.data.sources.named_boxes import check_class_list, decode_text
+from yolo11.data.sources.named_boxes import check_class_list, decode_text, read_list_file
 from yolo11.data.sources.parallel import ordered_map
 from yolo11.gate import MAX_CLASSES, FileRefusedError, check_class_names, read_json, read_yaml
 
@@ -188,13 +188,10 @@ def _folder_images(root: str) -> list[str]:
 
 
 def _listed_images(list_file: Path) -> tuple[list[Path], list[str]]:
-    """``(existing images, missing paths)`` of a txt list: one path per line, UTF-8 with or without a byte-order
-    mark, Windows separators accepted; a relative path is read from the list's folder, then (as Ultralytics reads
-    one not starting with ``./``) from the working folder."""
-    try:
-        text = decode_text(read_regular_file(list_file, MAX_LIST_BYTES))
-    except ValueError as err:
-        raise DataSourceError(f"{list_file}: {err}") from None
+    """``(existing images, missing paths)`` of a txt list: one path per line (``read_list_file``: UTF-8 with or
+    without a byte-order mark, or UTF-16), Windows separators accepted; a relative path is read from the list's
+    folder, then (as Ultralytics reads one not starting with ``./``) from the working folder."""
+    text = read_list_file(list_file, MAX_LIST_BYTES)
     images, missing = [], []
     for line in text.splitlines():
         entry = line.strip()
