@@ -7,7 +7,6 @@ owns the state.
 
 from __future__ import annotations
 
-import math
 import shutil
 import sys
 import time
@@ -26,7 +25,7 @@ from yolo11.engine.run_clock import RunClock
 from yolo11.engine.run_state import TrainState
 from yolo11.evaluation import EvaluationResult, plots
 from yolo11.evaluation.plot_pool import PlotPool
-from yolo11.evaluation.results import ResultsCSV, read_results
+from yolo11.evaluation.results import ResultsCSV
 from yolo11.evaluation.table import format_table
 from yolo11.output_errors import replaced, writing
 from yolo11.weights import load_weights, save_pretrained
@@ -70,9 +69,7 @@ class RunOutputs:
         self.csv = ResultsCSV(run_dir / "results.csv", keep_epochs=resumed.epoch, lr_groups=lr_groups,
                               loss_names=loss_names) \
             if accelerator.is_main_process else None
-        # results.csv's `time` is cumulative, as Ultralytics': seconds since the run started, across resumes
-        kept = read_results(run_dir / "results.csv") if self.csv is not None else []
-        self.time_before = _seconds(kept[-1].get("time")) if kept else 0.0
+        self.time_before = self.csv.seconds_before if self.csv is not None else 0.0  # results.csv's time: cumulative
         self.report_to = report_to
         self._figures: PlotPool | None = None  # started with the first figure (main process, --plots)
         # last/best.safetensors are written by a thread while the next epoch trains (tens of ms each on a GPU
@@ -251,15 +248,6 @@ class RunOutputs:
         written, self._written = self._written, None
         if written is not None:
             written.result()
-
-
-def _seconds(value: str | None) -> float:
-    """results.csv's cumulative ``time`` of a row; 0.0 where it has none that reads as a finite number."""
-    try:
-        seconds = float(value or "")
-    except ValueError:
-        return 0.0
-    return seconds if math.isfinite(seconds) else 0.0
 
 
 def _write_weights_files(snapshot: WeightsSnapshot, final: Path, also_best: bool) -> None:

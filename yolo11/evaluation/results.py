@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 from pathlib import Path
 
 from yolo11.gate import FileRefusedError, read_regular
@@ -43,8 +44,11 @@ class ResultsCSV:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.columns = columns(lr_groups, loss_names)
-        kept = [row for row in read_results(self.path) if (epoch := _epoch(row)) is not None and epoch <= keep_epochs] \
+        kept = [row for row in read_results(self.path)
+                if (epoch := _number(row.get("epoch"))) is not None and int(epoch) <= keep_epochs] \
             if keep_epochs is not None and self.path.is_file() else []
+        # `time` is cumulative, as Ultralytics': the seconds of the run before this resume (0 where a row says none)
+        self.seconds_before = (_number(kept[-1].get("time")) or 0.0) if kept else 0.0
         self._text = self._rows([{k: row.get(k, "") for k in self.columns} for row in kept], header=True)
         write_file(self.path, self._text.encode())
 
@@ -85,9 +89,10 @@ def read_results(path: Path) -> list[dict[str, str]]:
         raise FileRefusedError(path, f"not a results table ({err})") from None
 
 
-def _epoch(row: dict[str, str]) -> int | None:
-    """A row's 1-based epoch; None when the row has none that reads as a number (a line edited by hand)."""
+def _number(cell: str | None) -> float | None:
+    """A cell as a finite number; None when it holds none (a line edited by hand)."""
     try:
-        return int(float(row.get("epoch") or ""))
-    except (ValueError, OverflowError):
+        value = float(cell or "")
+    except ValueError:
         return None
+    return value if math.isfinite(value) else None
