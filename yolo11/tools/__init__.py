@@ -31,6 +31,11 @@ def nms_value(text: str) -> bool:
     return value
 
 
+# The weights argument of the tools that run a model (val, predict): every kind of reference they read
+RUN_WEIGHTS_HELP = ("our .safetensors file or folder, an Ultralytics .pt, an .onnx export, a run folder (its best "
+                    "weights), hf://owner/repo/file, a Hub repo owner/name, or yolo11n.pt ... yolo26x.pt")
+
+
 def add_nms_flag(parser: argparse.ArgumentParser, help: str = "YOLO26's head, as Ultralytics' nms: unset (default) "
                  "or true = the one-to-many head with NMS; false = the NMS-free one-to-one head's top-k") -> None:
     """``--nms [true|false]``, default unset (``None``): Ultralytics 8.4.190's ``nms`` argument, whose ``False``

@@ -52,7 +52,7 @@ from typing import TYPE_CHECKING
 from yolo11.arguments import ArgumentParser
 from yolo11.preflight import parse_tool_args
 from yolo11.run_folders import numbered_dir
-from yolo11.tools import add_nms_flag, cli
+from yolo11.tools import RUN_WEIGHTS_HELP, add_nms_flag, cli
 from yolo11.tools.predict_sources import (
     Source,
     UnreadableSource,
@@ -282,9 +282,7 @@ def class_ids(text: str) -> list[int]:
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
-    parser.add_argument("weights", help="our .safetensors file or folder, an Ultralytics .pt, an .onnx export, a "
-                                        "run folder (its best weights), hf://owner/repo/file, a Hub repo owner/name, "
-                                        "or yolo11n.pt ... yolo26x.pt")
+    parser.add_argument("weights", help=RUN_WEIGHTS_HELP)
     parser.add_argument("sources", nargs="+",
                         help="image or video files, folders, quoted globs, http(s)/rtsp URLs, webcam indices (0)")
     parser.add_argument("--project", type=Path, default=PROJECT, help="parent of the output folder")

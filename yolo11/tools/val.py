@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING
 from yolo11.arguments import ArgumentParser
 from yolo11.preflight import parse_tool_args
 from yolo11.run_folders import numbered_dir
-from yolo11.tools import add_nms_flag, cli
+from yolo11.tools import RUN_WEIGHTS_HELP, add_nms_flag, cli
 
 if TYPE_CHECKING:  # torch and the data stack load in main, after the arguments are checked (--help is instant)
     import torch
@@ -53,9 +53,7 @@ BACKENDS = ("fast", "pycocotools", "faster_coco_eval")
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
-    parser.add_argument("weights", help="our .safetensors file or folder, an Ultralytics .pt, an .onnx export, a "
-                                        "run folder (its best weights), hf://owner/repo/file, a Hub repo owner/name, "
-                                        "or yolo11n.pt ... yolo26x.pt")
+    parser.add_argument("weights", help=RUN_WEIGHTS_HELP)
     parser.add_argument("--data", default=None, help="source: data YAML, COCO json, save_to_disk folder, Hub id "
                                                      "(default: the data the weights were trained on)")
     parser.add_argument("--split", default=None, help="dataset split (val falls back to validation, valid, test; "
