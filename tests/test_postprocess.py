@@ -165,18 +165,26 @@ def _crowded_candidates(seed: int, device: str = "cpu"):
     return boxes.to(device), scores.to(device), counts
 
 
-@pytest.mark.parametrize("seed", range(6))
-@pytest.mark.parametrize("iou, max_det", [(0.7, 300), (0.45, 300), (0.2, 7)])
-def test_batched_greedy_nms_keeps_torchvisions_boxes(seed, iou, max_det):
-    """``batched_greedy_nms`` keeps, image by image, exactly the indices torchvision's NMS keeps, in its order."""
-    from yolo11.postprocess import batched_greedy_nms, nms
+def _torchvision_per_image(boxes, scores, counts, iou, max_det) -> list[torch.Tensor]:
+    """The reference: torchvision's NMS on each image's candidates alone, as indices into ``boxes``."""
+    from yolo11.postprocess import nms
 
-    boxes, scores, counts = _crowded_candidates(seed)
-    rows, kept = batched_greedy_nms(boxes, scores, counts, iou, max_det)
     expected, start = [], 0
     for count in counts:
         expected.append(nms(boxes[start:start + count], scores[start:start + count], iou)[:max_det] + start)
         start += count
+    return expected
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("iou, max_det", [(0.7, 300), (0.45, 300), (0.2, 7)])
+def test_batched_greedy_nms_keeps_torchvisions_boxes(seed, iou, max_det):
+    """``batched_greedy_nms`` keeps, image by image, exactly the indices torchvision's NMS keeps, in its order."""
+    from yolo11.postprocess import batched_greedy_nms
+
+    boxes, scores, counts = _crowded_candidates(seed)
+    rows, kept = batched_greedy_nms(boxes, scores, counts, iou, max_det)
+    expected = _torchvision_per_image(boxes, scores, counts, iou, max_det)
     assert kept == [len(keep) for keep in expected]
     assert torch.equal(rows, torch.cat(expected))
     assert max(kept) < max(counts)  # something was suppressed
@@ -200,15 +208,12 @@ def test_batched_greedy_nms_settles_a_long_chain_of_suppressions():
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_batched_greedy_nms_on_cuda_keeps_torchvisions_boxes():
     """On CUDA, where training's validation uses it: torchvision's CUDA NMS keeps the same boxes per image."""
-    from yolo11.postprocess import batched_greedy_nms, nms
+    from yolo11.postprocess import batched_greedy_nms
 
     for seed in range(6):
         boxes, scores, counts = _crowded_candidates(seed, "cuda")
         rows, kept = batched_greedy_nms(boxes, scores, counts, 0.7, 300)
-        expected, start = [], 0
-        for count in counts:
-            expected.append(nms(boxes[start:start + count], scores[start:start + count], 0.7)[:300] + start)
-            start += count
+        expected = _torchvision_per_image(boxes, scores, counts, 0.7, 300)
         assert kept == [len(keep) for keep in expected]
         assert torch.equal(rows, torch.cat(expected))
 
