@@ -135,6 +135,26 @@ def test_device_feed_copies_on_a_side_stream_without_races():
     assert sums == [1.5 * i for i in range(6)]
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_later_feeds_reuse_the_memory_of_earlier_ones():
+    """Each epoch and each validation makes a new ``DeviceFeed``: their copies share one stream, so the memory a
+    pass freed serves the next pass (memory freed on a stream serves only that stream's allocations)."""
+    from yolo11.engine.device_feed import DeviceFeed
+
+    device = torch.device("cuda")
+    host = [{"images": torch.zeros((16, 3, 320, 320), dtype=torch.uint8).pin_memory()} for _ in range(3)]
+    for _ in DeviceFeed(host, device):  # the first pass allocates its blocks
+        pass
+    torch.cuda.synchronize(device)
+    reserved = torch.cuda.memory_reserved(device)
+    for _ in range(6):
+        for batch in DeviceFeed(host, device):
+            assert batch["images"].is_cuda
+        torch.cuda.synchronize(device)
+    assert torch.cuda.memory_reserved(device) == reserved
+
+
 def test_accumulation_ramps_up_during_warmup_as_ultralytics():
     ramp = Accumulation(nominal=4, warmup_iters=6)
     # round(interp(ni, [0, 6], [1, 4])), numpy's half-to-even rounding as Ultralytics' .round()

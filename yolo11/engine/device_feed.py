@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import time
 
 import torch
@@ -27,7 +28,7 @@ class DeviceFeed:
             for batch in self.loader:
                 yield send_to_device(batch, self.device)
             return
-        copy_stream = torch.cuda.Stream(self.device)
+        copy_stream = _copy_stream(self.device)
         for batch in self.loader:
             compute = torch.cuda.current_stream(self.device)
             with torch.cuda.stream(copy_stream):
@@ -37,6 +38,14 @@ class DeviceFeed:
                 if isinstance(value, torch.Tensor):
                     value.record_stream(compute)
             yield batch
+
+
+@functools.cache
+def _copy_stream(device: torch.device) -> torch.cuda.Stream:
+    """One copy stream per device for the process, shared by every epoch's and every validation's feed: the
+    caching allocator keeps memory freed by a stream's copies for that stream, so a stream per feed (two an epoch,
+    taken round-robin from a pool of 32) would allocate afresh for each new one and strand what it held."""
+    return torch.cuda.Stream(device)
 
 
 class TimedIterable:
