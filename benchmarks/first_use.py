@@ -10,6 +10,9 @@ at each of a few rect validation shapes; run it under several settings to see wh
     python benchmarks/first_use.py --fp32                # no autocast
     python benchmarks/first_use.py --cudnn-benchmark     # cudnn.benchmark = True (timed search per shape)
     TORCH_CUDNN_V8_API_DISABLED=1 python benchmarks/first_use.py   # cuDNN's v7 API, where torch still has it
+    python benchmarks/first_use.py --dynamo before|thread  # torch._dynamo's import (which Optimizer.step does at
+                                                           # its first call) before the first step, or on a
+                                                           # thread beside it: does the step hide it?
 """
 
 from __future__ import annotations
@@ -33,6 +36,8 @@ def main() -> None:
     parser.add_argument("--nchw", action="store_true")
     parser.add_argument("--fp32", action="store_true")
     parser.add_argument("--cudnn-benchmark", action="store_true")
+    parser.add_argument("--dynamo", choices=["before", "thread"], default=None,
+                        help="import torch._dynamo before the first training step, or on a thread during it")
     args = parser.parse_args()
     started = time.perf_counter()
     import torch
@@ -63,7 +68,19 @@ def main() -> None:
         sum(f.float().mean() for f in feats).backward()
 
     model.train()
-    first, second = timed(train_step), timed(train_step)
+    importing = None
+    if args.dynamo == "before":
+        print(f"import torch._dynamo: {timed(lambda: __import__('torch._dynamo')):.3f} s")
+    elif args.dynamo == "thread":
+        import threading
+        importing = threading.Thread(target=__import__, args=("torch._dynamo",))
+        importing.start()
+    first = timed(train_step)
+    if importing is not None:
+        waited = timed(importing.join)
+        print(f"first step with torch._dynamo imported beside it: {first:.3f} s, then {waited:.3f} s more for the "
+              "import")
+    second = timed(train_step)
     print(f"train forward+backward, batch {args.batch} at {args.imgsz}: first {first:.3f} s, second {second:.3f} s")
     model.eval()
     total = 0.0
