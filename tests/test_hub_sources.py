@@ -152,3 +152,15 @@ def test_folder_of_dataset_files_is_read_with_its_splits(tmp_path: Path, monkeyp
     hub_split(XYWH[:1], first_id=9).to_parquet(os.fspath(tmp_path / "repo" / "data" / "test-00000-of-00001.parquet"))
     source = load_source(os.fspath(tmp_path / "repo"), "val", cache_dir=tmp_path, fallback_splits=VAL_FALLBACKS)
     assert source.dataset["image_id"] == [9] and source.class_names == CLASSES
+
+
+def test_hub_class_names_are_checked_as_every_class_list() -> None:
+    """A Hub dataset's class names pass the same check as a names file's: one name twice is refused with both
+    class ids, and names past the gate's bound on their characters are refused (the Hub check knew neither)."""
+    from yolo11.data.sources.hub_classes import Classes, check_classes
+
+    with pytest.raises(DataSourceError, match=r"my/data: the class name 'car' is listed twice \(classes 0 and 2\)"):
+        check_classes(Classes(["car", "bus", "car"]), np.array([0, 1]), "objects.category", "my/data")
+    with pytest.raises(DataSourceError, match="my/data"):
+        check_classes(Classes(["car", "x" * 8_000_001]), np.array([0]), "objects.category", "my/data")
+    check_classes(Classes(["car", "bus"]), np.array([0, 1]), "objects.category", "my/data")  # a valid list passes

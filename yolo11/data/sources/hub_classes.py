@@ -12,7 +12,6 @@ and validation number them alike when validation lacks some.
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -24,6 +23,7 @@ import pyarrow.compute as pc
 from yolo11.data.schema import DataSourceError
 from yolo11.data.sources.box_format import object_field
 from yolo11.data.sources.hub_columns import ObjectColumns, find_columns
+from yolo11.data.sources.named_boxes import check_class_list
 from yolo11.gate import MAX_CLASSES
 
 PREVIEW_NAMES = 10  # class names quoted in a note
@@ -99,14 +99,8 @@ def split_classes(dataset: datasets.Dataset, where: str) -> np.ndarray | None:
 
 
 def check_classes(classes: Classes, ids: np.ndarray, field: str, where: str) -> None:
-    """Names unique, at most ``MAX_CLASSES``, and one for every id stored in ``field``."""
-    repeated = [name for name, count in Counter(classes.names).items() if count > 1]
-    if repeated:
-        raise DataSourceError(f"{where}: class name {repeated[0]!r} is given to more than one class; names must be "
-                              "unique")
-    if len(classes.names) > MAX_CLASSES:
-        raise DataSourceError(f"{where}: {len(classes.names)} classes, more than the {MAX_CLASSES} a model may have "
-                              "(yolo11.gate.MAX_CLASSES)")
+    """Names a class list (``check_class_list``: unique, bounded), and one for every id stored in ``field``."""
+    check_class_list(list(classes.names), where)
     if ids.dtype == object:  # names as text: only names given by the caller can miss one
         unknown = [name for name in ids.tolist() if name not in classes.class_of]
         if unknown:
