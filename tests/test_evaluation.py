@@ -203,3 +203,25 @@ def test_compute_with_predictions_forgets_earlier_epochs():
     evaluator.reset()
     evaluator.update([det for _, det in perfect_predictions(IMAGES)], [i for i, *_ in IMAGES])
     assert evaluator.compute()["map50"] == pytest.approx(1.0)
+
+
+def test_a_small_set_scores_on_one_thread_and_gives_the_threads_back(monkeypatch):
+    """Below ``GPU_EVALUATION_MIN_IMAGES`` images the scoring runs on ``SCORING_THREADS`` torch threads (waking one
+    thread per core costs more than it saves at that size); the caller's thread count comes back after, also when
+    the scoring fails."""
+    from yolo11.evaluation import coco
+
+    evaluator = CocoEvaluator(hub_dataset(IMAGES), CLASS_NAMES)
+    seen = []
+    compute = evaluator._compute
+    monkeypatch.setattr(evaluator, "_compute", lambda *a: seen.append(torch.get_num_threads()) or compute(*a))
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        assert evaluator.compute(perfect_predictions(IMAGES))["map50_95"] == pytest.approx(1.0)
+        assert seen == [coco.SCORING_THREADS] and torch.get_num_threads() == 2
+        with pytest.raises(ValueError, match="not in the ground truth"):
+            evaluator.compute([(999, torch.zeros(0, 6))])
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)

@@ -37,6 +37,10 @@ BACKENDS = ("fast", "pycocotools", "faster_coco_eval")
 # launches than the CPU takes (5000 images x 300 detections: 3.88 s on an H200 against 4.92 s on 16 CPU threads,
 # benchmarks/RESULTS.md; the numbers are the same on both).
 GPU_EVALUATION_MIN_IMAGES = 1000
+# Below that, scoring runs on one CPU thread: its ops take a few hundred microseconds each, and waking torch's
+# intra-op threads (one per core) for them costs more than they save, most of all beside a run's busy loader workers
+# (128 images x 300 detections: 60 ms on one thread, 77 ms on two, on 2 cores; benchmarks/RESULTS.md).
+SCORING_THREADS = 1
 
 
 def evaluation_device(device: torch.device, num_images: int) -> torch.device:
@@ -169,10 +173,21 @@ class CocoEvaluator:
             self.reset()
             self.update([det for _, det in predictions], [image_id for image_id, _ in predictions])
         if accelerator is None or accelerator.num_processes == 1:
-            return self._compute(plot_data, all_stats)
-        payload = [self._compute(plot_data, all_stats) if accelerator.is_main_process else None]
+            return self._scored(plot_data, all_stats)
+        payload = [self._scored(plot_data, all_stats) if accelerator.is_main_process else None]
         broadcast_object_list(payload, from_process=0)
         return payload[0]
+
+    def _scored(self, plot_data: bool, all_stats: bool) -> dict:
+        """``_compute`` on ``SCORING_THREADS`` torch threads for a small set (restored after)."""
+        threads = torch.get_num_threads()
+        if len(self._image_ids) >= GPU_EVALUATION_MIN_IMAGES or threads <= SCORING_THREADS:
+            return self._compute(plot_data, all_stats)
+        torch.set_num_threads(SCORING_THREADS)
+        try:
+            return self._compute(plot_data, all_stats)
+        finally:
+            torch.set_num_threads(threads)
 
     def _compute(self, plot_data: bool, all_stats: bool = True) -> dict:
         known = set(self._image_ids)
