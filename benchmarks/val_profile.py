@@ -124,6 +124,12 @@ def postprocessing(validator, model, accelerator, sync) -> None:
         finally:
             postprocess_module._batchable = kept
         timings[name] = (sorted(runs)[len(runs) // 2], sum(len(d) for d in detections))
+    post = validator.postprocessor
+    if not post.end2end:  # NMS's work: each image's (anchor, class) candidates above conf
+        scores = postprocess_module.decode(feats, post.strides, post.reg_max)[:, 4:]
+        counts = sorted((scores > post.conf).flatten(1).sum(1).tolist())
+        print(f"NMS candidates per image of that batch: min {counts[0]}, median {counts[len(counts) // 2]}, "
+              f"max {counts[-1]}")
     print(f"post-processing one batch of {images.shape[0]} (median of 10): " + "; ".join(
         f"{name} {seconds * 1000:.2f} ms ({count} detections)" for name, (seconds, count) in timings.items()))
 

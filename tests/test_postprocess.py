@@ -224,3 +224,13 @@ def test_image_groups_stay_within_the_budget_unless_one_image_exceeds_it():
     assert _image_groups([3, 4, 5, 0, 9, 1], 8) == [(0, 2), (2, 4), (4, 5), (5, 6)]
     assert _image_groups([20, 1], 8) == [(0, 1), (1, 2)]
     assert _image_groups([], 8) == []
+
+
+def test_nms_runs_keep_an_image_with_many_candidates_from_widening_the_others():
+    """``batched_greedy_nms`` pads a run's images to its largest: runs end where the padded pairs would pass the
+    budget, so one crowded image is a run of its own (it set the width of every image in the batch before)."""
+    from yolo11.postprocess import _image_groups, _padded_pairs
+
+    budget = 4 * 300 * 300
+    assert _image_groups([300, 300, 3000, 300, 200, 100], budget, _padded_pairs) == [(0, 2), (2, 3), (3, 6)]
+    assert _image_groups([300] * 9, budget, _padded_pairs) == [(0, 4), (4, 8), (8, 9)]

@@ -268,18 +268,18 @@ def non_max_suppression(
         # torchvision's batched_nms runs one NMS per class, with a host sync each, above 5000 candidates on CUDA
         shifted = candidates if agnostic else candidates + cls.to(candidates.dtype)[:, None] * max_wh
         group = counts[first:last]
-        if _batchable(candidates, group, max_nms):
-            keep, sizes = [], []
-            step = max(1, MAX_PAIR_ENTRIES // max(max(group), 1) ** 2)  # images whose IoU matrices fit at once
-            for start in range(0, len(group), step):
-                offset = sum(group[:start])
-                rows, kept = batched_greedy_nms(shifted[offset:], score[offset:], group[start:start + step], iou,
-                                                max_det)
-                keep.append(rows + offset)
-                sizes += kept
-            keep = torch.cat(keep)
-        else:
-            keep, sizes = _one_image_at_a_time(shifted, score, group, iou, max_det, max_nms)
+        # runs of images whose IoU matrices, padded to the run's largest, fit at once: one image with many
+        # candidates is a run of its own instead of setting the width of every other image's
+        keep, sizes, offset = [], [], 0
+        for start, stop in _image_groups(group, MAX_PAIR_ENTRIES, _padded_pairs):
+            run = group[start:stop]
+            suppress = batched_greedy_nms if _batchable(candidates, run, max_nms) else functools.partial(
+                _one_image_at_a_time, max_nms=max_nms)
+            rows, kept = suppress(shifted[offset:], score[offset:], run, iou, max_det)
+            keep.append(rows + offset)
+            sizes += kept
+            offset += sum(run)
+        keep = torch.cat(keep)
         rows = torch.cat((candidates[keep], score[keep, None], cls[keep, None].to(score.dtype)), dim=1)
         output += rows.split(sizes)
     return output
@@ -288,7 +288,7 @@ def non_max_suppression(
 def _batchable(candidates: Tensor, counts: list[int], max_nms: int) -> bool:
     """Whether ``batched_greedy_nms`` takes these images: on CUDA (on the CPU torchvision's NMS costs no sync and
     does less work), none over ``max_nms`` candidates (their top-``max_nms`` cut is ``_one_image_at_a_time``'s) and
-    each image's IoU matrix within ``MAX_PAIR_ENTRIES``."""
+    each image's IoU matrix within ``MAX_PAIR_ENTRIES`` (a larger one pays for torchvision's sync with its work)."""
     largest = max(counts, default=0)
     return candidates.is_cuda and largest <= max_nms and largest * largest <= MAX_PAIR_ENTRIES
 
@@ -310,15 +310,24 @@ def _one_image_at_a_time(boxes: Tensor, scores: Tensor, counts: list[int], iou: 
     return torch.cat(kept), [len(k) for k in kept]
 
 
-def _image_groups(counts: list[int], budget: int) -> list[tuple[int, int]]:
-    """Consecutive images ``[first, last)`` whose candidates add up to at most ``budget`` (an image with more is
-    a group of its own)."""
-    groups, first, total = [], 0, 0
+def _total(images: int, total: int, largest: int) -> int:
+    return total
+
+
+def _padded_pairs(images: int, total: int, largest: int) -> int:
+    return images * largest * largest  # batched_greedy_nms pads every image to the largest
+
+
+def _image_groups(counts: list[int], budget: int,
+                  cost: Callable[[int, int, int], int] = _total) -> list[tuple[int, int]]:
+    """Consecutive images ``[first, last)`` whose ``cost(images, total candidates, largest count)`` (by default
+    their total) is at most ``budget``; an image over it alone is a group of its own."""
+    groups, first, total, largest = [], 0, 0, 0
     for index, count in enumerate(counts):
-        if index > first and total + count > budget:
+        if index > first and cost(index + 1 - first, total + count, max(largest, count)) > budget:
             groups.append((first, index))
-            first, total = index, 0
-        total += count
+            first, total, largest = index, 0, 0
+        total, largest = total + count, max(largest, count)
     if counts:
         groups.append((first, len(counts)))
     return groups
