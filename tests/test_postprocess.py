@@ -234,3 +234,19 @@ def test_nms_runs_keep_an_image_with_many_candidates_from_widening_the_others():
     budget = 4 * 300 * 300
     assert _image_groups([300, 300, 3000, 300, 200, 100], budget, _padded_pairs) == [(0, 2), (2, 3), (3, 6)]
     assert _image_groups([300] * 9, budget, _padded_pairs) == [(0, 4), (4, 8), (8, 9)]
+
+
+def test_batched_nms_takes_runs_of_several_images_on_cuda_within_its_bounds(monkeypatch):
+    """``batched_greedy_nms`` serves CUDA runs of two or more images within ``max_nms`` and ``MAX_PAIR_ENTRIES``;
+    torchvision's NMS the rest (a lone image costs it one sync, fewer than the batched rounds' checks)."""
+    from types import SimpleNamespace
+
+    from yolo11.postprocess import _batchable
+
+    monkeypatch.setattr("yolo11.postprocess.MAX_PAIR_ENTRIES", 100 * 100)
+    cuda, cpu = SimpleNamespace(is_cuda=True), SimpleNamespace(is_cuda=False)
+    assert _batchable(cuda, [10, 20], 300)
+    assert not _batchable(cuda, [10], 300)
+    assert not _batchable(cuda, [10, 301], 300)
+    assert not _batchable(cuda, [10, 101], 300)
+    assert not _batchable(cpu, [10, 20], 300)

@@ -288,9 +288,10 @@ def non_max_suppression(
 def _batchable(candidates: Tensor, counts: list[int], max_nms: int) -> bool:
     """Whether ``batched_greedy_nms`` takes these images: on CUDA (on the CPU torchvision's NMS costs no sync and
     does less work), none over ``max_nms`` candidates (their top-``max_nms`` cut is ``_one_image_at_a_time``'s) and
-    each image's IoU matrix within ``MAX_PAIR_ENTRIES`` (a larger one pays for torchvision's sync with its work)."""
+    each image's IoU matrix within ``MAX_PAIR_ENTRIES`` (a larger one pays for torchvision's sync with its work);
+    more than one image (for one, torchvision's single sync beats the rounds' checks)."""
     largest = max(counts, default=0)
-    return candidates.is_cuda and largest <= max_nms and largest * largest <= MAX_PAIR_ENTRIES
+    return candidates.is_cuda and len(counts) > 1 and largest <= max_nms and largest * largest <= MAX_PAIR_ENTRIES
 
 
 def _one_image_at_a_time(boxes: Tensor, scores: Tensor, counts: list[int], iou: float, max_det: int,
