@@ -124,9 +124,14 @@ def test_validation_in_another_layout_runs_a_copy_refreshed_from_the_trained_mod
         for (i, ours), (j, theirs) in zip(got.predictions, expected.predictions, strict=True):
             assert i == j and torch.equal(ours, theirs)
         assert got.metrics == expected.metrics and torch.equal(got.losses, expected.losses)
+        # every state tensor refreshed: the float32 ones in either layout and the int64 BatchNorm counters
+        assert all(torch.equal(ours, theirs) for ours, theirs in zip(copy.state_dict().values(),
+                                                                     trained.state_dict().values(), strict=True))
         with torch.no_grad():  # a training step's worth of change: the next validation must see it
             for parameter in trained.parameters():
                 parameter.mul_(1.01)
+            for buffer in trained.buffers():
+                buffer.add_(1 if buffer.dtype == torch.int64 else 0.01)
     assert len(validator._copies) == 1  # one copy for the run
 
 

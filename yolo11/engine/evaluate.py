@@ -42,8 +42,8 @@ class Validator:
         self.evaluator = evaluator
         self.channels_last = channels_last
         self.trained_channels_last = channels_last if trained_channels_last is None else trained_channels_last
-        # id(model) -> (model, its copy in our layout, their state tensors in the same order)
-        self._copies: dict[int, tuple[nn.Module, nn.Module, list, list]] = {}
+        # id(model) -> (model, its copy in our layout, their state tensors paired in _foreach_groups)
+        self._copies: dict[int, tuple[nn.Module, nn.Module, list]] = {}
         self.num_samples = num_samples
         self.cuda_graphs = cuda_graphs
         self._graphed: dict[tuple, GraphedValStep] = {}  # by ids of the validated module and the criterion
@@ -138,10 +138,24 @@ class Validator:
                 parameter.grad = None  # deepcopy copies a trained model's gradients too: validation needs none
             # the tensors paired once: both models keep theirs (updated in place), and a state_dict walk per
             # validation costs milliseconds on the host
-            sources, targets = list(model.state_dict().values()), list(copy.state_dict().values())
-            self._copies[id(model)] = (model, copy, sources, targets)  # the model kept: its id names it meanwhile
+            groups = _foreach_groups(list(model.state_dict().values()), list(copy.state_dict().values()))
+            self._copies[id(model)] = (model, copy, groups)  # the model kept: its id names it meanwhile
             return copy
-        _, copy, sources, targets = kept
+        _, copy, groups = kept
         with torch.no_grad():
-            torch._foreach_copy_(targets, sources)
+            for sources, targets in groups:
+                torch._foreach_copy_(targets, sources)
         return copy
+
+
+def _foreach_groups(sources: list[torch.Tensor], targets: list[torch.Tensor]) -> list[tuple[list, list]]:
+    """The (source, target) pairs grouped by dtype and by whether their strides agree: a ``_foreach_copy_`` takes
+    its fused path only where every pair of its lists shares one dtype and one layout, and copies tensor by tensor
+    otherwise (one launch each: ~500 for yolo11n, whose int64 BatchNorm counters and channels_last convolution
+    weights would send every tensor the slow way)."""
+    groups: dict[tuple, tuple[list, list]] = {}
+    for source, target in zip(sources, targets, strict=True):
+        group = groups.setdefault((source.dtype, target.dtype, source.stride() == target.stride()), ([], []))
+        group[0].append(source)
+        group[1].append(target)
+    return list(groups.values())
