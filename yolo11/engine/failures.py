@@ -38,8 +38,9 @@ def job_token(state) -> str:
 
 def say_error(message: str, state, job: str) -> None:
     """``error: <message>`` on stderr, ``error: [rank r] <message>`` on a rank other than the main one; in a
-    multi-process job, once per host for the same message."""
-    if state.num_processes > 1 and not _first_to_say(message, job):
+    multi-process job, once per host for the same message (``job``: ``job_token``'s; empty before the processes
+    shared one, when every rank says it)."""
+    if state.num_processes > 1 and job and not _first_to_say(message, job):
         return
     rank = "" if state.is_main_process else f"[rank {state.process_index}] "
     print(f"error: {rank}{message}", file=sys.stderr, flush=True)

@@ -157,9 +157,10 @@ STOP_EXIT_CODES = (128 + signal.SIGINT, 128 + signal.SIGTERM)  # what a run stop
 def _train(config: TrainConfig, typed: frozenset[str] | None, launch: PartialState, stop: StopSignal,
            held: list[RunLock]) -> int:
     made: list[Path] = []  # a run folder this start made: removed again when the start fails
-    job = job_token(launch)  # names this job's error markers: a line several processes meet alike is said once
-    run_dir, resume = None, None
+    job, run_dir, resume = "", None, None
     try:
+        # inside the try: the launcher forwards a stop to every rank, and one may get it during this collective
+        job = job_token(launch)  # names this job's error markers: a line several processes meet alike is said once
         stop.enter("startup", launch.process_index)
         check_launch(launch)
         warning = cpu_fallback_warning(launch.device.type)
