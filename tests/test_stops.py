@@ -121,17 +121,19 @@ def test_a_stop_in_each_phase_exits_with_the_signal_and_resumes_bitwise(tmp_path
     assert all(torch.equal(last[k], reference[k]) for k in reference)
 
 
-def test_a_stop_during_the_first_collective_ends_the_start_quietly(tmp_path, monkeypatch, capsys):
-    """The launcher forwards a stop to every rank, and a rank may get it during the start's first collective (the
-    job token's broadcast): that start ends as a stop (exit 130, nothing made), not a traceback."""
+@pytest.mark.parametrize("where", ["launch_state", "job_token"])
+def test_a_stop_during_the_first_collectives_ends_the_start_quietly(tmp_path, monkeypatch, capsys, where):
+    """The launcher forwards a stop to every rank, and a rank may get it while the process group forms or during
+    the start's first collective (the job token's broadcast): that start ends as a stop (exit 130, nothing made),
+    not a traceback."""
     from yolo11.engine import trainer
     from yolo11.engine.config import parse_config
     from yolo11.engine.interrupt import StopRequested
 
-    def stopped_here(state):
+    def stopped_here(*args):
         raise StopRequested(signal.SIGINT)
 
-    monkeypatch.setattr(trainer, "job_token", stopped_here)
+    monkeypatch.setattr(trainer, where, stopped_here)
     config = parse_config(["--data", "synthetic:num_images=4,num_val=2,imgsz=64", "--imgsz", "64", "--epochs", "1",
                            "--batch-size", "2", "--workers", "0", "--output-dir", str(tmp_path / "runs"),
                            "--cache-dir", str(tmp_path / "cache")])

@@ -122,14 +122,19 @@ def train(config: TrainConfig, typed: frozenset[str] | None = None) -> int:
     ``typed``: the flags the user set (``parse_command_line``); a resume reads the others from the checkpoint
     (None: every flag counts as set)."""
     mark_startup("imports", first=True)  # the interpreter, the imports and the command line
+    stop = StopSignal(raise_first=True).install()  # until training starts, a signal ends the start-up at once
     # The process group is made here, once, for the Accelerator built later (which could no longer set its options).
     try:
         launch = launch_state()
     except LaunchError as err:  # no process group yet to agree on who says it: the first rank does
+        stop.uninstall()
         if os.environ.get("RANK", "0") == "0":
             print(f"error: {err}", file=sys.stderr, flush=True)
         return 2
-    stop = StopSignal(raise_first=True).install()  # until training starts, a signal ends the start-up at once
+    except StopRequested as stopped:  # the launcher forwards a stop to every rank, some still forming the group
+        stop.uninstall(signal.SIG_DFL)
+        tell_launcher(stopped.signum)
+        return 128 + stopped.signum
     held: list[RunLock] = []  # the run folder's lock, held until the run ends
     threads = torch.get_num_threads()  # a CPU run sets its own (plan.cpu_threads); a caller's process gets it back
     code = None
