@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Every GPU measure of issue 38 (whole small runs against Ultralytics) in one script, most wanted first, each logged
 # under $OUT as it finishes (a call cut short keeps what ran). Carry .whl (with the Ultralytics 8.4.190, its thop
-# and polars wheels) and .data (coco128 and coco128.yaml). On the GPU machine, from the repository root:
+# and polars wheels: polars 1.33.1, one 40 MB wheel, keeps the carry under 64 MiB where 2.x's runtime wheel does not)
+# and .data (coco128 and coco128.yaml). On the GPU machine, from the repository root:
 #   bash benchmarks/gpu_issue38.sh [quick | core]
-# core: the GPU tests and the coco128 tutorial runs only (~5 minutes with the install); quick: also the first-use
-# figures and a validation pass's profile (~6 minutes); without either, also the generated 2,000/500 runs for
+# core: the GPU tests, the coco128 tutorial runs and a trained model's validation pass (~6 minutes with the
+# install); quick: also the first-use figures (~6.5 minutes); without either, also the generated 2,000/500 runs for
 # yolo11n and yolo26n, yolo26n's training speed against Ultralytics' at batch 16 (whole trainer) and 128 (the step),
 # seeds 1 and 2, and where a tutorial epoch's time goes (~35 minutes: more than one call's 10; run the rest as
 # separate calls). The yolo26n lines: its
@@ -14,12 +15,13 @@ set -u
 cd "$(dirname "$0")/.."
 runs=(
   "python3 benchmarks/first_use.py"
-  "python3 -m pytest -q -m gpu -n 0 -p no:cacheprovider tests/test_postprocess.py tests/test_cuda_graphs.py tests/test_models.py tests/test_evaluate.py tests/test_evaluation.py tests/test_yolo26_train.py tests/test_compile.py 2>&1 | tail -15"
-  "python3 benchmarks/val_profile.py --data .data/coco128.yaml --passes 20 2>&1 | head -3"
+  "python3 -m pytest -q -m gpu -n 0 -p no:cacheprovider tests/test_postprocess.py tests/test_cuda_graphs.py tests/test_models.py tests/test_evaluate.py tests/test_evaluation.py tests/test_train_loop.py tests/test_yolo26_train.py tests/test_compile.py 2>&1 | tail -15"
   "python3 benchmarks/user_runs.py --dataset .data/coco128.yaml --variants ours ultralytics ours-cli --epochs 100 --batch 16 --imgsz 640 --seeds 0 && grep -hE 'time:|finished in|mixed precision' runs/user_runs/coco128_ours*_seed0.log"
+  # a trained model's pass (the tutorial run's weights): scoring, NMS candidates, batched against per-image NMS
+  "python3 benchmarks/val_profile.py --data .data/coco128.yaml --passes 20 --weights runs/user_runs/ours_seed0/weights/last.safetensors 2>&1 | grep -E 'a pass|foreach|cudaGraphLaunch|aten::index |searchsorted|candidates|post-processing|Self'"
 )
-if [ "${1:-}" = core ]; then  # the least that says whether the work holds: the GPU tests and the coco128 runs
-  runs=("${runs[1]}" "${runs[3]}")
+if [ "${1:-}" = core ]; then  # the least that says whether the work holds: the GPU tests, the coco128 runs, a pass
+  runs=("${runs[1]}" "${runs[2]}" "${runs[3]}")
 elif [ "${1:-}" != quick ]; then
   runs+=(
     "python3 benchmarks/user_runs.py --dataset generated --variants ours ultralytics --epochs 30 --batch 32 --imgsz 320 --seeds 0 && grep -hE 'time:' runs/user_runs/generated_ours_seed0.log"
