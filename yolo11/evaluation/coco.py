@@ -38,8 +38,9 @@ BACKENDS = ("fast", "pycocotools", "faster_coco_eval")
 # benchmarks/RESULTS.md; the numbers are the same on both).
 GPU_EVALUATION_MIN_IMAGES = 1000
 # Below that, scoring runs on one CPU thread: its ops take a few hundred microseconds each, and waking torch's
-# intra-op threads (one per core) for them costs more than they save, most of all beside a run's busy loader workers
-# (128 images x 300 detections: 60 ms on one thread, 77 ms on two, on 2 cores; benchmarks/RESULTS.md).
+# intra-op threads (one per core) for them costs more than they save (128 images x 300 detections: 60 ms on one
+# thread, 77 ms on two, on 2 cores; a GPU run's 16-core host took 145 ms for a trained model's 128 images on all
+# its threads; benchmarks/RESULTS.md).
 SCORING_THREADS = 1
 
 
