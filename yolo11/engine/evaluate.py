@@ -6,6 +6,7 @@ import dataclasses
 import functools
 import itertools
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from copy import deepcopy
 
 import torch
@@ -22,6 +23,18 @@ from yolo11.engine.plan import RunPlan
 from yolo11.evaluation import CocoEvaluator, EvaluationResult, ValidationStopped, predict_and_score
 from yolo11.evaluation.runner import ValStep
 from yolo11.postprocess import Postprocessor
+
+
+@dataclasses.dataclass
+class PendingValidation:
+    """A validation whose predictions are in while the evaluator scores them on another thread."""
+
+    scored: Future  # of the EvaluationResult
+    data_seconds: float  # waiting for the loader's batches
+
+    def result(self) -> EvaluationResult:
+        """The validation, once scored (a scoring error is raised here)."""
+        return dataclasses.replace(self.scored.result(), data_seconds=self.data_seconds)
 
 
 class Validator:
@@ -47,6 +60,7 @@ class Validator:
         self.num_samples = num_samples
         self.cuda_graphs = cuda_graphs
         self._graphed: dict[tuple, GraphedValStep] = {}  # by ids of the validated module and the criterion
+        self._scoring: ThreadPoolExecutor | None = None  # run(score_later=True)'s thread, started by the first
 
     @classmethod
     def build(cls, config: TrainConfig, plan: RunPlan, source: DetectionSource, accelerator: Accelerator,
@@ -78,11 +92,15 @@ class Validator:
         return sum(step.capture_seconds for step in self._graphed.values())
 
     def close(self) -> None:
-        """Stop the loader's workers (and drop the batches they built ahead)."""
+        """Stop the loader's workers (and drop the batches they built ahead) and the scoring thread."""
         self._batches = None
+        if self._scoring is not None:
+            self._scoring.shutdown()
+            self._scoring = None
 
     def run(self, model: nn.Module, criterion: nn.Module, plots: bool = True, images: bool = True,
-            all_stats: bool = True, stop: Callable[[], bool] | None = None) -> EvaluationResult:
+            all_stats: bool = True, stop: Callable[[], bool] | None = None,
+            score_later: bool = False) -> EvaluationResult | PendingValidation:
         """Validate ``model`` (the EMA's or the trained one, wrapped or not) with ``criterion`` for the losses.
         ``plots``: the metrics carry the data of the plots (PR curve, confusion matrix); ``images``: the result
         carries sample images with their predictions; ``all_stats``: the 12 COCO stats, not only the headline
@@ -97,7 +115,10 @@ class Validator:
         running statistics (and so its EMA's) follow its own batches, DDP re-syncs them only at the next forward,
         and the checkpoint holds the main process's, which ``yolo11-val`` scores.
 
-        ``stop``: this process's stop request; raises ``ValidationStopped`` on every process when one asked."""
+        ``stop``: this process's stop request; raises ``ValidationStopped`` on every process when one asked.
+
+        ``score_later`` (one process): return once the predictions are in, the evaluator scoring them on this
+        validator's thread (``PendingValidation``); nothing may use the evaluator until its ``result()``."""
         model = self.accelerator.unwrap_model(model, keep_torch_compile=False)
         if self.accelerator.num_processes > 1:
             broadcast(list(model.buffers()), from_process=0)
@@ -114,14 +135,19 @@ class Validator:
                 autocast = functools.partial(self.accelerator.autocast, AutocastKwargs(cache_enabled=False))
                 step = self._graphed[id(model), id(criterion)] = GraphedValStep(ValStep(model, autocast, criterion),
                                                                                 self.accelerator.device)
+        if score_later and self._scoring is None:
+            self._scoring = ThreadPoolExecutor(1, thread_name_prefix="scoring")
         try:
             result = predict_and_score(self.accelerator, model, one_pass, self.postprocessor, self.evaluator,
                                        criterion=criterion, channels_last=self.channels_last,
                                        num_samples=self.num_samples if images else 0, batches=batches,
-                                       plot_data=plots, all_stats=all_stats, step=step, stop=stop)
+                                       plot_data=plots, all_stats=all_stats, step=step, stop=stop,
+                                       scoring=self._scoring if score_later else None)
         except ValidationStopped:
             self._batches = None  # part of a pass was taken: a later validation starts a fresh one
             raise
+        if score_later:
+            return PendingValidation(result, one_pass.seconds)
         return dataclasses.replace(result, data_seconds=one_pass.seconds)
 
     def _in_layout(self, model: nn.Module) -> nn.Module:

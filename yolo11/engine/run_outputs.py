@@ -38,6 +38,17 @@ def fitness(metrics: dict) -> float:
 
 
 @dataclass(frozen=True)
+class EpochFacts:
+    """``RunOutputs.epoch_facts``: an epoch as it ended, before (or without) its validation's metrics."""
+
+    epoch: int  # 0-based
+    row: dict  # results.csv's columns known then: epoch, time, train losses, learning rates, throughput, memory
+    seconds: float  # since the previous epoch's facts: the epoch line's "done in"
+    optimizer_steps: int  # the trackers' step
+    weights: WeightsSnapshot | None  # last.safetensors' tensors (main process)
+
+
+@dataclass(frozen=True)
 class EpochOutcome:
     best_fitness: float
     best_epoch: int  # 0-based; -1 before any validation
@@ -83,16 +94,39 @@ class RunOutputs:
                   model: nn.Module, optimizer_steps: int, final: bool = False,
                   val_seconds: float = 0.0) -> EpochOutcome:
         """Record the epoch (logged at ``optimizer_steps``); save last/best weights; ``val_seconds``: the part of
-        the epoch's time spent validating, for the epoch line. The validation plots are drawn
-        for the ``final`` epoch (or the one where patience stops the run) only, as Ultralytics does: drawing them
-        costs seconds, more than a whole epoch of a small dataset."""
-        accelerator = self.accelerator
+        the epoch's time spent validating, for the epoch line. ``epoch_facts`` then ``record``: a run that scores
+        an epoch while the next one trains calls them apart."""
+        return self.record(self.epoch_facts(epoch, result, lrs, model, optimizer_steps), validation, final,
+                           val_seconds)
+
+    def epoch_facts(self, epoch: int, result: EpochResult, lrs: list[float], model: nn.Module,
+                    optimizer_steps: int) -> EpochFacts:
+        """What the epoch's record needs that must be read as the epoch ends: its time, losses, learning rates,
+        peak memory and (main process) a copy of ``model``'s weights."""
         now = time.perf_counter()
         row = {"epoch": epoch + 1, "time": round(self.time_before + self.clock.since_start(), 3)}
-        self.last_step = optimizer_steps
-        epoch_seconds = now - self.epoch_start
-        improved = False
         row.update({f"train/{n}": v for n, v in zip(self.loss_names, result.mean_losses.tolist(), strict=True)})
+        row.update({f"lr/pg{i}": lr for i, lr in enumerate(lrs)})
+        row.update({"throughput/img_s": result.images / max(result.seconds, 1e-9),
+                    "memory/peak_gb": peak_memory_gb(self.accelerator.device)})
+        weights = None
+        if self.accelerator.is_main_process:
+            # float16 as Ultralytics' last.pt/best.pt: half the size; resume reads the float32 checkpoints instead
+            weights = weights_snapshot(self.accelerator.unwrap_model(model, keep_torch_compile=False), half=True)
+        facts = EpochFacts(epoch, row, now - self.epoch_start, optimizer_steps, weights)
+        self.epoch_start = now
+        return facts
+
+    def record(self, facts: EpochFacts, validation: EvaluationResult | None, final: bool = False,
+               val_seconds: float = 0.0) -> EpochOutcome:
+        """The epoch of ``facts`` with its ``validation``: results.csv's row, the epoch line, trackers, the best
+        epoch, last/best weights (written in the background: a file to a temporary name, then renamed, so a crash
+        never leaves a truncated one; best the same bytes). The validation plots are drawn for the ``final``
+        epoch (or the one where patience stops the run) only, as Ultralytics does: drawing them costs seconds,
+        more than a whole epoch of a small dataset."""
+        accelerator, epoch, row = self.accelerator, facts.epoch, dict(facts.row)
+        self.last_step = facts.optimizer_steps
+        improved = False
         if validation is not None:
             m = self.last_metrics = validation.metrics
             row.update({"metrics/precision(B)": m["precision"], "metrics/recall(B)": m["recall"],
@@ -103,28 +137,26 @@ class RunOutputs:
             if improved:
                 self.best_fitness, self.best_epoch = score, epoch
                 self.best_metrics = m
-        row.update({f"lr/pg{i}": lr for i, lr in enumerate(lrs)})
-        row.update({"throughput/img_s": result.images / max(result.seconds, 1e-9),
-                    "memory/peak_gb": peak_memory_gb(accelerator.device)})
-        self._save(model, "last", also_best=improved)
+        if facts.weights is not None:
+            self.write_in_background(_write_weights_files, facts.weights, self.weights_dir / "last.safetensors",
+                                     improved)
         accelerator.log({k: v for k, v in row.items() if k != "epoch"} | {"epoch": epoch + 1},
-                        step=optimizer_steps)
+                        step=facts.optimizer_steps)
         stop = not improved and self.may_stop(epoch)
         if accelerator.is_main_process:
             self.csv.append(row)
-            print(self.epoch_line(row, epoch_seconds, val_seconds), flush=True)
+            print(self.epoch_line(row, facts.seconds, val_seconds), flush=True)
             if validation is not None:
                 if self.make_plots and (final or stop):
                     for figure, args in plots.validation_plot_jobs(self.run_dir, validation.metrics,
                                                                    validation.samples, self.class_names):
                         self.draw(figure, *args)
                 tracking.log_validation_images(accelerator, validation.samples, self.class_names,
-                                               step=optimizer_steps)
+                                               step=facts.optimizer_steps)
                 dashboards.log_prediction_table(accelerator, validation.samples, self.class_names, epoch,
-                                                step=optimizer_steps)
+                                                step=facts.optimizer_steps)
                 if (final or stop) and "pr_curve" in validation.metrics:
                     self.final_metrics = validation.metrics
-        self.epoch_start = time.perf_counter()
         return EpochOutcome(self.best_fitness, self.best_epoch, stop)
 
     def may_stop(self, epoch: int) -> bool:
@@ -225,16 +257,6 @@ class RunOutputs:
             return False
         print(f"pushed {weights} to {url}")
         return True
-
-    def _save(self, model: nn.Module, name: str, also_best: bool = False) -> None:
-        """Snapshot the weights to the CPU now, write them in the background: a file to a temporary name, then
-        renamed, so a crash never leaves a truncated weights file; ``also_best``: the same bytes become
-        best.safetensors too (serialised once: a small run saves every epoch)."""
-        if self.accelerator.is_main_process:
-            final = self.weights_dir / f"{name}.safetensors"
-            # float16 as Ultralytics' last.pt/best.pt: half the size; resume reads the float32 checkpoints instead
-            snapshot = weights_snapshot(self.accelerator.unwrap_model(model, keep_torch_compile=False), half=True)
-            self.write_in_background(_write_weights_files, snapshot, final, also_best)
 
     def write_in_background(self, write: Callable, *args) -> None:
         """``write(*args)`` on the writer thread once what was submitted before is written (one job in flight:

@@ -61,7 +61,7 @@ from yolo11.engine.checkpoint import (
 from yolo11.engine.compile import CompiledLoss, compile_model, use_compile_cache
 from yolo11.engine.config import TrainConfig, save_args_yaml, save_config
 from yolo11.engine.ema import ModelEMA
-from yolo11.engine.evaluate import Validator
+from yolo11.engine.evaluate import PendingValidation, Validator
 from yolo11.engine.failures import FailedElsewhere, agreed, job_token, say_error
 from yolo11.engine.guard import NonFiniteLossError
 from yolo11.engine.interrupt import StopAgreement, StopRequested, StopSignal, tell_launcher
@@ -81,7 +81,7 @@ from yolo11.engine.resume import Resume, RunProgress, finished, prepare_resume, 
 from yolo11.engine.resume_check import RunBounds
 from yolo11.engine.run_clock import RunClock, mark_startup
 from yolo11.engine.run_lock import RunFolderBusyError, RunLock, lock_run_dir
-from yolo11.engine.run_outputs import RunOutputs
+from yolo11.engine.run_outputs import EpochFacts, RunOutputs
 from yolo11.engine.weight_trace import WeightTrace
 from yolo11.evaluation import ValidationStopped
 from yolo11.evaluation.plots import plot_labels
@@ -92,6 +92,11 @@ from yolo11.weights import UnsafeCheckpointError, resolve_weights
 # one takes ~0.2 s (model, optimizer, EMA, RNG): every epoch of a 128-image dataset would add a sixth to the run,
 # and a kill without a signal (which would have saved) then loses at most this much more work.
 AUTO_CHECKPOINT_SECONDS = 60.0
+
+# An epoch shorter than this, on one GPU, is scored while the next one trains: its ~30 ms of scoring (128 images,
+# 300 detections each) are a visible share of it, and its line comes at most this much later. A longer epoch gains
+# too little to print its line a whole epoch late.
+SCORE_BESIDE_MAX_EPOCH_SECONDS = 10.0
 
 # What a user can get wrong (launch, data, flags, weights, --resume, RAM for --cache-images): one line, exit 2.
 USER_ERRORS = (LaunchError, DataSourceError, FileNotFoundError, ValueError, UnsafeCheckpointError, MemoryError,
@@ -114,6 +119,16 @@ class Run:
     outputs: RunOutputs | None = None
     clock: RunClock = dataclasses.field(default_factory=lambda: RunClock(process_start()))  # every phase's time
     last_checkpoint: float = dataclasses.field(default_factory=time.monotonic)  # --save-period auto's clock
+    pending: PendingEpoch | None = None  # the epoch being scored while the next one trains
+
+
+@dataclass
+class PendingEpoch:
+    """An epoch whose validation the evaluator scores while the next epoch trains; ``settle`` records it."""
+
+    facts: EpochFacts
+    validation: PendingValidation
+    val_seconds: float
 
 
 def train(config: TrainConfig, typed: frozenset[str] | None = None) -> int:
@@ -523,34 +538,74 @@ def stop_non_finite(run: Run, err: NonFiniteLossError) -> int:
 def end_epoch(run: Run, epoch: int, result) -> tuple[bool, bool]:
     """Validate when due, record the epoch, checkpoint when due; returns whether training stops here and whether
     a checkpoint was written. Raises ``ValidationStopped`` (every rank) when a stop request cut the validation
-    short: the state is then still the trained epoch's, with nothing of the epoch recorded."""
+    short: the state is then still the trained epoch's, with nothing of the epoch recorded.
+
+    Where ``score_beside_training`` allows, the epoch's record waits for its scoring, which runs while the next
+    epoch trains: ``settle`` records it before anything reads the best epoch (the next validation, a checkpoint)."""
     config, state, step = run.config.run, run.state, run.step
+    settle(run)  # the previous epoch's, if it was scored beside this one
     last_epoch = epoch + 1 == config.epochs or result.reached_max_steps
     model = step.ema.module if step.ema is not None else step.model
-    validation, val_seconds = None, 0.0
+    validation, val_seconds, later = None, 0.0, False
     if config.val_interval and (last_epoch or (epoch + 1) % config.val_interval == 0):
         # the plots and the 12 COCO stats come at the last epoch or where patience may stop the run (as Ultralytics
         # plots); other epochs log the headline metrics; trackers get sample images every validation
         final = last_epoch or run.outputs.may_stop(epoch)
         plots = config.plots and final
+        later = score_beside_training(run, epoch, result, final)
         run.stop.enter("validation", step.accelerator.process_index)
         before = run.clock.seconds("validation")
         with run.clock("validation"):
             validation = run.validator.run(model, step.criterion, plots=plots,
                                            images=plots or bool(run.outputs.report_to), all_stats=final,
-                                           stop=lambda: run.stop.requested)
+                                           stop=lambda: run.stop.requested, score_later=later)
         val_seconds = run.clock.seconds("validation") - before
-        run.clock.add("scoring", validation.score_seconds)
-        run.clock.add("validation data", validation.data_seconds)
+        if not later:
+            run.clock.add("scoring", validation.score_seconds)
+            run.clock.add("validation data", validation.data_seconds)
     state.start_epoch(epoch + 1)
     with run.clock("saving"), agreed(step.accelerator):  # a full disk on the main process ends every process here
-        outcome = run.outputs.end_epoch(epoch, result, step.schedule.lrs(), validation, model,
-                                        state.optimizer_steps, final=last_epoch, val_seconds=val_seconds)
+        facts = run.outputs.epoch_facts(epoch, result, step.schedule.lrs(), model, state.optimizer_steps)
+        if later:
+            run.pending = PendingEpoch(facts, validation, val_seconds)
+            return False, False  # score_beside_training: neither a stop nor a checkpoint can be due here
+        outcome = run.outputs.record(facts, validation, final=last_epoch, val_seconds=val_seconds)
     state.best_fitness, state.best_epoch = outcome.best_fitness, outcome.best_epoch
     due = last_epoch or outcome.stop or checkpoint_due(run, epoch)
     if due:
         checkpoint(run)
     return outcome.stop, due
+
+
+def score_beside_training(run: Run, epoch: int, result, final: bool) -> bool:
+    """Whether ``epoch``'s validation may be scored while the next epoch trains: one process training on a GPU and
+    scoring on its host (whose cores wait while the GPU trains; a CPU run's are all training, and scoring on the
+    GPU would queue behind the training's kernels), without trackers (they take the epoch's metrics at its step,
+    before the next epoch's steps), an epoch shorter than ``SCORE_BESIDE_MAX_EPOCH_SECONDS``, and nothing due now
+    that needs the metrics: not the ``final`` epoch (plots, the stop decision), no checkpoint (it holds the best
+    epoch)."""
+    accelerator = run.step.accelerator
+    return (accelerator.num_processes == 1 and accelerator.device.type != "cpu" and run.plan.eval_device == "cpu"
+            and not run.outputs.report_to and result.seconds < SCORE_BESIDE_MAX_EPOCH_SECONDS and not final
+            and not checkpoint_due(run, epoch))
+
+
+def settle(run: Run) -> None:
+    """Record the epoch that was scored while the next one trained (``end_epoch``), once its scoring is done: its
+    row, line, best epoch and weights files, as ``end_epoch`` would have. Before every checkpoint and validation."""
+    pending, run.pending = run.pending, None
+    if pending is None:
+        return
+    state, step = run.state, run.step
+    started = time.perf_counter()
+    with run.clock("validation"):
+        validation = pending.validation.result()
+    run.clock.add("scoring", time.perf_counter() - started)  # the part of the scoring that training did not hide
+    run.clock.add("training scoring alongside", validation.score_seconds)
+    run.clock.add("validation data", validation.data_seconds)
+    with run.clock("saving"), agreed(step.accelerator):
+        outcome = run.outputs.record(pending.facts, validation, val_seconds=pending.val_seconds)
+    state.best_fitness, state.best_epoch = outcome.best_fitness, outcome.best_epoch
 
 
 def checkpoint_due(run: Run, epoch: int) -> bool:
@@ -569,6 +624,7 @@ def checkpoint_due(run: Run, epoch: int) -> bool:
 def checkpoint(run: Run) -> None:
     """A resumable checkpoint of the run as it stands (every rank), with the resolved config."""
     step = run.step
+    settle(run)  # the state's best epoch and the weights files up to date
     run.stop.enter("checkpoint", step.accelerator.process_index)  # a signal now: the write completes first
     with run.clock("saving"):
         save_checkpoint(step.accelerator, run.run_dir, run.state, run.config.run.keep_checkpoints, step.model,
@@ -621,6 +677,7 @@ def finish(run: Run, images_seen: int, push: bool) -> bool:
     run.stop.enter("finish", step.accelerator.process_index)
     if step.profiler is not None:
         step.profiler.close(run.state.optimizer_steps)
+    settle(run)  # where nothing after it validated or checkpointed (a run ended by an error does not get here)
     with run.clock("saving"), agreed(step.accelerator):  # the weights written in the background: their error
         run.outputs.wait_for_writes()
     if step.graphed is not None:

@@ -7,6 +7,7 @@ import functools
 import sys
 import time
 from collections.abc import Callable
+from concurrent.futures import Executor, Future
 from dataclasses import dataclass
 
 import torch
@@ -49,7 +50,8 @@ def predict_and_score(
     all_stats: bool = True,
     step: Callable | None = None,
     stop: Callable[[], bool] | None = None,
-) -> EvaluationResult:
+    scoring: Executor | None = None,
+) -> EvaluationResult | Future[EvaluationResult]:
     """Run ``model`` in eval mode over ``loader`` (this process's batches on its device: a prepared loader, or
     a pass of the training run's validation stream) and score all processes' predictions, mapped to original
     pixels, with ``evaluator``.
@@ -69,6 +71,8 @@ def predict_and_score(
         stop: this process's stop request, read before each batch: the loop ends at once and, when any
             process asked, every process raises ``ValidationStopped`` (one all-reduce after the loop: processes
             may hold different batch counts, so none runs per batch).
+        scoring: one process only: the evaluator's ``compute`` is submitted there and the result's ``Future``
+            returned once the predictions are in (a training run scores an epoch while the next one trains).
 
     ``gather_predictions`` drops the samples that ``even_batches`` duplicated on the last batch, so the metrics
     equal a single-process evaluation whatever the number of processes.
@@ -77,13 +81,15 @@ def predict_and_score(
     model.eval()
     try:
         return _predict_and_score(accelerator, model, loader, postprocessor, evaluator, criterion, channels_last,
-                                  num_samples, batches, plot_data, all_stats, step, stop)
+                                  num_samples, batches, plot_data, all_stats, step, stop, scoring)
     finally:
         model.train(was_training)
 
 
 def _predict_and_score(accelerator, model, loader, postprocessor, evaluator, criterion, channels_last, num_samples,
-                       batches, plot_data, all_stats, step, stop) -> EvaluationResult:
+                       batches, plot_data, all_stats, step, stop, scoring):
+    if scoring is not None and accelerator.num_processes > 1:  # compute's broadcast is a collective: this thread's
+        raise ValueError("scoring on another thread needs one process")
     if step is None:
         step = ValStep(model, accelerator.autocast, criterion)
     loss_sum = torch.zeros(3, device=accelerator.device)
@@ -136,14 +142,17 @@ def _predict_and_score(accelerator, model, loader, postprocessor, evaluator, cri
     if stop is not None and _anyone(accelerator, stop()):
         raise ValidationStopped("validation stopped by a signal")
     predictions = gather_predictions(accelerator, per_image)
-    started = time.perf_counter()
-    metrics = evaluator.compute(predictions, accelerator, plot_data=plot_data, all_stats=all_stats)
-    score_seconds = time.perf_counter() - started
     losses = None
     if criterion is not None:  # the mean over all processes' batches, whatever each one's count
         totals = accelerator.reduce(torch.cat([loss_sum, loss_sum.new_tensor([batches_run])]), reduction="sum")
         losses = totals[:3] / totals[3].clamp(min=1)
-    return EvaluationResult(metrics, predictions, losses, samples, score_seconds)
+
+    def score() -> EvaluationResult:
+        started = time.perf_counter()
+        metrics = evaluator.compute(predictions, accelerator, plot_data=plot_data, all_stats=all_stats)
+        return EvaluationResult(metrics, predictions, losses, samples, time.perf_counter() - started)
+
+    return score() if scoring is None else scoring.submit(score)
 
 
 def float_maps(feats):
