@@ -29,7 +29,7 @@ def _worker_start(parent: int) -> None:
     worker_signals(parent)
     from yolo11.evaluation import plots
 
-    plots._pyplot()
+    plots.warm_up()
 
 
 def _started() -> int:
