@@ -124,3 +124,41 @@ def test_pair_iou_is_box_iou_to_the_bit():
     gt_idx, pred_idx = np.meshgrid(np.arange(len(gt)), np.arange(len(pred)), indexing="ij")
     expected = box_iou(torch.from_numpy(gt.xyxy), torch.from_numpy(pred.xyxy)).numpy()
     np.testing.assert_array_equal(matching._pair_iou(gt, pred, gt_idx.ravel(), pred_idx.ravel()), expected.ravel())
+
+
+def reference_curves(correct, scores, pred_classes, gt_classes):
+    """``class_curves`` written as Ultralytics' ``ap_per_class`` loops: a mask of each class's predictions."""
+    order = np.argsort(-scores, kind="stable")
+    correct, scores, pred_classes = correct[order, 0], scores[order], pred_classes[order]
+    classes, counts = np.unique(gt_classes, return_counts=True)
+    shape = (len(classes), matching.CONFIDENCE_GRID.shape[0])
+    precision, recall, pr_precision = np.zeros(shape), np.zeros(shape), np.zeros(shape)
+    for k, (cls, num_gt) in enumerate(zip(classes, counts, strict=True)):
+        mine = pred_classes == cls
+        if not mine.any():
+            continue
+        tp, fp = np.cumsum(correct[mine]), np.cumsum(~correct[mine])
+        rec, pre = tp / (num_gt + matching.EPS), tp / (tp + fp)
+        recall[k] = np.interp(-matching.CONFIDENCE_GRID, -scores[mine], rec, left=0)
+        precision[k] = np.interp(-matching.CONFIDENCE_GRID, -scores[mine], pre, left=1)
+        mrec, mpre = matching._average_precision(rec, pre)
+        pr_precision[k] = np.interp(matching.CONFIDENCE_GRID, mrec, mpre)
+    return classes, precision, recall, pr_precision
+
+
+@pytest.mark.parametrize(("seed", "num_classes"), [(0, 3), (1, 80), (2, 1)])
+def test_class_curves_equal_the_per_class_loop_to_the_bit(seed, num_classes):
+    """Each class's run of the (class, score) sort is what a mask of its predictions picks, ties in the same
+    order: the curves are the loop's bit for bit; without ``pr_curve`` the PR plot's curve alone is left out."""
+    pred, gt = random_boxes(np.random.default_rng(seed), 40, num_classes)
+    correct = match_predictions(pred, gt)
+    expected = reference_curves(correct, pred.scores, pred.classes, gt.classes)
+    curves = matching.class_curves(correct, pred.scores, pred.classes, gt.classes)
+    for got, want in zip((curves.classes, curves.precision, curves.recall, curves.pr_precision), expected,
+                         strict=True):
+        np.testing.assert_array_equal(got, want)
+    assert curves.recall.any()
+    lean = matching.class_curves(correct, pred.scores, pred.classes, gt.classes, pr_curve=False)
+    assert lean.pr_precision is None
+    np.testing.assert_array_equal(lean.precision, curves.precision)
+    np.testing.assert_array_equal(lean.recall, curves.recall)

@@ -215,7 +215,7 @@ class CocoEvaluator:
         det = torch.cat([det.reshape(-1, 6) for det in rows if det is not None] + [torch.zeros(0, 6)]).double().numpy()
         pred = matching.Boxes(np.repeat(np.arange(len(rows)), counts), det[:, :4], det[:, 5].astype(int), det[:, 4])
         correct = matching.match_predictions(pred, gt)
-        curves = matching.class_curves(correct, pred.scores, pred.classes, gt.classes)
+        curves = matching.class_curves(correct, pred.scores, pred.classes, gt.classes, pr_curve=plot_data)
         precision, recall, confidence = matching.best_f1_precision_recall(curves)
         class_precision, class_recall = matching.per_class_precision_recall(curves, len(self.class_names))
         metrics = {"precision": precision, "recall": recall, "f1_confidence": confidence,

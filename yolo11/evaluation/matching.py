@@ -139,7 +139,7 @@ class ClassCurves:
     classes: np.ndarray  # (K,) class indices
     precision: np.ndarray  # (K, 1000) precision vs confidence
     recall: np.ndarray  # (K, 1000) recall vs confidence
-    pr_precision: np.ndarray  # (K, 1000) precision vs recall (recall grid = CONFIDENCE_GRID)
+    pr_precision: np.ndarray | None  # (K, 1000) precision vs recall (recall grid = CONFIDENCE_GRID); None unasked
 
     @property
     def f1(self) -> np.ndarray:
@@ -147,26 +147,33 @@ class ClassCurves:
 
 
 def class_curves(correct: np.ndarray, scores: np.ndarray, pred_classes: np.ndarray,
-                 gt_classes: np.ndarray) -> ClassCurves:
-    """Curves from all images' predictions: ``correct`` (N, T), ``scores`` (N,), classes (N,) and (G,) ints."""
-    order = np.argsort(-scores, kind="stable")
+                 gt_classes: np.ndarray, pr_curve: bool = True) -> ClassCurves:
+    """Curves from all images' predictions: ``correct`` (N, T), ``scores`` (N,), classes (N,) and (G,) ints;
+    ``pr_curve``: also precision against recall (the PR plot's; an epoch that plots nothing skips it)."""
+    by_score = np.argsort(-scores, kind="stable")
+    # then by class, stably: each class's predictions one contiguous run, by decreasing score as above
+    order = by_score[np.argsort(pred_classes[by_score], kind="stable")]
     correct, scores, pred_classes = correct[order, 0], scores[order], pred_classes[order]
     classes, counts = np.unique(gt_classes, return_counts=True)
+    starts = np.searchsorted(pred_classes, classes, side="left")
+    ends = np.searchsorted(pred_classes, classes, side="right")
     shape = (classes.shape[0], CONFIDENCE_GRID.shape[0])
-    precision, recall, pr_precision = np.zeros(shape), np.zeros(shape), np.zeros(shape)
-    for k, (cls, num_gt) in enumerate(zip(classes, counts, strict=True)):
-        mine = pred_classes == cls
-        if not mine.any():
+    precision, recall = np.zeros(shape), np.zeros(shape)
+    pr_precision = np.zeros(shape) if pr_curve else None
+    for k, (num_gt, start, end) in enumerate(zip(counts, starts, ends, strict=True)):
+        if start == end:
             continue
-        tp = np.cumsum(correct[mine])
-        fp = np.cumsum(~correct[mine])
+        mine, mine_scores = correct[start:end], scores[start:end]
+        tp = np.cumsum(mine)
+        fp = np.cumsum(~mine)
         rec = tp / (num_gt + EPS)
         pre = tp / (tp + fp)
         # np.interp needs increasing x: scores decrease, so interpolate against -score.
-        recall[k] = np.interp(-CONFIDENCE_GRID, -scores[mine], rec, left=0)
-        precision[k] = np.interp(-CONFIDENCE_GRID, -scores[mine], pre, left=1)
-        mrec, mpre = _average_precision(rec, pre)
-        pr_precision[k] = np.interp(CONFIDENCE_GRID, mrec, mpre)
+        recall[k] = np.interp(-CONFIDENCE_GRID, -mine_scores, rec, left=0)
+        precision[k] = np.interp(-CONFIDENCE_GRID, -mine_scores, pre, left=1)
+        if pr_curve:
+            mrec, mpre = _average_precision(rec, pre)
+            pr_precision[k] = np.interp(CONFIDENCE_GRID, mrec, mpre)
     return ClassCurves(classes, precision, recall, pr_precision)
 
 
