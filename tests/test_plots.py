@@ -288,13 +288,3 @@ def test_plot_workers_die_with_a_killed_trainer_and_do_not_rerun_its_script(tmp_
     while any(alive(pid) for pid in workers) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not any(alive(pid) for pid in workers)
-
-
-def test_the_plotting_workers_warm_up_leaves_no_figure_and_no_file(tmp_path, monkeypatch):
-    """``warm_up`` (each ``PlotPool`` worker, as it starts) draws in memory only and closes what it opened."""
-    monkeypatch.chdir(tmp_path)
-    plt = plots._pyplot()
-    before = plt.get_fignums()
-    plots.warm_up()
-    assert plt.get_fignums() == before
-    assert list(tmp_path.iterdir()) == []

@@ -29,7 +29,7 @@ def _worker_start(parent: int) -> None:
     worker_signals(parent)
     from yolo11.evaluation import plots
 
-    plots.warm_up()
+    plots._pyplot()
 
 
 def _started() -> int:

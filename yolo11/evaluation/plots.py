@@ -9,7 +9,6 @@ predict CLI and TensorBoard. No torch here: ``PlotPool`` workers import this mod
 from __future__ import annotations
 
 import functools
-import io
 import math
 from collections.abc import Callable
 from pathlib import Path
@@ -34,18 +33,6 @@ def _pyplot():
     import matplotlib.pyplot as plt
 
     return plt
-
-def warm_up() -> None:
-    """matplotlib ready to draw: a tiny figure with text drawn and encoded as PNG in memory. Its first text and
-    first PNG otherwise cost a figure ~0.4 s more (fonts looked up and loaded) at the end of the run, when the
-    figures are waited for; this costs ~0.03 s in a plotting worker as it starts."""
-    plt = _pyplot()
-    fig, ax = plt.subplots(1, 1, figsize=(1, 1))
-    ax.set_title("warm-up")
-    ax.set_xticks([0, 1], ["a", "b"])
-    fig.savefig(io.BytesIO(), format="png", dpi=50)
-    plt.close(fig)
-
 
 def _save_figure(fig, out_path: Path, dpi: int) -> None:
     """``fig`` written to ``out_path`` through a temporary name (a full disk leaves no truncated image), closed."""
