@@ -268,10 +268,12 @@ def non_max_suppression(
         # torchvision's batched_nms runs one NMS per class, with a host sync each, above 5000 candidates on CUDA
         shifted = candidates if agnostic else candidates + cls.to(candidates.dtype)[:, None] * max_wh
         group = counts[first:last]
-        # runs of images whose IoU matrices, padded to the run's largest, fit at once: one image with many
-        # candidates is a run of its own instead of setting the width of every other image's
+        # on CUDA, runs of images whose IoU matrices, padded to the run's largest, fit at once: one image with many
+        # candidates is a run of its own instead of setting the width of every other image's; on the CPU every
+        # image goes through torchvision, and the group is one run
+        runs = _image_groups(group, MAX_PAIR_ENTRIES, _padded_pairs) if candidates.is_cuda else [(0, len(group))]
         keep, sizes, offset = [], [], 0
-        for start, stop in _image_groups(group, MAX_PAIR_ENTRIES, _padded_pairs):
+        for start, stop in runs:
             run = group[start:stop]
             suppress = batched_greedy_nms if _batchable(candidates, run, max_nms) else functools.partial(
                 _one_image_at_a_time, max_nms=max_nms)
