@@ -107,3 +107,23 @@ def test_a_gpu_run_scores_its_short_epochs_beside_the_next(tmp_path, monkeypatch
     assert [row["epoch"] for row in recorded] == ["1", "2", "3", "4"]
     assert all(row["metrics/mAP50-95(B)"] != "" for row in recorded)
     assert "scoring alongside" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_an_error_in_the_next_epoch_still_records_the_pending_one(tmp_path, deferring, monkeypatch):
+    """A crash while epoch 1 is being scored (in epoch 2's training) leaves epoch 1's row and weights, as a run
+    that scored it at once would have, and the crash is what the run reports."""
+    train_one_epoch, calls = trainer.train_one_epoch, []
+
+    def failing_second_epoch(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise RuntimeError("a crash in epoch 2")
+        return train_one_epoch(*args, **kwargs)
+
+    monkeypatch.setattr(trainer, "train_one_epoch", failing_second_epoch)
+    with pytest.raises(RuntimeError, match="a crash in epoch 2"):
+        train_in_process([*FLAGS, "--output-dir", str(tmp_path), "--name", "crash"])
+    assert deferring == [0]
+    assert [row["epoch"] for row in rows(tmp_path / "crash")] == ["1"]
+    assert (tmp_path / "crash" / "weights" / "last.safetensors").is_file()

@@ -6,6 +6,7 @@ answer without loading torch, accelerate, datasets and timm.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 import os
@@ -507,6 +508,14 @@ def fit(run: Run) -> tuple[int, int]:
                 return step.stop.exit_code, images_seen
     except NonFiniteLossError as err:
         return stop_non_finite(run, err), images_seen
+    except Exception:
+        # an error in the epoch after one still being scored: that epoch's record is whole, write it as the run
+        # would have before the error; the error itself is what the run reports, whatever the record does
+        if run.pending is not None:
+            with contextlib.suppress(Exception):
+                settle(run)
+                run.outputs.wait_for_writes()
+        raise
     return 0, images_seen
 
 
