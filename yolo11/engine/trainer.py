@@ -606,10 +606,11 @@ def settle(run: Run) -> None:
     if pending is None:
         return
     state, step = run.state, run.step
-    started = time.perf_counter()
+    before = run.clock.seconds("validation")
     with run.clock("validation"):
         validation = pending.validation.result()
-    run.clock.add("scoring", time.perf_counter() - started)  # the part of the scoring that training did not hide
+    # the part of the scoring that training did not hide
+    run.clock.add("scoring", run.clock.seconds("validation") - before)
     run.clock.add("training scoring alongside", validation.score_seconds)
     run.clock.add("validation data", validation.data_seconds)
     with run.clock("saving"), agreed(step.accelerator):
@@ -686,7 +687,7 @@ def finish(run: Run, images_seen: int, push: bool) -> bool:
     run.stop.enter("finish", step.accelerator.process_index)
     if step.profiler is not None:
         step.profiler.close(run.state.optimizer_steps)
-    settle(run)  # where nothing after it validated or checkpointed (a run ended by an error does not get here)
+    settle(run)  # a safety net: the last epoch, a stop and an error settle already; a pending epoch must not be lost
     with run.clock("saving"), agreed(step.accelerator):  # the weights written in the background: their error
         run.outputs.wait_for_writes()
     if step.graphed is not None:
