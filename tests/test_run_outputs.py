@@ -28,6 +28,12 @@ def validation(score: float) -> EvaluationResult:
     return EvaluationResult(metrics, [], torch.full((3,), 0.5), [])
 
 
+def end_epoch(outputs: RunOutputs, epoch: int, result: EpochResult, lrs: list[float], validation, model,
+              optimizer_steps: int, final: bool = False):
+    """An epoch recorded as the trainer records one scored at once: its facts read, then its record."""
+    return outputs.record(outputs.epoch_facts(epoch, result, lrs, model, optimizer_steps), validation, final=final)
+
+
 def trained_epoch() -> EpochResult:
     return EpochResult(torch.tensor([1.0, 2.0, 3.0]), 8, 1.0, False)
 
@@ -48,7 +54,7 @@ def test_validation_plots_are_drawn_for_the_final_epoch_only(tmp_path, monkeypat
     validation = EvaluationResult(metrics, [], torch.zeros(3), [])
     model = yolo11.create_model("yolo11n", num_classes=len(CLASS_NAMES))
     for epoch in range(3):
-        outputs.end_epoch(epoch, EpochResult(torch.ones(3), 8, 1.0, False), [0.01] * 3, validation, model, epoch,
+        end_epoch(outputs, epoch, EpochResult(torch.ones(3), 8, 1.0, False), [0.01] * 3, validation, model, epoch,
                           final=epoch == 2)
         assert len(drawn) == (1 if epoch == 2 else 0)
     outputs.wait_for_writes()  # written by a thread
@@ -66,7 +72,7 @@ def test_may_stop_announces_the_epoch_where_patience_ends_the_run(tmp_path):
     for epoch, score in enumerate([0.1, 0.2, 0.2, 0.2, 0.3]):
         announced.append(outputs.may_stop(epoch))
         metrics = {"precision": 0.1, "recall": 0.1, "map50": score, "map50_95": score}
-        outcome = outputs.end_epoch(epoch, EpochResult(torch.ones(3), 8, 1.0, False), [0.01] * 3,
+        outcome = end_epoch(outputs, epoch, EpochResult(torch.ones(3), 8, 1.0, False), [0.01] * 3,
                                     EvaluationResult(metrics, [], torch.zeros(3), []), model, epoch)
         stopped.append(outcome.stop)
     assert announced == [False, False, False, True, True]
@@ -84,7 +90,7 @@ def test_results_csv_time_is_cumulative_across_epochs_and_resumes(tmp_path, monk
 
     def epoch(outputs: RunOutputs, index: int, at: float) -> None:
         now[0] = at
-        outputs.end_epoch(index, EpochResult(torch.ones(3), 8, 1.0, False), [0.01] * 3, None, model, index)
+        end_epoch(outputs, index, EpochResult(torch.ones(3), 8, 1.0, False), [0.01] * 3, None, model, index)
 
     state = TrainState()
     outputs = RunOutputs(Accelerator(cpu=True), tmp_path, CLASS_NAMES, state, epochs=3, patience=0, plots=False,
@@ -109,7 +115,7 @@ def test_weights_are_the_epochs_even_when_training_goes_on_while_they_are_writte
                          plots=False, report_to=[])
     model = yolo11.create_model("yolo11n", num_classes=len(CLASS_NAMES))
     expected = {k: v.clone() for k, v in model.state_dict().items()}
-    outputs.end_epoch(0, EpochResult(torch.ones(3), 8, 1.0, False), [0.01] * 3, None, model, 0)
+    end_epoch(outputs, 0, EpochResult(torch.ones(3), 8, 1.0, False), [0.01] * 3, None, model, 0)
     with torch.no_grad():
         for p in model.parameters():
             p.add_(1.0)  # the next epoch's updates, in place
@@ -132,7 +138,7 @@ def test_best_weights_are_those_of_the_best_epoch_and_last_of_the_latest(tmp_pat
         with torch.no_grad():
             next(model.parameters()).add_(1.0)
         weights.append(next(model.parameters()).detach().clone())
-        outcome = outputs.end_epoch(epoch, trained_epoch(), [0.01] * 3, validation(score), model, epoch)
+        outcome = end_epoch(outputs, epoch, trained_epoch(), [0.01] * 3, validation(score), model, epoch)
         assert (outcome.best_epoch, outcome.best_fitness) == (0, 0.2)
     outputs.wait_for_writes()
     first = next(iter(model.state_dict()))
@@ -147,10 +153,10 @@ def test_a_resumed_run_keeps_its_best_epoch_until_beaten(tmp_path):
     resumed = TrainState(epoch=3, best_fitness=0.5, best_epoch=2)
     outputs = outputs_for(tmp_path, resumed, epochs=5, patience=2)
     model = yolo11.create_model("yolo11n", num_classes=len(CLASS_NAMES))
-    outcome = outputs.end_epoch(3, trained_epoch(), [0.01] * 3, validation(0.4), model, 30)
+    outcome = end_epoch(outputs, 3, trained_epoch(), [0.01] * 3, validation(0.4), model, 30)
     assert (outcome.best_epoch, outcome.best_fitness, outcome.stop) == (2, 0.5, False)
     assert outputs.best_summary() == {"epoch": 3, "fitness": 0.5}
-    assert outputs.end_epoch(4, trained_epoch(), [0.01] * 3, validation(0.45), model, 40).stop  # patience 2
+    assert end_epoch(outputs, 4, trained_epoch(), [0.01] * 3, validation(0.45), model, 40).stop  # patience 2
     outputs.wait_for_writes()
     assert not (tmp_path / "weights" / "best.safetensors").exists()  # the best weights were never these
 
@@ -158,8 +164,8 @@ def test_a_resumed_run_keeps_its_best_epoch_until_beaten(tmp_path):
 def test_results_csv_rows_and_epoch_lines_with_and_without_validation(tmp_path, capsys):
     outputs = outputs_for(tmp_path, epochs=2)
     model = yolo11.create_model("yolo11n", num_classes=len(CLASS_NAMES))
-    outputs.end_epoch(0, trained_epoch(), [0.01, 0.02, 0.03], None, model, 4)
-    outputs.end_epoch(1, trained_epoch(), [0.01, 0.02, 0.03], validation(0.25), model, 8, final=True)
+    end_epoch(outputs, 0, trained_epoch(), [0.01, 0.02, 0.03], None, model, 4)
+    end_epoch(outputs, 1, trained_epoch(), [0.01, 0.02, 0.03], validation(0.25), model, 8, final=True)
     outputs.wait_for_writes()
     first, second = read_results(tmp_path / "results.csv")
     assert (first["epoch"], float(first["train/cls_loss"]), float(first["lr/pg2"])) == ("1", 2.0, 0.03)

@@ -90,19 +90,11 @@ class RunOutputs:
         self.final_metrics: dict | None = None  # the validation whose plots were drawn: the dashboards' curves
         self.last_step = 0
 
-    def end_epoch(self, epoch: int, result: EpochResult, lrs: list[float], validation: EvaluationResult | None,
-                  model: nn.Module, optimizer_steps: int, final: bool = False,
-                  val_seconds: float = 0.0) -> EpochOutcome:
-        """Record the epoch (logged at ``optimizer_steps``); save last/best weights; ``val_seconds``: the part of
-        the epoch's time spent validating, for the epoch line. ``epoch_facts`` then ``record``: a run that scores
-        an epoch while the next one trains calls them apart."""
-        return self.record(self.epoch_facts(epoch, result, lrs, model, optimizer_steps), validation, final,
-                           val_seconds)
-
     def epoch_facts(self, epoch: int, result: EpochResult, lrs: list[float], model: nn.Module,
                     optimizer_steps: int) -> EpochFacts:
         """What the epoch's record needs that must be read as the epoch ends: its time, losses, learning rates,
-        peak memory and (main process) a copy of ``model``'s weights."""
+        peak memory and (main process) a copy of ``model``'s weights. ``record`` takes them with the epoch's
+        validation, at once or, where the validation is scored while the next epoch trains, after it."""
         now = time.perf_counter()
         row = {"epoch": epoch + 1, "time": round(self.time_before + self.clock.since_start(), 3)}
         row.update({f"train/{n}": v for n, v in zip(self.loss_names, result.mean_losses.tolist(), strict=True)})
