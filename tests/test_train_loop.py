@@ -187,3 +187,75 @@ def test_a_small_epoch_prints_a_line_even_below_the_log_interval(capsys):
         log_interval=20)
     lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("epoch")]
     assert len(lines) == 1 and lines[0].startswith("epoch 1/1 batch 3/3 step 2 | box ")
+
+
+@pytest.mark.parametrize("name", ["yolo11n", "yolo26n"])
+def test_warming_the_first_step_leaves_the_run_as_it_was(name):
+    """``warm_first_use`` trains nothing: the model's weights and BatchNorm statistics, its gradients and the random
+    state are those before it, while a forward, loss and backward did run (on a copy)."""
+    import contextlib
+
+    from yolo11.data.device_hsv import BatchHSV
+    from yolo11.engine.build import build_criterion
+    from yolo11.engine.cuda_graphs import MicroStep
+    from yolo11.engine.loop import warm_first_use
+
+    torch.manual_seed(0)
+    model = yolo11.create_model(name, num_classes=3).to(memory_format=torch.channels_last).train()
+    criterion = build_criterion(model, torch.device("cpu"))
+    losses = []
+    criterion.register_forward_hook(lambda module, args, out: losses.append(out[0].detach()))
+    micro_step = MicroStep(model, criterion, BatchHSV(), contextlib.nullcontext, torch.Tensor.backward, 1.0, True)
+    before = copy.deepcopy(model.state_dict())
+    rng = torch.get_rng_state()
+    warm_first_use(micro_step, model, torch.device("cpu"), batch_size=2, imgsz=64, hsv_gains=True)
+    assert len(losses) == 1 and torch.isfinite(losses[0]) and losses[0] > 0  # an object was assigned
+    assert all(p.grad is None for p in model.parameters())
+    for key, value in model.state_dict().items():
+        assert torch.equal(value, before[key]), key  # BatchNorm's running statistics among them
+    assert torch.equal(torch.get_rng_state(), rng)
+
+
+@pytest.mark.slow
+def test_a_run_whose_first_step_was_warmed_trains_as_one_whose_was_not(tmp_path, monkeypatch, capsys):
+    """The trainer's call (forced on the CPU, where it does not warm): the same weights to the bit as without it,
+    and the time line shows the warm-up apart."""
+    from helpers.engine_helpers import TINY_RUN_TRAINING, reset_accelerate_state
+    from safetensors.torch import load_file
+
+    from yolo11 import train
+    from yolo11.engine import trainer
+
+    flags = [*TINY_RUN_TRAINING, "--epochs", "1", "--output-dir", str(tmp_path)]
+    warmed, warm = [], trainer.warm_first_use
+    monkeypatch.setattr(trainer, "warm_first_use", lambda *args: warmed.append(args) or warm(*args))
+    for name, due in (("warmed", True), ("cold", False)):
+        monkeypatch.setattr(trainer, "warm_first_use_due", lambda run, due=due: due)
+        reset_accelerate_state()
+        try:
+            assert train.main([*flags, "--name", name]) == 0
+        finally:
+            reset_accelerate_state()
+    assert len(warmed) == 1
+    out = capsys.readouterr().out
+    assert out.count("warm-up") == 1  # the warmed run's time line only
+    a, b = (load_file(tmp_path / name / "weights" / "last.safetensors") for name in ("warmed", "cold"))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_a_gpu_run_with_loader_workers_warms_its_first_step(tmp_path, capsys):
+    """Nothing forced: a graphed one-GPU run whose loader has workers warms the first step while they start."""
+    from helpers.engine_helpers import TINY_RUN_TRAINING, reset_accelerate_state
+
+    from yolo11 import train
+
+    reset_accelerate_state()
+    try:
+        assert train.main([*TINY_RUN_TRAINING, "--epochs", "1", "--workers", "1", "--output-dir", str(tmp_path),
+                           "--name", "run"]) == 0
+    finally:
+        reset_accelerate_state()
+    time_line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("time: "))
+    assert "warm-up" in time_line and "captures" in time_line
