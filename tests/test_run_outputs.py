@@ -148,6 +148,19 @@ def test_best_weights_are_those_of_the_best_epoch_and_last_of_the_latest(tmp_pat
     assert outputs.best_summary() == {"epoch": 1, "fitness": 0.2, "map50_95": 0.2, "map50": 0.4}
 
 
+def test_the_first_validated_epoch_is_the_best_so_far_even_with_nothing_to_find(tmp_path):
+    """COCO scores -1 where the data has no labelled object: the first validated epoch is still the best so far,
+    as Ultralytics writes best.pt after its first epoch, so a run that validated always leaves best weights."""
+    outputs = outputs_for(tmp_path)
+    model = yolo11.create_model("yolo11n", num_classes=len(CLASS_NAMES))
+    end_epoch(outputs, 0, trained_epoch(), [0.01] * 3, None, model, 0)  # not validated: nothing to compare
+    outcome = end_epoch(outputs, 1, trained_epoch(), [0.01] * 3, validation(-1.0), model, 1)
+    assert (outcome.best_epoch, outcome.best_fitness) == (1, -1.0)
+    assert end_epoch(outputs, 2, trained_epoch(), [0.01] * 3, validation(-1.0), model, 2).best_epoch == 1
+    outputs.wait_for_writes()
+    assert (tmp_path / "weights" / "best.safetensors").is_file()
+
+
 def test_a_resumed_run_keeps_its_best_epoch_until_beaten(tmp_path):
     """The best epoch of before the resume comes from the TrainState; its metrics are not known any more."""
     resumed = TrainState(epoch=3, best_fitness=0.5, best_epoch=2)

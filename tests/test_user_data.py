@@ -278,3 +278,19 @@ def test_exported_layouts_train_a_step_and_validate_on_every_image(layout: str, 
     assert f"| {counts['train']} train / {counts['val']} val images |" in out, out[-3000:]
     assert re.search(rf"^\s+all\s+{counts['val']}\s+\d+\s", out, re.M), out[-3000:]
     assert "epoch 1/1 batch 1/1 step 1" in out or "step 1 |" in out, out[-3000:]
+
+
+def test_data_without_a_labelled_object_is_said_to_train_only_background(tmp_path: Path,
+                                                                         caplog: pytest.LogCaptureFixture) -> None:
+    """Every label file empty (a labelling tool's export before anyone labelled): trained as it is, with a warning
+    (Ultralytics: "No labels found"); data with labels gets none."""
+    folder = user_data.roboflow_yolo(tmp_path / "export")
+    load_source(os.fspath(folder), "train", cache_dir=tmp_path / "cache", workers=1)
+    assert "has a labelled object" not in caplog.text
+    labels = sorted(folder.rglob("labels/*.txt"))
+    assert labels
+    for label in labels:
+        label.write_text("")
+    source = load_source(os.fspath(folder), "train", cache_dir=tmp_path / "cache", workers=1)
+    assert len(source.dataset) > 0
+    assert f"none of its {len(source.dataset)} images has a labelled object" in caplog.text

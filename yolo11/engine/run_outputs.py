@@ -125,7 +125,9 @@ class RunOutputs:
                         "metrics/mAP50(B)": m["map50"], "metrics/mAP50-95(B)": m["map50_95"]})
             row.update({f"val/{n}": v for n, v in zip(self.loss_names, validation.losses.tolist(), strict=True)})
             score = fitness(m)
-            improved = score > self.best_fitness
+            # the first validated epoch is the best so far whatever it scores (-1: nothing to find), as Ultralytics
+            # writes best.pt after the first epoch: best.safetensors always exists once a run has validated
+            improved = self.best_epoch < 0 or score > self.best_fitness
             if improved:
                 self.best_fitness, self.best_epoch = score, epoch
                 self.best_metrics = m

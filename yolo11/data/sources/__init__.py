@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import datasets
+import pyarrow.compute
 import torch.distributed
 from accelerate import PartialState
 
@@ -386,11 +387,23 @@ def _checked(name: str, result: tuple[datasets.Dataset, list[str], dict], where:
     dataset, names, summary_dict = result
     summary = BadSampleSummary.from_dict(summary_dict)
     state = _launch_state()
+    if len(dataset) == 0:
+        if state is None or state.is_local_main_process:
+            summary.log(name)
+        raise DataSourceError(f"{where}: no usable images (see the warnings above)")
     if state is None or state.is_local_main_process:
         summary.log(name)
-    if len(dataset) == 0:
-        raise DataSourceError(f"{where}: no usable images (see the warnings above)")
+        if labelled_objects(dataset) == 0:  # empty label files, crowd-only or no annotations: trains only background
+            LOGGER.warning("%s: none of its %d images has a labelled object: a model learns nothing but background "
+                           "from it, and COCO scores it -1 (nothing to find); check its labels", name, len(dataset))
     return DetectionSource(dataset, names, name, summary, origin=origin)
+
+
+def labelled_objects(dataset: datasets.Dataset) -> int:
+    """The objects of every row, counted in Arrow (no image is read, no row becomes Python)."""
+    column = dataset.select_columns(["objects"]).with_format("arrow")[:].column("objects")
+    return sum(int(pyarrow.compute.sum(pyarrow.compute.list_value_length(chunk.field("category"))).as_py() or 0)
+               for chunk in column.chunks)
 
 
 def same_data_warning(train: DetectionSource, val: DetectionSource) -> str:
