@@ -3,6 +3,7 @@ right and the boxes in the displayed frame, then train a step and validate on al
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from pathlib import Path
@@ -294,3 +295,15 @@ def test_data_without_a_labelled_object_is_said_to_train_only_background(tmp_pat
     source = load_source(os.fspath(folder), "train", cache_dir=tmp_path / "cache", workers=1)
     assert len(source.dataset) > 0
     assert f"none of its {len(source.dataset)} images has a labelled object" in caplog.text
+
+
+def test_a_data_yaml_path_that_yaml_reads_as_a_number_names_its_folder(tmp_path: Path) -> None:
+    """``path: 2024`` is the folder 2024 (YAML reads it as an integer); a list there is refused naming the file."""
+    user_data.roboflow_yolo(tmp_path / "2024")
+    names = json.dumps(user_data.coco8_names())
+    (tmp_path / "data.yaml").write_text(f"path: 2024\ntrain: train/images\nval: valid/images\nnames: {names}\n")
+    source = load_source(os.fspath(tmp_path / "data.yaml"), "train", cache_dir=tmp_path / "cache", workers=1)
+    assert len(source.dataset) == 4
+    (tmp_path / "data.yaml").write_text(f"path: [2024]\ntrain: train/images\nval: valid/images\nnames: {names}\n")
+    with pytest.raises(DataSourceError, match=r"data\.yaml: 'path' is .*it must be the dataset's folder"):
+        load_source(os.fspath(tmp_path / "data.yaml"), "train", cache_dir=tmp_path / "cache", workers=1)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import functools
 import os
 import sys
@@ -38,6 +39,8 @@ def read_data_yaml(path: Path) -> dict:
         raise DataSourceError(f"{path}: a data YAML must be a mapping with path/train/val/names")
     if "val" not in data and "validation" in data:
         data["val"] = data.pop("validation")
+    if "path" in data:
+        data["path"] = _root_text(path, data["path"])
     names = data.get("names")
     if not names and names_coco_jsons(data):
         data["names"] = None
@@ -57,6 +60,15 @@ def read_data_yaml(path: Path) -> dict:
         raise DataSourceError(f"{path}: 'nc' is {count} but 'names' lists {len(names)} classes")
     data["names"] = check_class_list(names, os.fspath(path))  # a name twice: datasets' error would name no file
     return data
+
+
+def _root_text(path: Path, root: object) -> str | None:
+    """``path:`` as text: a folder YAML reads as a number or a date (``path: 2024``) is that folder's name."""
+    if root is None or isinstance(root, str):
+        return root
+    if isinstance(root, int | float | datetime.date) and not isinstance(root, bool):
+        return str(root)
+    raise DataSourceError(f"{path}: 'path' is {str(root)[:60]!r}; it must be the dataset's folder")
 
 
 def _class_count(path: Path, nc: object) -> int:
