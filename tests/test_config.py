@@ -152,7 +152,7 @@ def test_ultralytics_args_yaml_maps_known_keys_and_lists_the_ignored_ones(tmp_pa
     assert (config.model.model, config.model.weights, config.model.pretrained) == ("yolo11s", "yolo11s.pt", False)
     assert (config.run.batch_size, config.run.output_dir, config.run.name, config.run.epochs) == (8, "runs/ultra",
                                                                                                "exp", 5)
-    assert (config.optim.schedule, config.optim.lr0, config.run.val_interval) == ("cosine", 0.02, 0)
+    assert (config.optim.schedule, config.optim.lr0, config.run.val_interval) == ("cosine", 0.02, -1)
     # coco8.yaml is no file here: it names the copy shipped in yolo11/assets
     assert (config.data.imgsz, config.data.data, config.data.cache_images) == (64, str(SAMPLE_DATA["coco8.yaml"]),
                                                                                True)

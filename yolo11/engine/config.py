@@ -245,7 +245,8 @@ class RunConfig(_SelfValidating):
                                     "optimizer state and EMA in float32: a resume is bitwise); 0: the newest while "
                                     "the run trains, none once it is finished (it cannot be trained longer then; "
                                     "weights/ stays, as Ultralytics' stripped last.pt)")
-    val_interval: int = _free(1, "validate every N epochs and after the last (0: never, for benchmarks)")
+    val_interval: int = _free(1, "validate every N epochs and after the last (-1: after the last only, as "
+                                 "Ultralytics' val=False; 0: never, for benchmarks)")
     patience: int = _fixed(100, "stop after N epochs without a better fitness (0 disables)")
     max_steps: int | None = _local(None, "stop after this many optimizer steps (smoke runs); state is saved")
     report_to: str = _free("none", "trackers: wandb, tensorboard, all or none (comma lists allowed)")
@@ -284,8 +285,9 @@ class RunConfig(_SelfValidating):
             raise ValueError(f"--push-to-hub expects a Hub repo id owner/name, got {self.push_to_hub!r}")
         for name in ("epochs", "batch_size", "max_steps", "save_period", "log_interval", "max_det", "val_batch_size"):
             _require(self, name, 1)
-        for name in ("seed", "val_interval", "patience", "val_images", "keep_checkpoints"):  # numpy seeds: >= 0
+        for name in ("seed", "patience", "val_images", "keep_checkpoints"):  # numpy seeds: >= 0
             _require(self, name, 0)
+        _require(self, "val_interval", -1)
         _require(self, "val_conf", 0, 1)
         _require(self, "val_iou", 0, 1)
 

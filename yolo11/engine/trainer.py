@@ -573,7 +573,8 @@ def end_epoch(run: Run, epoch: int, result) -> tuple[bool, bool]:
     last_epoch = epoch + 1 == config.epochs or result.reached_max_steps
     model = step.ema.module if step.ema is not None else step.model
     validation, val_seconds, later = None, 0.0, False
-    if config.val_interval and (last_epoch or (epoch + 1) % config.val_interval == 0):
+    interval = config.val_interval  # -1: the last epoch only
+    if interval and (last_epoch or (interval > 0 and (epoch + 1) % interval == 0)):
         # the plots and the 12 COCO stats come at the last epoch or where patience may stop the run (as Ultralytics
         # plots); other epochs log the headline metrics; trackers get sample images every validation
         final = last_epoch or run.outputs.may_stop(epoch)

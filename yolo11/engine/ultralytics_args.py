@@ -150,7 +150,7 @@ TRANSLATED: dict[str, Callable[[Any, dict], dict[str, Any]]] = {
     "pretrained": _pretrained,
     "resume": lambda v, _: {"resume": "auto"} if v is True else {} if v is False else {"resume": v},
     "cos_lr": lambda v, _: {"schedule": "cosine"} if v else {},
-    "val": lambda v, _: {} if v else {"val_interval": 0},
+    "val": lambda v, _: {} if v else {"val_interval": -1},  # Ultralytics still validates the final epoch
     "cache": lambda v, _: {"cache_images": True} if v else {},  # 'ram', 'disk', true: ours caches in RAM
     "save_period": lambda v, _: {"save_period": v} if isinstance(v, int) and v > 0 else {},
 }
