@@ -45,7 +45,7 @@ def test_invalid_flags_exit_with_message(argv, message, capsys):
     ("--val-iou", "1.5"), ("--val-iou", "nan"), ("--val-conf", "-0.1"), ("--val-conf", "inf"),
     ("--max-det", "0"), ("--warmup-epochs", "-1"), ("--warmup-epochs", "nan"), ("--warmup-momentum", "1"),
     ("--warmup-bias-lr", "-0.1"), ("--patience", "-1"), ("--close-mosaic", "-1"), ("--save-period", "-1"),
-    ("--val-interval", "-1"), ("--log-interval", "0"), ("--epochs", "0"), ("--batch-size", "0"),
+    ("--val-interval", "-2"), ("--log-interval", "0"), ("--epochs", "0"), ("--batch-size", "0"),
     ("--val-batch-size", "0"), ("--workers", "-1"), ("--clip-grad", "-1"), ("--clip-grad", "nan"),
     ("--keep-checkpoints", "-1"), ("--nominal-batch", "0"), ("--grad-accum", "0"), ("--max-steps", "0"),
     ("--seed", "-1"), ("--val-images", "-1"),
@@ -297,7 +297,7 @@ def test_every_flag_declares_its_resume_rule_and_help() -> None:
 
 # Settings Ultralytics has keys for, none at our default: args.yaml must carry each of them back.
 EXPRESSIBLE = ["--model", "yolo11s", "--weights", "yolo11s.pt", "--data", "synthetic", "--epochs", "7", "--batch", "8",
-               "--imgsz", "96", "--schedule", "cosine", "--val-interval", "0", "--save-period", "2", "--workers", "3",
+               "--imgsz", "96", "--schedule", "cosine", "--val-interval", "-1", "--save-period", "2", "--workers", "3",
                "--cache-images", "true", "--compile", "false", "--channels-last", "false", "--val-nms", "false",
                "--resume", "auto", "--optimizer", "SGD", "--lr0", "0.02", "--mosaic", "0.5", "--val-conf", "0.01",
                "--val-split", "test", "--nominal-batch", "32", "--output-dir", "out", "--name", "n", "--exist-ok"]
