@@ -62,6 +62,17 @@ def test_out_of_range_flag_is_a_usage_error_naming_it(flag, value, capsys):
     assert f"error: {flag} " in err and "Traceback" not in err
 
 
+@pytest.mark.parametrize(("argv", "said"), [(["data="], "data= has no value"), (["--data", ""], "--data is empty"),
+                                             (["--data", " "], "--data is empty"), (['data=""'], "--data is empty")])
+def test_an_empty_data_value_is_refused_not_read_as_the_built_in_data(argv, said, capsys):
+    """`data=$DATA` with DATA unset must not train on the synthetic shapes that leaving data out chooses."""
+    with pytest.raises(SystemExit) as exc:
+        parse_config(argv)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert said in err and "leave" in err and "Traceback" not in err
+
+
 @pytest.mark.parametrize("text", ["lr0: .nan\n", "epochs: 2.5\n", "lr0: [1]\n", "mosaic: yes\n"])
 def test_yaml_value_of_the_wrong_type_is_a_usage_error(tmp_path, capsys, text):
     path = tmp_path / "bad.yaml"

@@ -170,6 +170,9 @@ class DataConfig(AugmentParams, _SelfValidating):
     close_mosaic: int = _fixed(10, "train the last N epochs without mosaic and mixup")
 
     def _check(self) -> None:
+        if not str(self.data).strip():  # `--data "$DATA"` with DATA unset
+            raise ValueError("--data is empty; name the dataset, or leave --data out for the built-in synthetic "
+                             "shapes")
         if self.imgsz < MAX_STRIDE or self.imgsz % MAX_STRIDE:
             raise ValueError(f"--imgsz must be a positive multiple of {MAX_STRIDE} (the largest stride), "
                              f"got {self.imgsz}")

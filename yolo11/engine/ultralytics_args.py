@@ -185,6 +185,9 @@ def read_ultralytics_keys(values: dict[str, Any], ours: dict[str, bool]) -> tupl
             if result and result != {key: value}:
                 mapped.append(f"{key}: {value} -> " + " ".join(f"{_flag(k)} {v}" for k, v in result.items()))
         elif key in ours:
+            if key == "data" and value is None:  # `data=$DATA` with DATA unset: not the built-in data, silently
+                raise ValueError("data= has no value; name the dataset, or leave data out for the built-in "
+                                 "synthetic shapes")
             # Ultralytics leaves unset keys null; a flag of ours that takes no None keeps its default then.
             result = {} if value is None and not ours[key] else {key: value}
         elif key in RENAMED:
