@@ -105,6 +105,23 @@ def test_some_missing_images_are_skipped_and_counted(tmp_path: Path) -> None:
         "000000000002.jpg; --images names the image folder)"]
 
 
+def test_an_image_whose_every_annotation_is_unusable_is_skipped_not_kept_as_background(tmp_path: Path) -> None:
+    """Image 2's one box has a negative width: trained as a background, its object would teach the model to miss
+    it. It is skipped, as a YOLO image whose every label line is bad; a crowd-only image stays a background."""
+    json_path = write_split(tmp_path, "train", "images/{split}2017")
+    coco = json.loads(json_path.read_text())
+    coco["annotations"][1]["bbox"] = [30, 4, -20, 10]  # image 2
+    coco["annotations"][2]["iscrowd"] = 1  # image 3: a crowd region only
+    json_path.write_text(json.dumps(coco))
+    source = load_source(os.fspath(json_path), "train", cache_dir=tmp_path / "cache", workers=1)
+    assert source.dataset["image_id"] == [1, 3] and source.summary.backgrounds == 1
+    assert source.summary.skipped_lines == [f"{json_path}: annotation 2 of image 2: box 30.0,4.0,10.0,14.0 has a "
+                                            "negative width or height, skipped"]
+    assert source.summary.skipped_images == [f"{tmp_path / 'images' / 'train2017' / '000000000002.jpg'}: none of "
+                                             "its 1 annotations can be used, skipped: its objects would be trained "
+                                             "as background"]
+
+
 def test_every_image_unusable_is_an_error_not_a_datasets_crash(tmp_path: Path) -> None:
     """All images present but undecodable: an empty conversion is cached and reported, not 'Keys mismatch'."""
     json_path = write_split(tmp_path, "val", "images/{split}2017")

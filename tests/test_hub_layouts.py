@@ -400,13 +400,15 @@ def test_bad_boxes_are_dropped_with_a_message(tmp_path: Path, caplog: pytest.Log
     assert [Path(r["image"]["path"]).name for r in source.dataset] == ["0.png", "1.png", "3.png"]
     assert boxes_and_classes(source) == ([[BOX], [[70.0, 10.0, 10.0, 30.0]], []], [[0], [0], []])
     assert source.summary.skipped_lines == [
-        "row 0: object 1: objects.bbox [50, 10, -20, 30]: zero-area box, dropped",
+        "row 0: object 1: objects.bbox [50, 10, -20, 30]: box 50.0,10.0,30.0,40.0 has a negative width or height, "
+        "dropped",
         "row 0: object 2: objects.bbox [50, 10, 20, 0]: zero-area box, dropped",
         "row 2: object 0: objects.bbox [70, 10, 50, 30]: box 70.0,10.0,120.0,40.0 lies outside the 80x60 image, "
         "dropped"]
     assert source.summary.skipped_images == ["row 2: none of its 1 boxes is usable, image skipped"]
     assert (source.summary.clipped_boxes, source.summary.backgrounds) == (1, 1)
-    assert "ds-train: row 0: object 1: objects.bbox [50, 10, -20, 30]: zero-area box, dropped" in caplog.text
+    assert "ds-train: row 0: object 1: objects.bbox [50, 10, -20, 30]: box 50.0,10.0,30.0,40.0 has a negative" \
+        in caplog.text
 
 
 def test_vectorised_box_check_agrees_with_the_per_box_check() -> None:

@@ -28,6 +28,8 @@ def check_box(box: np.ndarray, width: int, height: int) -> tuple[np.ndarray | No
         return None, False, f"box {x1:.1f},{y1:.1f},{x2:.1f},{y2:.1f} lies outside the {width}x{height} image"
     clipped_box = np.array([min(max(x1, 0.0), width), min(max(y1, 0.0), height),
                             min(max(x2, 0.0), width), min(max(y2, 0.0), height)], dtype=np.float64)
+    if x2 < x1 or y2 < y1:  # COCO's [x, y, w, h] with a negative w or h, or xyxy corners swapped
+        return None, False, f"box {x1:.1f},{y1:.1f},{x2:.1f},{y2:.1f} has a negative width or height"
     if clipped_box[2] - clipped_box[0] < MIN_BOX_SIZE_PX or clipped_box[3] - clipped_box[1] < MIN_BOX_SIZE_PX:
         return None, False, "zero-area box"
     # only clipping by more than half a pixel is reported: label rounding moves edges by less
@@ -55,7 +57,9 @@ def check_boxes(boxes: np.ndarray, sizes: np.ndarray) -> tuple[np.ndarray, np.nd
     reasons = {int(k): "non-finite coordinates" for k in np.flatnonzero(~finite)}
     reasons |= {int(k): f"box {x1[k]:.1f},{y1[k]:.1f},{x2[k]:.1f},{y2[k]:.1f} lies outside the "
                         f"{int(width[k])}x{int(height[k])} image" for k in np.flatnonzero(outside)}
-    reasons |= {int(k): "zero-area box" for k in np.flatnonzero(empty)}
+    reversed_ = empty & ((x2 < x1) | (y2 < y1))
+    reasons |= {int(k): f"box {x1[k]:.1f},{y1[k]:.1f},{x2[k]:.1f},{y2[k]:.1f} has a negative width or height"
+                if reversed_[k] else "zero-area box" for k in np.flatnonzero(empty)}
     return clipped_boxes, usable, clipped, reasons
 
 

@@ -110,7 +110,8 @@ def coco_rows(json_path: Path, images_dir: Path, bbox_format: str = "xywh",
               workers: int | None = None) -> tuple[list[dict], list[str], BadSampleSummary]:
     """Rows of a COCO file whose ``file_name``s are relative to ``images_dir``; ``iscrowd`` boxes are skipped (as
     Ultralytics' converter does), not counted as bad. ``bbox_format`` ``xyxy`` reads files that break the COCO
-    ``[x, y, width, height]`` rule. Images without annotations are kept as backgrounds (counted).
+    ``[x, y, width, height]`` rule. Images without annotations are kept as backgrounds (counted); an image whose
+    every annotation is unusable is skipped, as a YOLO image whose every label line is.
 
     The image checks run in ``workers`` processes (all cores when ``None``); the rows do not depend on it. A
     dropped Roboflow dataset category is logged here, by the process that converts (``class_map``).
@@ -132,8 +133,14 @@ def coco_rows(json_path: Path, images_dir: Path, bbox_format: str = "xywh",
         if isinstance(size, str):
             summary.skipped_images.append(size)
             continue
-        boxes, classes = image_objects(json_path, info["id"], by_image.get(info["id"], []), class_of, size,
-                                       bbox_format == "xyxy", summary)
+        annotations = by_image.get(info["id"], [])
+        boxes, classes = image_objects(json_path, info["id"], annotations, class_of, size, bbox_format == "xyxy",
+                                       summary)
+        labelled = sum(ann.get("iscrowd", 0) != 1 for ann in annotations)
+        if labelled and not boxes:  # as a YOLO image whose every label line is bad: not a background
+            summary.skipped_images.append(f"{path}: none of its {labelled} annotations can be used, "
+                                          "skipped: its objects would be trained as background")
+            continue
         summary.backgrounds += not boxes
         rows.append({"image_id": info["id"], "image": {"bytes": None, "path": os.fspath(path)},
                      "width": size[0], "height": size[1], "objects": objects_row(boxes, classes, next_object_id)})
