@@ -122,6 +122,21 @@ def test_an_image_whose_every_annotation_is_unusable_is_skipped_not_kept_as_back
                                              "as background"]
 
 
+def test_an_image_with_more_annotations_than_one_image_may_have_is_skipped_named(tmp_path: Path,
+                                                                                 monkeypatch: pytest.MonkeyPatch):
+    from yolo11.data.sources import coco
+
+    monkeypatch.setattr(coco, "MAX_BOXES_PER_IMAGE", 2)
+    json_path = write_split(tmp_path, "train", "images/{split}2017")
+    data = json.loads(json_path.read_text())
+    data["annotations"] += [dict(data["annotations"][0], id=10 + k) for k in range(2)]  # image 1: three boxes
+    json_path.write_text(json.dumps(data))
+    source = load_source(os.fspath(json_path), "train", cache_dir=tmp_path / "cache", workers=1)
+    assert source.dataset["image_id"] == [2, 3]
+    assert source.summary.skipped_images == [f"{tmp_path / 'images' / 'train2017' / '000000000001.jpg'}: 3 "
+                                             "annotations, more than the 2 objects one image may have, skipped"]
+
+
 def test_every_image_unusable_is_an_error_not_a_datasets_crash(tmp_path: Path) -> None:
     """All images present but undecodable: an empty conversion is cached and reported, not 'Keys mismatch'."""
     json_path = write_split(tmp_path, "val", "images/{split}2017")

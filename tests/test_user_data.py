@@ -307,3 +307,19 @@ def test_a_data_yaml_path_that_yaml_reads_as_a_number_names_its_folder(tmp_path:
     (tmp_path / "data.yaml").write_text(f"path: [2024]\ntrain: train/images\nval: valid/images\nnames: {names}\n")
     with pytest.raises(DataSourceError, match=r"data\.yaml: 'path' is .*it must be the dataset's folder"):
         load_source(os.fspath(tmp_path / "data.yaml"), "train", cache_dir=tmp_path / "cache", workers=1)
+
+
+def test_an_image_with_more_objects_than_one_image_may_have_is_skipped_named(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A label file longer than ``MAX_BOXES_PER_IMAGE`` lines (lowered here to 3) is refused before its lines are
+    parsed, its image skipped and named: a million-line file once reached training and ran it out of memory."""
+    from yolo11.data.sources import yolo
+
+    monkeypatch.setattr(yolo, "MAX_BOXES_PER_IMAGE", 3)
+    folder = user_data.roboflow_yolo(tmp_path / "export")
+    label = sorted((folder / "train" / "labels").glob("*.txt"))[0]
+    label.write_text("0 0.5 0.5 0.1 0.1\n" * 2 + "\n".join(f"1 0.{k} 0.5 0.1 0.1" for k in range(2, 4)) + "\n")
+    source = load_source(os.fspath(folder), "train", cache_dir=tmp_path / "cache", workers=1)
+    assert len(source.dataset) == 3
+    assert source.summary.skipped_images == [f"{label}: 4 label lines, more than the 3 objects one image may have, "
+                                             "image skipped"]

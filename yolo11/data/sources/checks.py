@@ -6,7 +6,13 @@ import numpy as np
 
 from yolo11.data.image_io import IMAGE_SUFFIXES, image_size, oriented_size
 
-__all__ = ["IMAGE_SUFFIXES", "check_box", "check_boxes", "image_size", "objects_row", "oriented_size"]
+__all__ = ["IMAGE_SUFFIXES", "MAX_BOXES_PER_IMAGE", "check_box", "check_boxes", "image_size", "objects_row",
+           "oriented_size"]
+
+# Objects one image may carry. The densest public sets stay far below (SKU-110K ~700, VisDrone ~900, DOTA's large
+# tiles a few thousand); the loss's assignment grows with boxes x anchors x batch, and a million-line label file
+# had a 64 px run of batch 2 ask for 2 GB in it mid-epoch: such an image is refused at conversion, named.
+MAX_BOXES_PER_IMAGE = 10_000
 
 # A box may stick out of the image by this fraction of the image size (label rounding) and is clipped; further out
 # it is treated as a wrong label and dropped.

@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 
 from yolo11.data.schema import BadSampleSummary, DataSourceError
-from yolo11.data.sources.checks import IMAGE_SUFFIXES, image_size, objects_row
+from yolo11.data.sources.checks import IMAGE_SUFFIXES, MAX_BOXES_PER_IMAGE, image_size, objects_row
 from yolo11.data.sources.coco_annotations import annotations_by_image, class_map, image_objects, usable_images
 from yolo11.data.sources.parallel import ordered_map
 from yolo11.gate import FileRefusedError, read_json
@@ -134,6 +134,10 @@ def coco_rows(json_path: Path, images_dir: Path, bbox_format: str = "xywh",
             summary.skipped_images.append(size)
             continue
         annotations = by_image.get(info["id"], [])
+        if len(annotations) > MAX_BOXES_PER_IMAGE:
+            summary.skipped_images.append(f"{path}: {len(annotations):,} annotations, more than the "
+                                          f"{MAX_BOXES_PER_IMAGE:,} objects one image may have, skipped")
+            continue
         boxes, classes = image_objects(json_path, info["id"], annotations, class_of, size, bbox_format == "xyxy",
                                        summary)
         labelled = sum(ann.get("iscrowd", 0) != 1 for ann in annotations)

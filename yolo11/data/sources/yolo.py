@@ -12,7 +12,7 @@ import numpy as np
 
 from yolo11.data.image_io import is_image_name, read_regular_file
 from yolo11.data.schema import BadSampleSummary, DataSourceError
-from yolo11.data.sources.checks import check_box, image_size, objects_row
+from yolo11.data.sources.checks import MAX_BOXES_PER_IMAGE, check_box, image_size, objects_row
 from yolo11.data.sources.named_boxes import check_class_list, decode_text, read_list_file
 from yolo11.data.sources.parallel import ordered_map
 from yolo11.gate import MAX_CLASSES, FileRefusedError, check_class_names, read_json, read_yaml
@@ -253,7 +253,11 @@ def parse_label_file(path: Path, width: int, height: int, num_classes: int, summ
     """
     boxes, classes, seen = [], [], set()
     problems_before = len(summary.skipped_lines)
-    for number, line in enumerate(read_label_text(path).splitlines(), start=1):
+    lines = read_label_text(path).splitlines()
+    objects = sum(1 for line in lines if line.strip())
+    if objects > MAX_BOXES_PER_IMAGE:  # before any line is parsed: bounded time, and no flood of messages
+        raise ValueError(f"{objects:,} label lines, more than the {MAX_BOXES_PER_IMAGE:,} objects one image may have")
+    for number, line in enumerate(lines, start=1):
         fields = line.split()
         if keypoint_fields and len(fields) == 5 + keypoint_fields:
             fields = fields[:5]
