@@ -354,3 +354,15 @@ def test_a_full_disk_is_one_line():
     assert cli(full)([]) == 2
     with pytest.raises(OSError):  # not the user's: a traceback, as any other bug
         cli(bug)([])
+
+
+def test_val_tells_weights_and_data_that_name_the_classes_differently():
+    """``yolo11 val`` warns (the scores stay the weights' class ids): the data's classes listed in another order
+    would otherwise be scored under swapped names; weights without names of their own say nothing."""
+    from yolo11.tools.val import names_differ
+
+    assert names_differ(["cat", "dog"], ["dog", "cat"]) == "class 0: 'cat' in the weights, 'dog' in the data"
+    assert names_differ(["cat", "dog"], ["cat", "puppy"]) == "class 1: 'dog' in the weights, 'puppy' in the data"
+    assert names_differ(["cat", "dog"], ["cat", "dog"]) == ""
+    assert names_differ(["0", "1"], ["cat", "dog"]) == names_differ(["class_0", "class_1"], ["a", "b"]) == ""
+    assert names_differ(None, ["cat"]) == ""

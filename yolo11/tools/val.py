@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import re
 import sys
 import time
 from collections.abc import Sequence
@@ -133,6 +134,15 @@ def evaluate_weights(accelerator: Accelerator, model: nn.Module, source: Detecti
     result = predict_and_score(accelerator, model, accelerator.prepare(loader), postprocessor, evaluator,
                                channels_last=channels_last, step=step)
     return result.metrics, result.predictions, evaluator.ground_truth
+
+
+def names_differ(weights: list[str] | None, data: list[str]) -> str:
+    """The first class the weights and the data name differently (``"class 0: 'cat' in the weights, 'dog' in the
+    data"``), else ``""``; weights without names of their own (class ids, ``class_N``) name nothing."""
+    if not weights or all(re.fullmatch(r"(class_)?\d+", name) for name in weights):
+        return ""
+    index = next((i for i, (ours, theirs) in enumerate(zip(weights, data, strict=False)) if ours != theirs), None)
+    return "" if index is None else f"class {index}: {weights[index]!r} in the weights, {data[index]!r} in the data"
 
 
 def _classes(names: list[str] | None, count: int, limit: int = 4) -> str:
@@ -245,6 +255,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if model.num_classes != len(source.class_names):
         raise ValueError(f"{args.weights} predicts {_classes(model.names, model.num_classes)}; --data "
                          f"{settings['data']} has {_classes(source.class_names, len(source.class_names))}")
+    renamed = names_differ(model.names, source.class_names)
+    if renamed and accelerator.is_main_process:
+        print(f"warning: {args.weights} and --data {settings['data']} name the classes differently ({renamed}); the "
+              "scores pair the weights' class ids with the data's names: right for a renamed dataset, wrong for "
+              "one whose classes are listed in another order", file=sys.stderr)
     start = time.perf_counter()
     metrics, predictions, ground_truth = evaluate_weights(
         accelerator, model, source, imgsz=imgsz, batch=args.batch, workers=args.workers, conf=args.conf,
