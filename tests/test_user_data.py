@@ -323,3 +323,15 @@ def test_an_image_with_more_objects_than_one_image_may_have_is_skipped_named(
     assert len(source.dataset) == 3
     assert source.summary.skipped_images == [f"{label}: 4 label lines, more than the 3 objects one image may have, "
                                              "image skipped"]
+
+
+def test_an_export_unzipped_into_a_folder_of_its_own_is_read_one_folder_down(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """``--data DIR`` where DIR holds only ``project-3/`` (the export, as a zip often unpacks): read there, said in
+    one line; beside a second entry DIR is not guessed at."""
+    user_data.roboflow_yolo(tmp_path / "download" / "project-3")
+    source = load_source(os.fspath(tmp_path / "download"), "train", cache_dir=tmp_path / "cache", workers=1)
+    assert len(source.dataset) == 4
+    assert f"{tmp_path / 'download'}: the data lies one folder down, in project-3" in caplog.text
+    (tmp_path / "download" / "project-4").mkdir()
+    assert detect_layout(tmp_path / "download") is None

@@ -21,6 +21,7 @@ not the only possible one, ``note`` says which was taken and how to take another
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -67,11 +68,29 @@ class Layout:
 
 def detect_layout(folder: Path) -> Layout | None:
     """The layout of ``folder``, or ``None`` for one ``datasets`` should read (saved Arrow, parquet...)."""
+    return _layout_here(folder) or _one_folder_down(folder)
+
+
+def _layout_here(folder: Path) -> Layout | None:
     if (folder / "dataset_dict.json").is_file() or (folder / "state.json").is_file():
         return None
     return (_yaml_layout(folder) or _roboflow_coco_layout(folder) or _roboflow_table_layout(folder)
             or _coco_folder_layout(folder) or _voc_devkit_layout(folder) or _yolo_layout(folder)
             or _beside_layout(folder))
+
+
+def _one_folder_down(folder: Path) -> Layout | None:
+    """An export unzipped into a folder of its own (``DIR/project-3/data.yaml``, ``--data DIR``): the one folder
+    ``folder`` holds, read when it is all ``folder`` holds and has a layout itself (one level: a link to itself
+    cannot loop)."""
+    entries = [entry for entry in folder.iterdir() if not entry.name.startswith(".")]
+    if len(entries) != 1 or not entries[0].is_dir():
+        return None
+    inner = _layout_here(entries[0])
+    if inner is None:
+        return None
+    note = f"{folder}: the data lies one folder down, in {entries[0].name}; reading it there"
+    return dataclasses.replace(inner, note="; ".join(filter(None, [note, inner.note])))
 
 
 def _yaml_layout(folder: Path) -> Layout | None:
