@@ -64,6 +64,7 @@ def test_duplicate_lines_and_segment_labels(tmp_path: Path) -> None:
     source = load_source(os.fspath(yaml_path), cache_dir=tmp_path / "cache")
     objects = source.dataset[0]["objects"]
     assert objects["category"] == [0, 1]  # the duplicate dropped; the polygon's extent is its box
+    assert source.summary.skipped_lines == [f"{tmp_path / 'labels' / 'train' / 'dup.txt'}: 1 duplicate line dropped"]
     np.testing.assert_allclose(objects["bbox"][1], [8, 6, 16, 18], atol=1e-4)
 
 

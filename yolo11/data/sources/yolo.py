@@ -248,10 +248,11 @@ def parse_label_file(path: Path, width: int, height: int, num_classes: int, summ
     A line is ``class cx cy w h`` or, for segment labels, ``class x1 y1 x2 y2 ...`` (the polygon's extent is the
     box, as Ultralytics does); with ``keypoint_fields`` (a pose dataset's ``kpt_shape`` product) a line of
     ``5 + keypoint_fields`` fields is a box followed by keypoints, and the keypoints are dropped. Exact duplicate
-    lines are dropped silently. ``ValueError`` when the file has lines but none is usable: its image has objects,
-    so it is skipped rather than trained as a background (Ultralytics drops it too).
+    lines are dropped, counted in one message (Ultralytics' "duplicate labels removed"). ``ValueError`` when the
+    file has lines but none is usable: its image has objects, so it is skipped rather than trained as a
+    background (Ultralytics drops it too).
     """
-    boxes, classes, seen = [], [], set()
+    boxes, classes, seen, duplicates = [], [], set(), 0
     problems_before = len(summary.skipped_lines)
     lines = read_label_text(path).splitlines()
     objects = sum(1 for line in lines if line.strip())
@@ -261,7 +262,10 @@ def parse_label_file(path: Path, width: int, height: int, num_classes: int, summ
         fields = line.split()
         if keypoint_fields and len(fields) == 5 + keypoint_fields:
             fields = fields[:5]
-        if not fields or tuple(fields) in seen:
+        if not fields:
+            continue
+        if tuple(fields) in seen:
+            duplicates += 1
             continue
         seen.add(tuple(fields))
         where = f"{path}:{number}"
@@ -299,6 +303,8 @@ def parse_label_file(path: Path, width: int, height: int, num_classes: int, summ
     if not boxes and len(summary.skipped_lines) > problems_before:
         bad = len(summary.skipped_lines) - problems_before
         raise ValueError("its only label line is unusable" if bad == 1 else f"none of its {bad} label lines is usable")
+    if duplicates:
+        summary.skipped_lines.append(f"{path}: {duplicates} duplicate line{'s' * (duplicates > 1)} dropped")
     return boxes, classes
 
 
