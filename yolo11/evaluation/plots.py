@@ -108,7 +108,8 @@ def plot_pr_curve(metrics: dict, class_names: list[str], out_path: Path) -> Path
         ax.plot(recall, precision.mean(0), linewidth=3, color="blue",
                 label=f"all classes {metrics['map50']:.3f} mAP@0.5")
     ax.set(xlabel="Recall", ylabel="Precision", xlim=(0, 1), ylim=(0, 1), title="Precision-Recall Curve")
-    ax.legend(bbox_to_anchor=(1.04, 1), loc="upper left")
+    if precision.size:  # data without a labelled object has no curve: no legend (matplotlib would warn)
+        ax.legend(bbox_to_anchor=(1.04, 1), loc="upper left")
     _save_figure(fig, out_path, 200)
     return Path(out_path)
 
@@ -137,7 +138,8 @@ def plot_metric_curve(metrics: dict, class_names: list[str], out_path: Path, met
                 label=f"all classes {mean[best]:.2f} at {confidence[best]:.3f}")
     ax.set(xlabel="Confidence", ylabel=CURVES[metric], xlim=(0, 1), ylim=(0, 1),
            title=f"{CURVES[metric]}-Confidence Curve")
-    ax.legend(bbox_to_anchor=(1.04, 1), loc="upper left")
+    if values.size:  # data without a labelled object has no curve: no legend (matplotlib would warn)
+        ax.legend(bbox_to_anchor=(1.04, 1), loc="upper left")
     _save_figure(fig, out_path, 200)
     return Path(out_path)
 
