@@ -301,13 +301,17 @@ def test_drawn_images_keep_the_input_format(weights, loaded_once, tmp_path):
 
 
 def test_unreadable_images_are_skipped_by_name(weights, loaded_once, tmp_path, capsys):
+    """Each named with what is wrong with it, as the data conversion says it."""
     (tmp_path / "corrupt.jpg").write_bytes(b"\xff\xd8 truncated")
+    (tmp_path / "empty.jpg").write_bytes(b"")
     good = write_image(tmp_path / "good.png", 10)
     out = tmp_path / "out"
-    assert run_cli(weights, str(tmp_path / "corrupt.jpg"), str(good), "--output", str(out)) == 0
+    assert run_cli(weights, str(tmp_path / "corrupt.jpg"), str(tmp_path / "empty.jpg"), str(good),
+                   "--output", str(out)) == 0
     captured = capsys.readouterr()
-    assert f"skipped {tmp_path / 'corrupt.jpg'}: cannot decode image" in captured.err
-    assert "1 images" in captured.out and "1 skipped" in captured.out
+    assert f"skipped {tmp_path / 'corrupt.jpg'}: unreadable or corrupt image" in captured.err
+    assert f"skipped {tmp_path / 'empty.jpg'}: empty file" in captured.err
+    assert "1 images" in captured.out and "2 skipped" in captured.out
     assert [Path(r["file"]).name for r in json.loads((out / "predictions.json").read_text())] == ["good.png"]
     # nothing readable at all: one error line, exit 2
     assert run_cli(weights, str(tmp_path / "corrupt.jpg"), "--output", str(tmp_path / "none")) == 2

@@ -153,6 +153,12 @@ def read_image(source: Source) -> np.ndarray:
     try:
         return read_rgb(source.location)
     except ValueError as err:
+        from yolo11.data.image_io import image_size
+
+        try:  # the conversion's checks name what is wrong: an empty file, a truncated JPEG, too many pixels
+            image_size(source.location)
+        except (ValueError, OSError) as why:
+            raise UnreadableSource(str(why)) from None  # the skip line names the file
         raise UnreadableSource(f"{err} (not an image, or corrupt)") from None
 
 
