@@ -127,6 +127,14 @@ def test_a_class_named_twice_in_a_data_yaml_is_refused_by_name(tmp_path: Path) -
     assert f"{yaml_path}: the class name 'car' is listed twice (classes 0 and 2)" in str(caught.value)
 
 
+def test_a_class_name_holding_a_line_break_is_refused_by_name(tmp_path: Path) -> None:
+    """A name of two lines would split every row of the per-class table and of results printed per class."""
+    yaml_path = make_dataset(tmp_path, {"x": "0 0.5 0.5 0.2 0.2\n"}, yaml_extra='names: [car, "traffic\\nlight"]\n')
+    with pytest.raises(DataSourceError) as caught:
+        _load(yaml_path, tmp_path)
+    assert f"{yaml_path}: the name of class 1, 'traffic\\nlight', holds a control character" in str(caught.value)
+
+
 @pytest.mark.parametrize("nc", ["'ten'", "2.5", "0"])
 def test_nc_that_is_not_a_class_count_is_refused_by_name(tmp_path: Path, nc: str) -> None:
     yaml_path = make_dataset(tmp_path, {"x": "0 0.5 0.5 0.2 0.2\n"}, yaml_extra=f"nc: {nc}\n")

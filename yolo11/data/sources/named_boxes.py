@@ -69,8 +69,9 @@ def read_list_file(path: Path, max_bytes: int) -> str:
 
 
 def check_class_list(names: list[str], where: str) -> list[str]:
-    """``names`` as a class list: at most ``MAX_CLASSES``, the gate's ``MAX_NAMES_CHARS`` in all, no name twice (a
-    list numbers the classes by position; ``datasets`` refuses a repeated name without naming the file)."""
+    """``names`` as a class list: at most ``MAX_CLASSES``, the gate's ``MAX_NAMES_CHARS`` in all, no control
+    character, no name twice (a list numbers the classes by position; ``datasets`` refuses a repeated name without
+    naming the file)."""
     if len(names) > MAX_CLASSES:
         raise DataSourceError(f"{where}: {len(names)} classes, more than the {MAX_CLASSES} a model may have "
                               "(yolo11.gate.MAX_CLASSES)")
@@ -80,6 +81,9 @@ def check_class_list(names: list[str], where: str) -> list[str]:
         raise DataSourceError(str(err)) from None
     first = {}
     for class_id, name in enumerate(names):
+        if any(ord(char) < 32 or ord(char) == 127 for char in name):  # a line break would split every table row
+            raise DataSourceError(f"{where}: the name of class {class_id}, {name!r}, holds a control character "
+                                  "(a line break or tab); class names are one line of text")
         if name in first:
             raise DataSourceError(f"{where}: the class name {name!r} is listed twice (classes {first[name]} and "
                                   f"{class_id}); each class needs a name of its own")
