@@ -51,7 +51,8 @@ def compressed_rle(pixels: np.ndarray) -> dict:
 def test_coco_json_variants_convert_exactly(tmp_path: Path) -> None:
     """One json with what users' files hold. Previously a missing ``bbox`` raised KeyError, ``[1, 2, 3]`` became
     the box ``[1, 2, 4, 5]`` (numpy broadcasting), ``"10"`` was read as 10 and an annotation of an image not in
-    ``images`` vanished without a message. The sizes come from the files, not the json's 640x480."""
+    ``images`` vanished without a message. The sizes are the files' (the json's agree: see the test of resized
+    images below)."""
     images = tmp_path / "images"
     copy_image(9, images / "000000000009.jpg")
     copy_image(25, images / "sub" / "dir" / "000000000025.jpg")
@@ -71,13 +72,13 @@ def test_coco_json_variants_convert_exactly(tmp_path: Path) -> None:
         {"id": 7, "image_id": 9, "category_id": 1, "bbox": ["10", 20, 30, 40], "iscrowd": 0},
         {"id": 8, "image_id": 9, "category_id": 1, "bbox": [math.nan, 1, 2, 3], "iscrowd": 0},
         {"id": 9, "image_id": 999, "category_id": 1, "bbox": [1, 1, 5, 5], "iscrowd": 0},
-        {"id": 10, "image_id": 9, "category_id": 1, "bbox": [150, 100, 200, 100], "iscrowd": 0},  # fits 640x480
+        {"id": 10, "image_id": 9, "category_id": 1, "bbox": [150, 100, 200, 100], "iscrowd": 0},  # far outside
         {"id": 11, "image_id": 9, "category_id": 18, "bbox": [1, 1, 5, 5], "iscrowd": 0,
          "segmentation": [[100, 100, 120, 100, 120, 110]]},  # bbox wins over the segmentation
         {"id": 12, "image_id": 25, "category_id": 18, "bbox": [0, 0, 160, 106], "iscrowd": 0},
         {"id": 13, "image_id": 34, "category_id": 90, "bbox": [5, 5, 20, 20], "iscrowd": 1},
     ]
-    data = {"images": [{"id": 9, "file_name": "000000000009.jpg", "width": 640, "height": 480},
+    data = {"images": [{"id": 9, "file_name": "000000000009.jpg", "width": 160, "height": 120},
                        {"id": 25, "file_name": "sub/dir/000000000025.jpg", "width": 160, "height": 106},
                        {"id": 30, "file_name": "000000000030.jpg"},
                        {"id": 34, "file_name": "000000000034.jpg", "width": 160, "height": 106},
@@ -137,7 +138,8 @@ def roboflow_export(root: Path, categories: list[dict]) -> Path:
     names = [copy_image(i, root / "train" / f"{i:012d}_jpg.rf.{i:04x}.jpg") for i in (9, 25, 30)]
     data = {"info": {"description": "Exported from roboflow.com"},
             "categories": categories,
-            "images": [{"id": k, "file_name": name, "width": 640, "height": 640} for k, name in enumerate(names)],
+            "images": [{"id": k, "file_name": name, "width": SIZES[i][0], "height": SIZES[i][1]}
+                       for k, (i, name) in enumerate(zip((9, 25, 30), names, strict=True))],
             "annotations": [{"id": 0, "image_id": 0, "category_id": 1, "bbox": [10, 10, 20, 30], "area": 600,
                              "segmentation": [], "iscrowd": 0},
                             {"id": 1, "image_id": 1, "category_id": 2, "bbox": [40, 50, 10, 10], "area": 100,
@@ -231,3 +233,28 @@ def test_category_count_is_capped(tmp_path: Path) -> None:
 def test_malformed_top_level_is_one_line(tmp_path: Path, data: dict, problem: str) -> None:
     json_path = one_image_json(tmp_path, json.dumps(data))
     assert refusal(json_path, tmp_path) == f"{json_path}: {problem}"
+
+
+def test_images_resized_since_they_were_labelled_have_their_boxes_scaled(tmp_path: Path,
+                                                                         caplog: pytest.LogCaptureFixture) -> None:
+    """A COCO set whose images were downscaled after labelling (the json still gives 640x480 for a 160x120 file):
+    the boxes are scaled to the file, as Ultralytics' converter normalises them by the json's size; an image of
+    another aspect than the json gives (another image, or one turned by EXIF) is skipped, named."""
+    images = tmp_path / "images"
+    copy_image(9, images / "000000000009.jpg")
+    copy_image(25, images / "000000000025.jpg")
+    data = {"images": [{"id": 9, "file_name": "000000000009.jpg", "width": 640, "height": 480},
+                       {"id": 25, "file_name": "000000000025.jpg", "width": 106, "height": 160}],
+            "annotations": [{"id": 1, "image_id": 9, "category_id": 1, "bbox": [40, 80, 120, 160], "iscrowd": 0},
+                            {"id": 2, "image_id": 25, "category_id": 1, "bbox": [4, 4, 20, 20], "iscrowd": 0}],
+            "categories": [{"id": 1, "name": "person"}]}
+    json_path = tmp_path / "instances.json"
+    json_path.write_text(json.dumps(data))
+    source = load_source(os.fspath(json_path), cache_dir=tmp_path / "cache", images=images, workers=1)
+    assert source.dataset["image_id"] == [9]
+    assert source.dataset[0]["objects"]["bbox"] == [[10, 20, 30, 40]]
+    assert source.summary.rescaled == 1
+    assert source.summary.skipped_images == [f"{images / '000000000025.jpg'}: instances.json gives it as 106x160, "
+                                             "but the image is 160x106 (turned by its EXIF orientation?), image "
+                                             "skipped"]
+    assert "1 images are another size than their annotations give" in caplog.text

@@ -46,6 +46,7 @@ class BadSampleSummary:
     skipped_lines: list[str] = field(default_factory=list)
     clipped_boxes: int = 0
     backgrounds: int = 0
+    rescaled: int = 0  # COCO images resized since they were labelled: their boxes scaled from the json's size
 
     @property
     def num_problems(self) -> int:
@@ -60,6 +61,7 @@ class BadSampleSummary:
         self.skipped_lines += other.skipped_lines
         self.clipped_boxes += other.clipped_boxes
         self.backgrounds += other.backgrounds
+        self.rescaled += other.rescaled
 
     @classmethod
     def from_dict(cls, data: dict) -> BadSampleSummary:
@@ -76,6 +78,9 @@ class BadSampleSummary:
             LOGGER.warning("%s: skipped %d images and %d label lines; clipped %d boxes slightly outside the image; "
                            "%d background images", name, len(self.skipped_images), len(self.skipped_lines),
                            self.clipped_boxes, self.backgrounds)
+        if self.rescaled:
+            LOGGER.warning("%s: %d images are another size than their annotations give (resized since they were "
+                           "labelled, the aspect ratio kept): their boxes were scaled to them", name, self.rescaled)
 
 
 @dataclass

@@ -111,7 +111,9 @@ def coco_rows(json_path: Path, images_dir: Path, bbox_format: str = "xywh",
     """Rows of a COCO file whose ``file_name``s are relative to ``images_dir``; ``iscrowd`` boxes are skipped (as
     Ultralytics' converter does), not counted as bad. ``bbox_format`` ``xyxy`` reads files that break the COCO
     ``[x, y, width, height]`` rule. Images without annotations are kept as backgrounds (counted); an image whose
-    every annotation is unusable is skipped, as a YOLO image whose every label line is.
+    every annotation is unusable is skipped, as a YOLO image whose every label line is. An image resized since it
+    was labelled (its ``width``/``height`` in the json another size of the same aspect) has its boxes scaled;
+    one of another aspect is skipped, named (``size_scale``).
 
     The image checks run in ``workers`` processes (all cores when ``None``); the rows do not depend on it. A
     dropped Roboflow dataset category is logged here, by the process that converts (``class_map``).
@@ -133,13 +135,18 @@ def coco_rows(json_path: Path, images_dir: Path, bbox_format: str = "xywh",
         if isinstance(size, str):
             summary.skipped_images.append(size)
             continue
+        scale = size_scale(info, size)
+        if isinstance(scale, str):
+            summary.skipped_images.append(f"{path}: {json_path.name} {scale}, image skipped")
+            continue
+        summary.rescaled += scale is not None
         annotations = by_image.get(info["id"], [])
         if len(annotations) > MAX_BOXES_PER_IMAGE:
             summary.skipped_images.append(f"{path}: {len(annotations):,} annotations, more than the "
                                           f"{MAX_BOXES_PER_IMAGE:,} objects one image may have, skipped")
             continue
         boxes, classes = image_objects(json_path, info["id"], annotations, class_of, size, bbox_format == "xyxy",
-                                       summary)
+                                       summary, scale)
         labelled = sum(ann.get("iscrowd", 0) != 1 for ann in annotations)
         if labelled and not boxes:  # as a YOLO image whose every label line is bad: not a background
             summary.skipped_images.append(f"{path}: none of its {labelled} annotations can be used, "
@@ -150,6 +157,28 @@ def coco_rows(json_path: Path, images_dir: Path, bbox_format: str = "xywh",
                      "width": size[0], "height": size[1], "objects": objects_row(boxes, classes, next_object_id)})
         next_object_id += len(boxes)
     return rows, class_names, summary
+
+
+# A file resized since it was labelled keeps its aspect ratio to this fraction (rounding to whole pixels)
+RESIZED_ASPECT_TOLERANCE = 0.02
+
+
+def size_scale(info: dict, size: tuple[int, int]) -> tuple[float, float] | None | str:
+    """How the json's pixels map to the file's: None where the ``images`` entry gives no size (some tools write
+    0 or omit it) or the file's; ``(sx, sy)`` for a copy resized since it was labelled (the aspect ratio kept),
+    whose boxes are scaled, as Ultralytics' converter normalises them by the json's size; else why not (another
+    image, or one its EXIF orientation turns)."""
+    values = info.get("width"), info.get("height")
+    if not all(isinstance(v, int | float) and not isinstance(v, bool) and v > 0 for v in values):
+        return None
+    (width, height), (file_width, file_height) = values, size
+    if (width, height) == (file_width, file_height):
+        return None
+    sx, sy = file_width / width, file_height / height
+    if abs(sx / sy - 1) <= RESIZED_ASPECT_TOLERANCE:
+        return sx, sy
+    turned = " (turned by its EXIF orientation?)" if (width, height) == (file_height, file_width) else ""
+    return f"gives it as {width:g}x{height:g}, but the image is {file_width}x{file_height}{turned}"
 
 
 def coco_fingerprint_files(json_path: Path, images_dir: Path) -> list[Path]:

@@ -104,10 +104,12 @@ def annotations_by_image(json_path: Path, annotations: list, image_ids: set[int]
 
 
 def image_objects(json_path: Path, image_id: int, annotations: list[dict], class_of: dict[int, int],
-                  size: tuple[int, int], xyxy: bool, summary: BadSampleSummary) -> tuple[list[np.ndarray], list[int]]:
+                  size: tuple[int, int], xyxy: bool, summary: BadSampleSummary,
+                  scale: tuple[float, float] | None = None) -> tuple[list[np.ndarray], list[int]]:
     """``(boxes xyxy in pixels, classes)`` of one image of ``size`` (width, height, read from the file). Crowd
     annotations (``iscrowd: 1``) are skipped as Ultralytics' converter does, not counted; the others that cannot
-    be used are counted in ``summary`` with their reason, boxes clipped to the image there too."""
+    be used are counted in ``summary`` with their reason, boxes clipped to the image there too. ``scale``: the
+    json's pixels to the file's ``(sx, sy)``, for an image resized since it was labelled."""
     boxes, classes = [], []
     for ann in annotations:
         if ann.get("iscrowd", 0) == 1:
@@ -120,6 +122,8 @@ def image_objects(json_path: Path, image_id: int, annotations: list[dict], class
         corners, reason = annotation_box(ann, xyxy)
         box, clipped = None, False
         if corners is not None:
+            if scale is not None:  # the json's pixels are those of the image before it was resized
+                corners = corners * [scale[0], scale[1], scale[0], scale[1]]
             box, clipped, reason = check_box(corners, *size)
         if box is None:
             summary.skipped_lines.append(f"{where}: {reason}, skipped")
