@@ -161,7 +161,8 @@ def test_run_with_a_key_but_no_server_goes_offline_within_seconds(tmp_path):
     result = run_child(RUN_SCRIPT, tmp_path, timeout=60,
                        wandb_env={"WANDB_API_KEY": DUMMY_KEY, "WANDB_BASE_URL": CLOSED_PORT})
     assert result.returncode == 0, result.stderr[-3000:]
-    assert time.monotonic() - start < 15
+    # the whole child (imports, a tiny run) takes ~8 s; 45 s still tells the ~90 s of retries apart on a loaded host
+    assert time.monotonic() - start < 45
     stream = wandb_reader.find_stream(tmp_path / "run" / "wandb")
     assert stream.parent.name.startswith("offline-run-")
     assert "did not answer" in result.stdout and f"wandb sync {stream.parent}" in result.stdout
