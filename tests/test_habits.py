@@ -178,6 +178,23 @@ def test_a_bare_boolean_key_is_true_as_ultralytics_cli_reads_it(tmp_path, monkey
     assert argv == ["best.safetensors", "show", "--save-txt"]
 
 
+@pytest.mark.parametrize("argv", [["best.safetensors", "data="], ["best.safetensors", "source= "]])
+def test_a_tool_key_without_a_value_is_refused_by_name(argv, capsys):
+    """`yolo11 val ... data=$DATA` with DATA unset: "" named the current folder, and the error spoke of a dataset
+    split there (predict's `source=`: of a save_pretrained folder)."""
+    import argparse
+
+    from yolo11.engine.ultralytics_args import read_key_values
+
+    parser = argparse.ArgumentParser(prog="yolo11 val")
+    parser.add_argument("sources", nargs="*")
+    parser.add_argument("--data")
+    with pytest.raises(SystemExit) as exc:
+        read_key_values(parser, argv, positionals={"source": "sources"})
+    assert exc.value.code == 2
+    assert f"error: {argv[1].partition('=')[0]}= has no value" in capsys.readouterr().err
+
+
 def test_a_bare_legacy_key_is_read_as_its_current_one(run_folder, capsys):
     """``yolo11 val <weights> half``: the old key alone is ``half=True``, read as 8.4.190 reads it (quantize=16)."""
     val.parse_args([str(run_folder), "half", "imgsz=64"])

@@ -355,7 +355,9 @@ def read_key_values(parser: argparse.ArgumentParser, argv: Sequence[str],
             rest.append(token)
             continue
         key, text = match.group("key").replace("-", "_"), match.group("value")
-        value = yaml.safe_load(text) if text else None
+        if not text.strip():  # `data=$DATA` with DATA unset: read as "" it named the current folder
+            parser.error(f"{key}= has no value")
+        value = yaml.safe_load(text)
         if key == "imgsz" and key in by_key and isinstance(value, list):  # imgsz=[640, 480]: the flag's one size
             value, note = imgsz_value(value)
             text, size_notes = str(value), [*size_notes, note] if note else size_notes
