@@ -258,3 +258,16 @@ def test_images_resized_since_they_were_labelled_have_their_boxes_scaled(tmp_pat
                                              "but the image is 160x106 (turned by its EXIF orientation?), image "
                                              "skipped"]
     assert "1 images are another size than their annotations give" in caplog.text
+
+
+def test_category_names_meet_the_bounds_of_every_source(tmp_path: Path) -> None:
+    """A category name holding a line break is refused naming the json, as a data YAML's would be."""
+    copy_image(9, tmp_path / "images" / "000000000009.jpg")
+    json_path = tmp_path / "instances.json"
+    json_path.write_text(json.dumps({
+        "images": [{"id": 9, "file_name": "000000000009.jpg"}],
+        "annotations": [{"id": 1, "image_id": 9, "category_id": 1, "bbox": [1, 1, 50, 50]}],
+        "categories": [{"id": 1, "name": "traffic\nlight"}]}))
+    with pytest.raises(DataSourceError, match=r"instances\.json: the name of class 0, 'traffic\\nlight', holds a "
+                                              "control character"):
+        load_source(os.fspath(json_path), cache_dir=tmp_path / "cache", images=tmp_path / "images", workers=1)

@@ -16,6 +16,7 @@ from pycocotools import mask as mask_utils
 
 from yolo11.data.schema import LOGGER, BadSampleSummary, DataSourceError
 from yolo11.data.sources.checks import check_box
+from yolo11.data.sources.named_boxes import check_class_list
 from yolo11.gate import MAX_CLASSES
 
 
@@ -48,7 +49,9 @@ def class_map(json_path: Path, categories: list, annotations: list) -> tuple[dic
                        "category (a Roboflow export names it after the dataset; it is not a class)", json_path,
                        phantom["id"], phantom["name"])
         categories = [c for c in categories if c is not phantom]
-    return {c["id"]: k for k, c in enumerate(categories)}, [str(c["name"]) for c in categories]
+    # the bounds every source's names meet: their characters in all, no control character
+    names = check_class_list([str(c["name"]) for c in categories], str(json_path))
+    return {c["id"]: k for k, c in enumerate(categories)}, names
 
 
 def dataset_category(categories: list[dict], annotations: list) -> dict | None:
