@@ -122,3 +122,28 @@ def test_predict_and_val_cli_read_an_onnx_export(exported, tmp_path, capsys):
         assert np.allclose(a["bbox"], b["bbox"], atol=1e-4 * IMGSZ)
     metrics = [json.loads((tmp_path / "val" / folder / "metrics.json").read_text()) for folder in ("exp", "exp2")]
     assert metrics[0]["map50"] == pytest.approx(metrics[1]["map50"], abs=1e-3)
+
+
+def test_the_python_api_predicts_and_validates_with_an_onnx_export(exported, capsys):
+    """``YOLO("best.onnx")`` as Ultralytics users write it: predict() gives the weights' detections, val() scores
+    through it, and what needs the torch model (info, export, train) is refused by name."""
+    from yolo11 import YOLO
+    from yolo11.api import UsageError
+
+    weights, onnx_path = exported
+    model, reference = YOLO(onnx_path), YOLO(weights)
+    assert model.exported and model.names == reference.names == dict(enumerate(NAMES))
+    settings = dict(imgsz=IMGSZ, conf=0.2, device="cpu", rect=False)
+    ours, theirs = reference.predict(images(), **settings), model.predict(images(), **settings)
+    assert sum(len(r) for r in ours) >= 4
+    for a, b in zip(ours, theirs, strict=True):
+        np.testing.assert_allclose(b.boxes, a.boxes, atol=1e-4 * IMGSZ)
+        np.testing.assert_array_equal(b.class_ids, a.class_ids)
+    data = f"synthetic:num_images=8,num_val=8,imgsz={IMGSZ}"
+    scored = model.val(data=data, imgsz=IMGSZ, workers=0, rect=False)
+    expected = reference.val(data=data, imgsz=IMGSZ, workers=0, rect=False)
+    assert scored.box.map50 == pytest.approx(expected.box.map50, abs=1e-3)  # as the CLI test above
+    for call, action in ((model.info, "info"), (lambda: model.train(data=data, epochs=1), "train"),
+                         (lambda: model.export(format="safetensors", output="x.safetensors"), "export")):
+        with pytest.raises(UsageError, match=rf"{action}: .*tiny\.onnx is an ONNX export"):
+            call()

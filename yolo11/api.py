@@ -165,10 +165,14 @@ class YOLO:
 
     def _load(self, ref: str) -> None:
         from yolo11.preflight import check_weights
+        from yolo11.tools.onnx_model import OnnxModel, is_onnx
         from yolo11.weights import load_weights
 
-        check_weights(ref)  # a missing path in one line, before torch loads
-        self._model, self.ckpt_path = load_weights(ref), ref
+        if Path(ref).is_file() and is_onnx(ref):  # an export predicts and validates, as Ultralytics' YOLO("x.onnx")
+            self._model, self.ckpt_path = OnnxModel(ref), ref
+        else:
+            check_weights(ref)  # a missing path in one line, before torch loads
+            self._model, self.ckpt_path = load_weights(ref), ref
         self._names = self._fused = self._detector = None
         self.architecture = self._model.config["name"]
 
@@ -180,6 +184,22 @@ class YOLO:
 
             self._model = create_model(self.architecture)
         return self._model
+
+    @property
+    def exported(self) -> bool:
+        """Whether the model is an ONNX export (``predict`` and ``val`` only)."""
+        return getattr(self._model, "exported", False)
+
+    def _torch_model(self, action: str) -> YOLO11Detector:
+        """The model for ``action``, which needs its torch modules: an ONNX export is refused by name."""
+        if self.exported:
+            raise UsageError(f"{action}: {self.ckpt_path} is an ONNX export, which predicts and validates; "
+                             f"{action} needs the .safetensors or .pt it was exported from")
+        return self.model
+
+    def _runnable(self) -> YOLO11Detector:
+        """What predicts and validates: a fused copy of the model, or the export itself."""
+        return self.model if self.exported else copy.deepcopy(self.model).fuse()
 
     @property
     def names(self) -> dict[int, str]:
@@ -204,6 +224,8 @@ class YOLO:
         from yolo11.engine.config import parse_command_line
 
         kwargs = dict(kwargs)
+        if not {"model", "weights", "resume", "cfg"} & kwargs.keys():
+            self._torch_model("train")  # an export holds no trainable weights
         if kwargs.get("resume") is True and self.run_dir is not None:  # YOLO("runs/train/exp").train(resume=True)
             kwargs["resume"] = str(self.run_dir)
         if not {"model", "weights", "resume", "cfg"} & kwargs.keys():  # cfg=: its file names them (or not)
@@ -296,8 +318,14 @@ class YOLO:
         from yolo11.postprocess import head_line, select_head
         from yolo11.tools.val import evaluate_weights
 
-        model = copy.deepcopy(self.model).fuse()
-        end2end = select_head(model.config["name"], model.end2end, nms)
+        model = self._runnable()
+        if self.exported:  # its input size, rect and head are those it was exported with (as `yolo11 val`)
+            imgsz, rect, note = model.input_settings(imgsz, rect)
+            if note and calls.is_main_process():
+                print(note, file=sys.stderr)
+            end2end = model.select_head(nms)
+        else:
+            end2end = select_head(model.config["name"], model.end2end, nms)
         source = load_source(data, split=split, cache_dir=cache_dir, images=images, bbox_format=bbox_format,
                              fallback_splits=VAL_FALLBACKS, split_flag="split")
         with calls.process_group():
@@ -373,7 +401,7 @@ class YOLO:
         if self._detector is not None and self._detector[0] == key:
             return self._detector[1]
         if self._fused is None or self._fused[0] != id(model):
-            self._fused = (id(model), copy.deepcopy(model).fuse())
+            self._fused = (id(model), self._runnable())
         settings = dict(settings)
         names = class_names_for(model, self.ckpt_path, settings.pop("names", None))
         try:
@@ -432,9 +460,10 @@ class YOLO:
         if fmt == "safetensors":
             if kwargs:
                 raise UsageError(f"export: format=safetensors takes no {', '.join(kwargs)}")
-            return save_weights(self.model, output)
+            return save_weights(self._torch_model("export"), output)
         with tempfile.TemporaryDirectory() as folder, calls.error_lines("yolo11 export", hold=True) as errors:
-            weights = save_weights(self.model, Path(folder) / f"{Path(self._weights_name()).stem}.safetensors")
+            weights = save_weights(self._torch_model("export"),
+                                   Path(folder) / f"{Path(self._weights_name()).stem}.safetensors")
             printed = io.StringIO()
             try:  # the export tool on this object's model (saved as it is now), so that Python and shell agree
                 with contextlib.redirect_stdout(printed):
@@ -454,7 +483,7 @@ class YOLO:
         our modules); ``verbose`` prints its summary line."""
         from yolo11.models.summary import model_summary
 
-        summary = model_summary(self.model, imgsz)
+        summary = model_summary(self._torch_model("info"), imgsz)
         if verbose:
             print(summary.line())
         return summary.layers, summary.parameters, summary.gradients, summary.gflops
