@@ -224,11 +224,10 @@ class YOLO:
         from yolo11.engine.config import parse_command_line
 
         kwargs = dict(kwargs)
-        if not {"model", "weights", "resume", "cfg"} & kwargs.keys():
-            self._torch_model("train")  # an export holds no trainable weights
         if kwargs.get("resume") is True and self.run_dir is not None:  # YOLO("runs/train/exp").train(resume=True)
             kwargs["resume"] = str(self.run_dir)
         if not {"model", "weights", "resume", "cfg"} & kwargs.keys():  # cfg=: its file names them (or not)
+            self._torch_model("train")  # an export holds no weights to train from
             kwargs = {**({"weights": self.ckpt_path} if self.ckpt_path else {"model": self.architecture}), **kwargs}
         started = time.time()
         with calls.error_lines("yolo11 train", hold=True) as errors:
@@ -450,6 +449,7 @@ class YOLO:
         from yolo11.tools import export as export_tool
         from yolo11.weights import save_weights
 
+        model = self._torch_model("export")
         fmt = str(format).lower()
         if fmt not in ("onnx", "pt", "safetensors"):
             raise UsageError(f"export: format={format!r}: expected onnx, pt or safetensors")
@@ -460,10 +460,9 @@ class YOLO:
         if fmt == "safetensors":
             if kwargs:
                 raise UsageError(f"export: format=safetensors takes no {', '.join(kwargs)}")
-            return save_weights(self._torch_model("export"), output)
+            return save_weights(model, output)
         with tempfile.TemporaryDirectory() as folder, calls.error_lines("yolo11 export", hold=True) as errors:
-            weights = save_weights(self._torch_model("export"),
-                                   Path(folder) / f"{Path(self._weights_name()).stem}.safetensors")
+            weights = save_weights(model, Path(folder) / f"{Path(self._weights_name()).stem}.safetensors")
             printed = io.StringIO()
             try:  # the export tool on this object's model (saved as it is now), so that Python and shell agree
                 with contextlib.redirect_stdout(printed):
