@@ -314,17 +314,13 @@ class YOLO:
         from yolo11.data import load_source
         from yolo11.data.sources import VAL_FALLBACKS
         from yolo11.evaluation.table import format_table
-        from yolo11.postprocess import head_line, select_head
-        from yolo11.tools.val import evaluate_weights
+        from yolo11.postprocess import head_line
+        from yolo11.tools.val import evaluate_weights, run_settings
 
         model = self._runnable()
-        if self.exported:  # its input size, rect and head are those it was exported with (as `yolo11 val`)
-            imgsz, rect, note = model.input_settings(imgsz, rect)
-            if note and calls.is_main_process():
-                print(note, file=sys.stderr)
-            end2end = model.select_head(nms)
-        else:
-            end2end = select_head(model.config["name"], model.end2end, nms)
+        imgsz, rect, end2end, note = run_settings(model, imgsz, rect, nms)  # an export's own, as `yolo11 val`
+        if note and calls.is_main_process():
+            print(note, file=sys.stderr)
         source = load_source(data, split=split, cache_dir=cache_dir, images=images, bbox_format=bbox_format,
                              fallback_splits=VAL_FALLBACKS, split_flag="split")
         with calls.process_group():

@@ -136,6 +136,18 @@ def evaluate_weights(accelerator: Accelerator, model: nn.Module, source: Detecti
     return result.metrics, result.predictions, evaluator.ground_truth
 
 
+def run_settings(model: nn.Module, imgsz: int, rect: bool, nms: bool | None) -> tuple[int, bool, bool, str | None]:
+    """``(imgsz, rect, end2end, note)`` that ``model`` validates with: an ONNX export's size, rect and head are
+    those it was exported with (``note`` says where they differ from the asked), our model's head as ``nms``
+    picks it."""
+    from yolo11.postprocess import select_head
+
+    if getattr(model, "exported", False):
+        imgsz, rect, note = model.input_settings(imgsz, rect)
+        return imgsz, rect, model.select_head(nms), note
+    return imgsz, rect, select_head(model.config["name"], model.end2end, nms), None
+
+
 def names_differ(weights: list[str] | None, data: list[str]) -> str:
     """The first class the weights and the data name differently (``"class 0: 'cat' in the weights, 'dog' in the
     data"``), else ``""``; weights without names of their own (class ids, ``class_N``) name nothing."""
@@ -230,7 +242,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from yolo11.evaluation import plots
     from yolo11.evaluation.coco import coco_results
     from yolo11.evaluation.table import format_table
-    from yolo11.postprocess import head_line, select_head
+    from yolo11.postprocess import head_line
 
     sharing = share_gpu_note(launch_state())  # the process group's timeout, YOLO11_SHARE_GPU
     # No even_batches padding: a rect batch padded with images of the first batch would mix letterbox shapes, and
@@ -241,14 +253,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if accelerator.is_main_process and sharing:
         print(sharing, file=sys.stderr)
     model = load_model(args.weights, accelerator.device)  # before the data: a wrong path fails at once
-    imgsz, rect = settings["imgsz"], args.rect
-    if getattr(model, "exported", False):
-        imgsz, rect, note = model.input_settings(imgsz, rect)
-        end2end = model.select_head(settings["nms"])
-        if note and accelerator.is_main_process:
-            print(note, file=sys.stderr)
-    else:
-        end2end = select_head(model.config["name"], model.end2end, settings["nms"])
+    imgsz, rect, end2end, note = run_settings(model, settings["imgsz"], args.rect, settings["nms"])
+    if note and accelerator.is_main_process:
+        print(note, file=sys.stderr)
     source = load_source(settings["data"], split=settings["split"], cache_dir=args.cache_dir,
                          images=settings["images"], bbox_format=settings["bbox_format"],
                          fallback_splits=VAL_FALLBACKS, split_flag="--split")
