@@ -475,12 +475,12 @@ def fit(run: Run) -> tuple[int, int]:
     run.train_loader.set_epoch(state.epoch, state.batches_in_epoch)
     stream = iter(run.train_loader)  # every remaining epoch: the workers run ahead across epoch boundaries
     if warm_first_use_due(run):  # while the workers build the first batches
-        started = time.perf_counter()
+        before = run.clock.seconds("training")
         with run.clock("training"):
             warm_first_use(step.micro_step, accelerator.unwrap_model(step.model, keep_torch_compile=False),
                            accelerator.device, run.plan.per_process_batch, run.config.data.imgsz,
                            run.plan.hsv_on_device)
-        run.clock.add("training warm-up", time.perf_counter() - started)
+        run.clock.add("training warm-up", run.clock.seconds("training") - before)
     run.stop.enter("training", accelerator.process_index)
     try:
         for epoch in range(state.epoch, config.epochs):
