@@ -387,15 +387,14 @@ def _checked(name: str, result: tuple[datasets.Dataset, list[str], dict], where:
     dataset, names, summary_dict = result
     summary = BadSampleSummary.from_dict(summary_dict)
     state = _launch_state()
-    if len(dataset) == 0:
-        if state is None or state.is_local_main_process:
-            summary.log(name)
-        raise DataSourceError(f"{where}: no usable images (see the warnings above)")
-    if state is None or state.is_local_main_process:
+    main = state is None or state.is_local_main_process
+    if main:
         summary.log(name)
-        if labelled_objects(dataset) == 0:  # empty label files, crowd-only or no annotations: trains only background
-            LOGGER.warning("%s: none of its %d images has a labelled object: a model learns nothing but background "
-                           "from it, and COCO scores it -1 (nothing to find); check its labels", name, len(dataset))
+    if len(dataset) == 0:
+        raise DataSourceError(f"{where}: no usable images (see the warnings above)")
+    if main and labelled_objects(dataset) == 0:  # empty label files, crowd-only or no annotations: only background
+        LOGGER.warning("%s: none of its %d images has a labelled object: a model learns nothing but background "
+                       "from it, and COCO scores it -1 (nothing to find); check its labels", name, len(dataset))
     return DetectionSource(dataset, names, name, summary, origin=origin)
 
 

@@ -145,11 +145,12 @@ def coco_rows(json_path: Path, images_dir: Path, bbox_format: str = "xywh",
             summary.skipped_images.append(f"{path}: {len(annotations):,} annotations, more than the "
                                           f"{MAX_BOXES_PER_IMAGE:,} objects one image may have, skipped")
             continue
+        problems_before = len(summary.skipped_lines)
         boxes, classes = image_objects(json_path, info["id"], annotations, class_of, size, bbox_format == "xyxy",
                                        summary, scale)
-        labelled = sum(ann.get("iscrowd", 0) != 1 for ann in annotations)
-        if labelled and not boxes:  # as a YOLO image whose every label line is bad: not a background
-            summary.skipped_images.append(f"{path}: none of its {labelled} annotations can be used, "
+        bad = len(summary.skipped_lines) - problems_before  # image_objects names each unusable annotation
+        if bad and not boxes:  # as a YOLO image whose every label line is bad: not a background
+            summary.skipped_images.append(f"{path}: none of its {bad} annotations can be used, "
                                           "skipped: its objects would be trained as background")
             continue
         summary.backgrounds += not boxes
