@@ -205,16 +205,11 @@ def test_a_bare_legacy_key_is_read_as_its_current_one(run_folder, capsys):
 def test_val_false_validates_the_last_epoch_only_and_leaves_best_weights(tmp_path):
     """Ultralytics' ``val=False`` skips the validations before the final epoch, which it still validates (and
     saves best.pt from): ``--val-interval -1``."""
-    from helpers.engine_helpers import TINY_RUN_TRAINING, reset_accelerate_state
+    from helpers.engine_helpers import TINY_RUN_TRAINING, train_in_process
 
-    from yolo11 import train
     from yolo11.evaluation.results import read_results
 
-    reset_accelerate_state()
-    try:
-        assert train.main([*TINY_RUN_TRAINING, "val=False", "--output-dir", str(tmp_path), "--name", "run"]) == 0
-    finally:
-        reset_accelerate_state()
+    assert train_in_process([*TINY_RUN_TRAINING, "val=False", "--output-dir", str(tmp_path), "--name", "run"]) == 0
     first, last = read_results(tmp_path / "run" / "results.csv")
     assert first["metrics/mAP50-95(B)"] == "" and last["metrics/mAP50-95(B)"] != ""
     assert (tmp_path / "run" / "weights" / "best.safetensors").is_file()

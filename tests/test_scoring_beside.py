@@ -8,23 +8,13 @@ import csv
 
 import pytest
 import torch
-from helpers.engine_helpers import TINY_FLAGS, checkpoint_model, reset_accelerate_state
+from helpers.engine_helpers import TINY_FLAGS, checkpoint_model, train_in_process
 from safetensors.torch import load_file
 
 from yolo11.engine import trainer
 
 FLAGS = [*TINY_FLAGS, "--batch-size", "4", "--nominal-batch", "4", "--epochs", "4", "--close-mosaic", "1"]
 TIMED = {"time", "throughput/img_s", "memory/peak_gb"}  # columns that are the machine's, not the run's
-
-
-def train_in_process(args: list[str]) -> int:
-    from yolo11 import train
-
-    reset_accelerate_state()
-    try:
-        return train.main(args)
-    finally:
-        reset_accelerate_state()
 
 
 @pytest.fixture

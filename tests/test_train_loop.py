@@ -220,10 +220,9 @@ def test_warming_the_first_step_leaves_the_run_as_it_was(name):
 def test_a_run_whose_first_step_was_warmed_trains_as_one_whose_was_not(tmp_path, monkeypatch, capsys):
     """The trainer's call (forced on the CPU, where it does not warm): the same weights to the bit as without it,
     and the time line shows the warm-up apart."""
-    from helpers.engine_helpers import TINY_RUN_TRAINING, reset_accelerate_state
+    from helpers.engine_helpers import TINY_RUN_TRAINING, train_in_process
     from safetensors.torch import load_file
 
-    from yolo11 import train
     from yolo11.engine import trainer
 
     flags = [*TINY_RUN_TRAINING, "--epochs", "1", "--output-dir", str(tmp_path)]
@@ -231,11 +230,7 @@ def test_a_run_whose_first_step_was_warmed_trains_as_one_whose_was_not(tmp_path,
     monkeypatch.setattr(trainer, "warm_first_use", lambda *args: warmed.append(args) or warm(*args))
     for name, due in (("warmed", True), ("cold", False)):
         monkeypatch.setattr(trainer, "warm_first_use_due", lambda run, due=due: due)
-        reset_accelerate_state()
-        try:
-            assert train.main([*flags, "--name", name]) == 0
-        finally:
-            reset_accelerate_state()
+        assert train_in_process([*flags, "--name", name]) == 0
     assert len(warmed) == 1
     out = capsys.readouterr().out
     assert out.count("warm-up") == 1  # the warmed run's time line only
@@ -247,15 +242,9 @@ def test_a_run_whose_first_step_was_warmed_trains_as_one_whose_was_not(tmp_path,
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_a_gpu_run_with_loader_workers_warms_its_first_step(tmp_path, capsys):
     """Nothing forced: a graphed one-GPU run whose loader has workers warms the first step while they start."""
-    from helpers.engine_helpers import TINY_RUN_TRAINING, reset_accelerate_state
+    from helpers.engine_helpers import TINY_RUN_TRAINING, train_in_process
 
-    from yolo11 import train
-
-    reset_accelerate_state()
-    try:
-        assert train.main([*TINY_RUN_TRAINING, "--epochs", "1", "--workers", "1", "--output-dir", str(tmp_path),
-                           "--name", "run"]) == 0
-    finally:
-        reset_accelerate_state()
+    assert train_in_process([*TINY_RUN_TRAINING, "--epochs", "1", "--workers", "1", "--output-dir", str(tmp_path),
+                             "--name", "run"]) == 0
     time_line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("time: "))
     assert "warm-up" in time_line and "captures" in time_line

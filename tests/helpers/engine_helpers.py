@@ -107,3 +107,14 @@ def reset_accelerate_state() -> None:
 
     AcceleratorState._reset_state(reset_partial_state=True)
     GradientState._reset_state()
+
+
+def train_in_process(args: list[str]) -> int:
+    """``yolo11-train args`` in this process, between fresh Accelerate states; its exit code."""
+    from yolo11 import train
+
+    reset_accelerate_state()
+    try:
+        return train.main(args)
+    finally:
+        reset_accelerate_state()
