@@ -14,8 +14,7 @@ a user brings. ``--variants`` picks among ultralytics, ours (README's ``accelera
 accelerate_configs/1gpu.yaml train_accelerate.py``, through Accelerate's own CLI, whose start imports every
 ``accelerate`` subcommand: timm with torchvision among them), ours-cli (``yolo11 train key=value``, one process and
 no launcher, as Ultralytics' ``yolo train``), ours-cli-at-once (the same with every epoch scored before the next
-one trains, ``trainer.score_beside_training`` off: the A/B of scoring beside training), ours-cli-cold (the
-same with no warm-up of the first step while the loader starts, ``trainer.warm_first_use_due`` off), ours-eager
+one trains, ``trainer.score_beside_training`` off: the A/B of scoring beside training), ours-eager
 (``--cuda-graphs false``) and ours-cudnn-v7 (``TORCH_CUDNN_V8_API_DISABLED=1``: cuDNN's older convolution API, whose
 algorithm choice per new shape is a lookup rather than a plan build).
 """
@@ -78,15 +77,14 @@ def command(args, variant: str, data: Path, seed: int) -> tuple[list[str], Path]
                      project=str(args.out.resolve()), name=name, exist_ok=True)
         script = f"from ultralytics import YOLO; YOLO({args.model + '.yaml'!r}).train(**{train!r})"
         return [sys.executable, "-c", script], args.out / name / "results.csv"
-    if variant in ("ours-cli", "ours-cli-at-once", "ours-cli-cold"):
+    if variant in ("ours-cli", "ours-cli-at-once"):
         keys = dict(data=data, model=args.model, epochs=args.epochs, batch=args.batch, imgsz=args.imgsz, seed=seed,
                     project=args.out, name=name, exist_ok="true")
         keys = [f"{k}={v}" for k, v in keys.items()]
         if variant == "ours-cli":
             return [sys.executable, "-m", "yolo11.cli", "train", *keys], args.out / name / "results.csv"
-        # the A/B partners: every epoch scored before the next one trains, or no warm-up of the first step
-        off = "score_beside_training" if variant == "ours-cli-at-once" else "warm_first_use_due"
-        script = (f"import sys; from yolo11.engine import trainer; trainer.{off} = lambda *a: False; "
+        # every epoch scored before the next one trains (trainer.score_beside_training off): its A/B partner
+        script = ("import sys; from yolo11.engine import trainer; trainer.score_beside_training = lambda *a: False; "
                   "from yolo11.cli import main; from yolo11.program_exit import exit_process; "
                   "exit_process(main(sys.argv[1:]))")
         return [sys.executable, "-c", script, "train", *keys], args.out / name / "results.csv"
@@ -117,8 +115,7 @@ def main() -> int:
     parser.add_argument("--dataset", default="coco128",
                         help="coco128, coco8 (../shared/data), a data YAML, or generated")
     parser.add_argument("--variants", nargs="+", default=["ultralytics", "ours"],
-                        choices=["ultralytics", "ours", "ours-cli", "ours-cli-at-once", "ours-cli-cold", "ours-eager",
-                                 "ours-cudnn-v7"])
+                        choices=["ultralytics", "ours", "ours-cli", "ours-cli-at-once", "ours-eager", "ours-cudnn-v7"])
     parser.add_argument("--model", default="yolo11n")
     parser.add_argument("--epochs", type=int, default=100)
     parser.add_argument("--batch", type=int, default=16)

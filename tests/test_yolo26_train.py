@@ -72,7 +72,7 @@ def _fake_run(criterion, epochs: int, epoch: int = 0, batches_in_epoch: int = 0)
     state = TrainState()
     state.epoch, state.batches_in_epoch = epoch, batches_in_epoch
     loader = type("Loader", (), {"set_epoch": lambda self, *a: None, "__iter__": lambda self: iter(range(100))})()
-    accelerator = types.SimpleNamespace(process_index=0, print=lambda *a: None, device=torch.device("cpu"))
+    accelerator = types.SimpleNamespace(process_index=0, print=lambda *a: None)
     step = types.SimpleNamespace(criterion=criterion, accelerator=accelerator,
                                  stop=types.SimpleNamespace(agreed_now=lambda: False))
     return types.SimpleNamespace(config=types.SimpleNamespace(run=types.SimpleNamespace(epochs=epochs,

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import copy
-import dataclasses
 import functools
 import time
 from dataclasses import dataclass
@@ -15,7 +13,7 @@ from accelerate import Accelerator
 from accelerate.utils import AutocastKwargs, DistributedType
 from torch import nn
 
-from yolo11.engine.cuda_graphs import MIN_BOX_ROWS, GraphedMicroStep, MicroStep
+from yolo11.engine.cuda_graphs import GraphedMicroStep, MicroStep
 from yolo11.engine.device_feed import DeviceFeed, TimedIterable
 from yolo11.engine.ema import ModelEMA
 from yolo11.engine.guard import NonFiniteGuard
@@ -171,28 +169,6 @@ def train_one_epoch(step: TrainStep, loader, state: TrainState, epoch: int,
     guard.flush(state)
     return EpochResult(loss_sum / max(applied + pending, 1), images_seen, time.perf_counter() - start,
                        reached_max_steps, interrupted)
-
-
-def warm_first_use(micro_step: MicroStep, model: nn.Module, device: torch.device, batch_size: int, imgsz: int,
-                   hsv_gains: bool) -> None:
-    """One forward, loss and backward of a throwaway copy of ``model`` on a blank batch of the run's training
-    shape, run while the loader's workers build the first batches (the main thread would only wait for them):
-    cuDNN builds a plan at each convolution shape's first use, ~1.5 s of a yolo11n step at batch 16 and 640 px on
-    an H100 (benchmarks/RESULTS.md), which the first step then finds built. The copy leaves the run's weights,
-    BatchNorm statistics, gradients and random state as they were. cuDNN caches its plans per thread: call it on
-    the thread that trains."""
-    warm = dataclasses.replace(micro_step, model=copy.deepcopy(model), backward=torch.Tensor.backward,
-                               loss_factor=1.0)
-    images = torch.zeros(batch_size, imgsz, imgsz, 3, dtype=torch.uint8, device=device).permute(0, 3, 1, 2)
-    gains = torch.ones(batch_size, 3, dtype=torch.float64, device=device) if hsv_gains else None  # as the collate's
-    boxes = torch.zeros(batch_size, MIN_BOX_ROWS, 4, device=device)
-    boxes[:, 0] = torch.tensor([0.25, 0.25, 0.75, 0.75], device=device) * imgsz  # one object an image: assigned
-    labels = torch.full((batch_size, MIN_BOX_ROWS), -1, dtype=torch.int64, device=device)
-    labels[:, 0] = 0
-    warm(images, gains, boxes, labels)
-    del warm
-    if device.type == "cuda":  # the copy's memory back: a graphed step allocates on its own stream, not this one
-        torch.cuda.empty_cache()
 
 
 def _forward_backward(step: TrainStep, batch: dict, guard: NonFiniteGuard) -> torch.Tensor:

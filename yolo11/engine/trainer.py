@@ -66,7 +66,7 @@ from yolo11.engine.evaluate import PendingValidation, Validator
 from yolo11.engine.failures import FailedElsewhere, agreed, job_token, say_error
 from yolo11.engine.guard import NonFiniteLossError
 from yolo11.engine.interrupt import StopAgreement, StopRequested, StopSignal, tell_launcher
-from yolo11.engine.loop import TrainStep, train_one_epoch, warm_first_use
+from yolo11.engine.loop import TrainStep, train_one_epoch
 from yolo11.engine.optim import auto_optimizer_note, build_optimizer
 from yolo11.engine.plan import LaunchError, RunPlan, check_launch, cpu_fallback_warning, plan_run
 from yolo11.engine.process_group import (
@@ -474,13 +474,6 @@ def fit(run: Run) -> tuple[int, int]:
     accelerator, images_seen = step.accelerator, 0
     run.train_loader.set_epoch(state.epoch, state.batches_in_epoch)
     stream = iter(run.train_loader)  # every remaining epoch: the workers run ahead across epoch boundaries
-    if warm_first_use_due(run):  # while the workers build the first batches
-        before = run.clock.seconds("training")
-        with run.clock("training"):
-            warm_first_use(step.micro_step, accelerator.unwrap_model(step.model, keep_torch_compile=False),
-                           accelerator.device, run.plan.per_process_batch, run.config.data.imgsz,
-                           run.plan.hsv_on_device)
-        run.clock.add("training warm-up", run.clock.seconds("training") - before)
     run.stop.enter("training", accelerator.process_index)
     try:
         for epoch in range(state.epoch, config.epochs):
@@ -524,16 +517,6 @@ def fit(run: Run) -> tuple[int, int]:
                 run.outputs.wait_for_writes()
         raise
     return 0, images_seen
-
-
-def warm_first_use_due(run: Run) -> bool:
-    """Whether ``warm_first_use`` runs before the first step: a CUDA run (the plans it builds are cuDNN's) whose
-    loader has workers (else the main thread builds the first batches itself, with nothing to overlap), eager or
-    graphed (a compiled model builds its own kernels at its first step), one model per process (DDP's, not one
-    that DeepSpeed or FSDP shard)."""
-    accelerator, plan = run.step.accelerator, run.plan
-    return (accelerator.device.type == "cuda" and plan.workers > 0 and not plan.compile.model
-            and accelerator.distributed_type in (DistributedType.NO, DistributedType.MULTI_GPU))
 
 
 def stop_mid_epoch(run: Run, result) -> int:
