@@ -91,7 +91,7 @@ def test_summary_gives_training_throughput_apart_from_validation(capsys, monkeyp
     assert "finished in 0:01:10 | training 0:00:40 at 10.0 img/s | validation 0:00:25" in out
     # a part is printed after its phase; captures only where graphs were captured
     assert ("time: start-up 6.0 s, training 40.0 s (captures 1.2 s), validation 25.0 s (data 2.5 s, scoring 10.0 s), "
-            "saving 3.0 s, plots 1.5 s, other 0.5 s") in out
+            "saving 3.0 s, plots 1.5 s, other 0.5 s") in out  # no saving parts where none took time
     assert "best: epoch 3, fitness 0.5000" in out
 
 

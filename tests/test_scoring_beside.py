@@ -5,6 +5,7 @@ when a stop comes while it is pending. On the CPU the trainer never defers; thes
 from __future__ import annotations
 
 import csv
+import re
 
 import pytest
 import torch
@@ -59,6 +60,11 @@ def test_epochs_scored_beside_the_next_are_recorded_as_if_scored_at_once(tmp_pat
     lines = [line for line in out.splitlines() if line.startswith("epoch ") and " done in " in line]
     assert [line.split()[1] for line in lines] == ["1/4", "2/4", "3/4", "4/4"]  # in order, one each
     assert "scoring alongside" in out  # the time line tells the scoring that training hid
+    # the final checkpoint's time is told apart within saving, as is the wait for the weights' writer thread
+    saving = re.search(r"saving ([\d.]+) s \(checkpoints ([\d.]+) s, writer waits ([\d.]+) s\)", out)
+    assert saving, out
+    total, checkpoints, waits = map(float, saving.groups())
+    assert 0 < checkpoints and checkpoints + waits <= total + 0.1  # parts of saving, rounded to 0.1 s each
 
 
 @pytest.mark.slow

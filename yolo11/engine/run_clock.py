@@ -21,7 +21,8 @@ from collections.abc import Iterator
 PHASES = ("start-up", "training", "validation", "saving", "plots")
 # Parts of a phase (measured inside it, not added to the wall-time split twice): part -> its phase.
 PARTS = {"training captures": "training", "training scoring alongside": "training", "validation data": "validation",
-         "scoring": "validation", "validation captures": "validation"}
+         "scoring": "validation", "validation captures": "validation", "saving checkpoints": "saving",
+         "saving writer waits": "saving"}
 SHOWN_WHEN_ZERO = ("validation data", "scoring")  # the other parts are printed where they took time
 
 _STARTUP_MARKS: list[tuple[str, float]] = []  # (the part that ended, time.time()) in this process

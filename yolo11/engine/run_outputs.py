@@ -263,7 +263,11 @@ class RunOutputs:
         error (``OSError``)."""
         written, self._written = self._written, None
         if written is not None:
-            written.result()
+            start = time.perf_counter()
+            try:
+                written.result()
+            finally:  # the time line shows how long the writer held the run up
+                self.clock.add("saving writer waits", time.perf_counter() - start)
 
 
 def _write_weights_files(snapshot: WeightsSnapshot, final: Path, also_best: bool) -> None:

@@ -637,9 +637,11 @@ def checkpoint(run: Run) -> None:
     step = run.step
     settle(run)  # the state's best epoch and the weights files up to date
     run.stop.enter("checkpoint", step.accelerator.process_index)  # a signal now: the write completes first
+    before = run.clock.seconds("saving")
     with run.clock("saving"):
         save_checkpoint(step.accelerator, run.run_dir, run.state, run.config.run.keep_checkpoints, step.model,
                         step.ema, run.config.to_dict())
+    run.clock.add("saving checkpoints", run.clock.seconds("saving") - before)
     run.last_checkpoint = time.monotonic()
 
 
