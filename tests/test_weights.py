@@ -274,3 +274,31 @@ def test_host_copies_of_cuda_tensors_equal_per_tensor_copies():
     assert copies["alias"] is copies["backbone.layers.0.conv.weight"]
     pointers = {copies[n].untyped_storage().data_ptr() for n in state if n != "alias"}
     assert len(pointers) == len(state) - 1
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_a_snapshot_from_the_gpu_is_the_state_at_its_call_though_its_copy_is_not_waited_for(tmp_path):
+    """``weights_snapshot`` only queues its copy into pinned memory; the writer waits for it. The file holds the
+    weights as they were at the call, not as the in-place updates queued after it left them, while the GPU was
+    still busy with earlier work when the snapshot returned."""
+    from safetensors.torch import load_file
+
+    from yolo11.models import create_model
+    from yolo11.weights.safetensors_io import weights_snapshot, write_weights
+
+    model = create_model("yolo11n", num_classes=3).cuda()
+    expected = {name: tensor.cpu().clone() for name, tensor in model.state_dict().items()}
+    busy = torch.randn(4096, 4096, device="cuda")
+    for _ in range(20):  # ~tens of ms queued ahead of the copy: it cannot be done when the snapshot returns
+        busy = busy @ busy / 64
+    snapshot = weights_snapshot(model)
+    assert snapshot.ready and not all(event.query() for event in snapshot.ready)
+    with torch.no_grad():
+        for tensor in model.state_dict().values():
+            if tensor.is_floating_point():
+                tensor.add_(1.0)  # queued after the copy, in stream order
+    written = load_file(write_weights(snapshot, tmp_path / "w.safetensors"))
+    assert written.keys() == expected.keys()
+    for name, tensor in expected.items():
+        assert torch.equal(written[name], tensor), name

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -45,6 +45,15 @@ def host_copies(tensors: dict) -> dict:
     """``tensors`` contiguous on the CPU, as ``.contiguous().cpu()`` each would give, with those on an accelerator
     brought over in one copy per (device, dtype) rather than one blocking copy each: yolo11n's ~500 state
     tensors took ~30 ms that way on a GPU, per file and per epoch. Names that alias one tensor keep sharing it."""
+    views, _ = _gathered(tensors, pinned=False)
+    return _owned(views)
+
+
+def _gathered(tensors: dict, pinned: bool) -> tuple[dict, list]:
+    """``tensors`` on the CPU as views into one host buffer per (device, dtype) of those on an accelerator (CPU
+    tensors as they are, contiguous), and the CUDA events after which the buffers hold them: ``pinned`` copies a
+    CUDA group into page-locked memory without waiting (the caller synchronizes the events before reading), else
+    every copy is done on return. The copy is taken in stream order: later in-place updates do not reach it."""
     out: dict = {}
     groups: dict[tuple, list[tuple[str, torch.Tensor]]] = {}
     for name, tensor in tensors.items():
@@ -53,16 +62,32 @@ def host_copies(tensors: dict) -> dict:
             out[name] = tensor.contiguous()
         else:
             groups.setdefault((tensor.device, tensor.dtype), []).append((name, tensor))
-    for members in groups.values():
+    events = []
+    for (device, dtype), members in groups.items():
         unique: dict[tuple, torch.Tensor] = {}  # one copy per aliased tensor
         for _, tensor in members:
             unique.setdefault((tensor.data_ptr(), tensor.shape, tensor.stride()), tensor)
-        host = torch.cat([t.reshape(-1) for t in unique.values()]).cpu()
+        flat = torch.cat([t.reshape(-1) for t in unique.values()])
+        if pinned and device.type == "cuda":
+            host = torch.empty(flat.shape, dtype=dtype, pin_memory=True)
+            host.copy_(flat, non_blocking=True)  # the GPU buffer may be freed now: its reuse is stream-ordered
+            event = torch.cuda.Event()
+            event.record(torch.cuda.current_stream(device))
+            events.append(event)
+        else:
+            host = flat.cpu()
         pieces = host.split([t.numel() for t in unique.values()])
-        copies = {key: piece.view(t.shape).clone() for (key, t), piece in zip(unique.items(), pieces, strict=True)}
+        views = {key: piece.view(t.shape) for (key, t), piece in zip(unique.items(), pieces, strict=True)}
         for name, tensor in members:
-            out[name] = copies[(tensor.data_ptr(), tensor.shape, tensor.stride())]
-    return {name: out[name] for name in tensors}  # the caller's order
+            out[name] = views[(tensor.data_ptr(), tensor.shape, tensor.stride())]
+    return {name: out[name] for name in tensors}, events  # the caller's order
+
+
+def _owned(tensors: dict) -> dict:
+    """Each CPU tensor in a storage of its own (safetensors refuses tensors that share one, as views of one copy
+    or of a CPU model do), names that alias one tensor still sharing its copy."""
+    copies: dict[tuple, torch.Tensor] = {}
+    return {name: copies.setdefault((t.data_ptr(), t.shape, t.stride()), t.clone()) for name, t in tensors.items()}
 
 
 def _build(config: dict, weights: Path) -> YOLO11Detector:
@@ -80,20 +105,6 @@ def non_finite_flag(tensors: list[torch.Tensor]) -> torch.Tensor:
     if not tensors:
         return torch.zeros(())
     return (~torch.isfinite(torch.stack(torch._foreach_norm(tensors)))).any().float()
-
-
-def _host_state(model: YOLO11Detector) -> dict:
-    """The model's state copied to the CPU now (one ``state_dict`` call, one copy per dtype), in storages of its
-    own: a CPU model's tensors are cloned, aliases kept shared."""
-    _check_not_fused(model)
-    state = {k: v.detach() for k, v in model.state_dict().items()}
-    tensors = host_copies(state)
-    owned = {t.data_ptr() for t in state.values() if t.device.type == "cpu"}
-    copies: dict[int, torch.Tensor] = {}
-    for name, tensor in tensors.items():
-        if tensor.data_ptr() in owned:
-            tensors[name] = copies.setdefault(tensor.data_ptr(), tensor.clone())
-    return tensors
 
 
 def _checked(tensors: dict, file: Path, half: bool = False) -> dict:
@@ -178,24 +189,38 @@ def save_weights(model: YOLO11Detector, file: str | Path, half: bool = False) ->
 
 @dataclass
 class WeightsSnapshot:
-    """A model's state copied to the CPU and its metadata, not yet checked or converted: ``write_weights`` does
-    both, in whichever thread writes the file."""
+    """A model's state on its way to the CPU and its metadata, not yet checked or converted: ``write_weights``
+    waits for the copy and does both, in whichever thread writes the file."""
 
-    tensors: dict
+    tensors: dict  # views into host buffers, complete once ``ready`` has passed
     metadata: dict[str, str]
     half: bool = False
+    ready: list = field(default_factory=list)  # CUDA events
+
+    def host_tensors(self) -> dict:
+        """The tensors once copied, each in a storage of its own."""
+        for event in self.ready:
+            event.synchronize()
+        return _owned(self.tensors)
 
 
 def weights_snapshot(model: YOLO11Detector, half: bool = False) -> WeightsSnapshot:
-    """``model``'s state copied now, for ``write_weights`` (in another thread, say, while the model trains on): on
-    the calling thread only the copy (one per dtype; ~1 ms for yolo11n from a GPU); the finiteness check and the
-    float16 conversion wait for the writer.
+    """``model``'s state as it is now, for ``write_weights`` (in another thread, say, while the model trains on): on
+    the calling thread only the copy's launch (one per dtype; from a GPU into pinned memory, not waited for); the
+    wait for it, the finiteness check and the float16 conversion are the writer's.
 
     ``half``: float32 tensors as float16 (a tensor with a value beyond float16's range stays float32), as
     Ultralytics saves its weights. Measured on YOLO11n fine-tuned one epoch on coco128 (320 px): the raw outputs
     move by at most 0.03 on logits up to 19, and coco128's mAP50-95 from 0.015816 to 0.015814 (mAP50 0.028884 to
     0.028871), for files of 5.3 MB instead of 10.6 MB. Resumable checkpoints stay float32: resume is bitwise."""
-    return WeightsSnapshot(_host_state(model), _metadata(model), half)
+    _check_not_fused(model)
+    # from a GPU, into pinned memory without waiting: a blocking copy waited for the epoch's queued kernels, ~31 ms
+    # an epoch of the coco128 tutorial on an H100 (benchmarks/RESULTS.md)
+    state = {k: v.detach() for k, v in model.state_dict().items()}
+    tensors, ready = _gathered(state, pinned=True)
+    # a CPU model's tensors are its live weights: copied now, before it trains on
+    tensors |= _owned({name: tensors[name] for name, tensor in state.items() if tensor.device.type == "cpu"})
+    return WeightsSnapshot(tensors, _metadata(model), half, ready)
 
 
 def write_weights(snapshot: WeightsSnapshot, file: str | Path) -> Path:
@@ -203,7 +228,7 @@ def write_weights(snapshot: WeightsSnapshot, file: str | Path) -> Path:
     that fails (a full disk: its ``OSError``) leaves the previous file whole; ``ValueError`` naming ``file``, and
     nothing written, when a tensor is not finite."""
     file = Path(file)
-    tensors = _checked(snapshot.tensors, file, snapshot.half)
+    tensors = _checked(snapshot.host_tensors(), file, snapshot.half)
     file.parent.mkdir(parents=True, exist_ok=True)
     with replaced(file) as tmp, writing(file):
         save_file(tensors, tmp, metadata=snapshot.metadata)
