@@ -7,6 +7,10 @@ import json
 import logging
 import os
 import re
+import struct
+import subprocess
+import sys
+import zlib
 from pathlib import Path
 
 import cv2
@@ -75,8 +79,21 @@ def pcx_bytes() -> bytes:
     return buffer.getvalue()
 
 
+def png_claiming(width: int, height: int, bad_text_checksum: bool) -> bytes:
+    """A few bytes whose PNG header claims ``width`` x ``height`` pixels; ``bad_text_checksum``: a text chunk with
+    a wrong checksum before the pixels, where PIL stops reading the header and libpng decodes on."""
+    def chunk(kind: bytes, body: bytes, bad: bool = False) -> bytes:
+        checksum = zlib.crc32(kind + body) ^ int(bad)
+        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", checksum)
+    text = chunk(b"tEXt", b"Comment\0x", bad=True) if bad_text_checksum else b""
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0)) + text
+            + chunk(b"IDAT", zlib.compress(b"\0" * 64)) + chunk(b"IEND", b""))
+
+
 @pytest.mark.parametrize("kind, message", [
     ("random_bytes", "unreadable or corrupt image"),
+    ("bomb", "more than 178956970 pixels (a decompression bomb?)"),
+    ("bomb_unread_header", "15000x15000: more than 178956970 pixels"),  # PIL cannot read its header
     ("truncated_jpeg", "truncated JPEG"),
     ("empty_file", "empty file"),
     ("corrupt_middle", "corrupt image data (Corrupt JPEG data"),
@@ -87,11 +104,30 @@ def test_bad_image_is_skipped(tmp_path: Path, capfd: pytest.CaptureFixture, kind
     broken = tmp_path / "images" / "train" / "broken.jpg"
     data = broken.read_bytes()
     broken.write_bytes({"random_bytes": os.urandom(500), "truncated_jpeg": data[: len(data) // 2],
-                        "empty_file": b"", "corrupt_middle": corrupt_middle(data), "pil_only": pcx_bytes()}[kind])
+                        "empty_file": b"", "corrupt_middle": corrupt_middle(data), "pil_only": pcx_bytes(),
+                        "bomb": png_claiming(15000, 15000, False),
+                        "bomb_unread_header": png_claiming(15000, 15000, True)}[kind])
     source = load_source(os.fspath(yaml_path), cache_dir=tmp_path / "cache")
     assert len(source.dataset) == 1 and len(source.summary.skipped_images) == 1
     assert str(broken) in source.summary.skipped_images[0] and message in source.summary.skipped_images[0]
     assert "Corrupt JPEG data" not in capfd.readouterr().err  # libjpeg's own line, without the file, stays hidden
+
+
+def test_every_decode_of_the_process_is_bounded_as_the_conversion_bounds_images() -> None:
+    """``import yolo11`` gives OpenCV, which reads it once as it loads, the conversion's pixel limit (its own is
+    2^30 pixels, 3 GB decoded) unless the user set one: the loader's and predict's decodes are bounded too."""
+    from yolo11 import MAX_IMAGE_PIXELS
+
+    code = ("import os, yolo11, cv2, numpy\n"
+            "print(os.environ['OPENCV_IO_MAX_IMAGE_PIXELS'])\n"
+            "from yolo11.data.image_io import decode_bgr\n"
+            f"print(decode_bgr({png_claiming(15000, 15000, True)!r}) is None)")
+    env = {k: v for k, v in os.environ.items() if k != "OPENCV_IO_MAX_IMAGE_PIXELS"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
+    assert out.stdout.split() == [str(MAX_IMAGE_PIXELS), "True"], out.stderr
+    env["OPENCV_IO_MAX_IMAGE_PIXELS"] = "1000000000"  # the user's own limit stands
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
+    assert out.stdout.split()[0] == "1000000000", out.stderr
 
 
 def test_image_only_pil_decodes_at_training_time_is_logged_once_and_replaced(

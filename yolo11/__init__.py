@@ -9,7 +9,14 @@ registers the ``yolo11*_backbone`` models in timm. ``yolo11.YOLO`` is Ultralytic
 from __future__ import annotations
 
 import importlib
+import os
 from typing import Any
+
+# PIL's decompression-bomb limit, ours for every image (data/image_io.py). OpenCV reads its own cap (2^30 pixels,
+# 3 GB decoded) once, as it loads: set here, before any of our modules imports it, it bounds every decode in this
+# process and its workers, those of files whose header PIL cannot read among them. A user's own setting stands.
+MAX_IMAGE_PIXELS = 178_956_970
+os.environ.setdefault("OPENCV_IO_MAX_IMAGE_PIXELS", str(MAX_IMAGE_PIXELS))
 
 __all__ = ["SCALES", "YOLO", "Detections", "Detector", "YOLO11Detector", "create_model"]
 

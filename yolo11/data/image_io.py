@@ -21,6 +21,9 @@ import cv2
 import numpy as np
 from PIL import Image
 
+# PIL's own decompression-bomb limit (Image.MAX_IMAGE_PIXELS), set in the package's init for OpenCV as well: a
+# 13k x 13k aerial tile passes, a PNG of a few KB claiming 100k x 100k pixels (30 GB decoded) does not.
+from yolo11 import MAX_IMAGE_PIXELS
 from yolo11.gate import FileRefusedError, read_regular
 
 # Ultralytics' image formats that OpenCV decodes (.mpo: a stereo camera's JPEG), and those it cannot: these are
@@ -29,9 +32,7 @@ IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff", ".m
                   ".heif", ".dng")
 UNDECODABLE_SUFFIXES = (".heic", ".heif", ".dng")
 MAX_IMAGE_BYTES = 1 << 30  # a 1 GB image file is a scan or a crafted file, not a training image
-# PIL's own decompression-bomb limit (Image.MAX_IMAGE_PIXELS): a 13k x 13k aerial tile passes, a PNG of a few KB
-# claiming 100k x 100k pixels (30 GB decoded) does not.
-MAX_IMAGE_PIXELS = 178_956_970
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 EXIF_ORIENTATION = 274
 TRANSPOSED_ORIENTATIONS = (5, 6, 7, 8)  # rotated by 90 or 270 degrees (5 and 7 also mirrored)
 # libjpeg and libpng report damaged data as warnings on stderr and still return pixels (garbage or grey)
@@ -130,8 +131,9 @@ def image_size(path: str | os.PathLike) -> tuple[int, int]:
         raise ValueError(f"OpenCV cannot decode {Path(path).suffix} images; convert them to JPEG or PNG")
     data = read_image_bytes(path)
     header = read_header(data)
-    if header is not None and header.width * header.height > MAX_IMAGE_PIXELS:
-        raise ValueError(f"{header.width}x{header.height}: more than {MAX_IMAGE_PIXELS} pixels")
+    size = (header.width, header.height) if header is not None else _png_size(data)
+    if size is not None and size[0] * size[1] > MAX_IMAGE_PIXELS:
+        raise ValueError(f"{size[0]}x{size[1]}: more than {MAX_IMAGE_PIXELS} pixels (a decompression bomb?)")
     jpeg = header is not None and header.format in ("JPEG", "MPO")
     decoded, problem = checked_decode(data, reduced=jpeg)
     if problem:
@@ -143,6 +145,14 @@ def image_size(path: str | os.PathLike) -> tuple[int, int]:
     if width < 2 or height < 2:
         raise ValueError(f"image too small ({width}x{height})")
     return width, height
+
+
+def _png_size(data: bytes) -> tuple[int, int] | None:
+    """A PNG's stored size from its first chunk (IHDR, which the format puts first), for a PNG whose header PIL
+    refuses: it stops at a bad checksum of any chunk before the pixels, which libpng decodes past with a warning."""
+    if data[:8] == PNG_SIGNATURE and data[12:16] == b"IHDR" and len(data) >= 24:
+        return int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+    return None
 
 
 def _explain(problem: str, data: bytes, header: Header | None) -> str:
