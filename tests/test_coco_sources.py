@@ -197,6 +197,25 @@ def test_image_folder_and_box_format_are_part_of_the_cache_key(tmp_path: Path) -
     assert corners.dataset[0]["objects"]["bbox"] == [[1, 4, 19, 6]]  # [1, 4, 20, 10] read as x1 y1 x2 y2
 
 
+def test_an_image_changed_one_folder_down_converts_again(tmp_path: Path) -> None:
+    """Label Studio's layout: the json beside ``images/``, its ``file_name``s ``images/x.jpg``. A changed image
+    there is part of the cache key, as one beside the json is: the cache never keeps the old image's boxes."""
+    json_path = write_split(tmp_path, "train", "images")
+    coco = json.loads(json_path.read_text())
+    for info in coco["images"]:
+        info["file_name"] = f"images/{info['file_name']}"
+    labelled = tmp_path / "result.json"
+    labelled.write_text(json.dumps(coco))
+    spec, cache = os.fspath(labelled), tmp_path / "cache"
+    before = CONVERSIONS["coco"]
+    assert len(load_source(spec, cache_dir=cache, workers=1).dataset) == 3
+    image = tmp_path / "images" / "000000000002.jpg"
+    cv2.imwrite(os.fspath(image), np.zeros((64, 48, 3), np.uint8))  # turned: the json's 64x48 no longer holds
+    source = load_source(spec, cache_dir=cache, workers=1)
+    assert CONVERSIONS["coco"] == before + 2
+    assert len(source.dataset) == 2 and "000000000002.jpg" in source.summary.skipped_images[0]
+
+
 def test_trainer_flags_reach_the_sources(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     """--data with {split} and --images go through locate_inputs: train and val from their own files."""
     from accelerate import PartialState

@@ -183,4 +183,13 @@ def size_scale(info: dict, size: tuple[int, int]) -> tuple[float, float] | None 
 
 
 def coco_fingerprint_files(json_path: Path, images_dir: Path) -> list[Path]:
-    return [json_path, *sorted(p for p in images_dir.iterdir() if p.is_file())]
+    """The files whose change converts again: the json, the files in ``images_dir``, and the images one folder down
+    (``file_name``s such as ``images/x.jpg``, as ``holds_images`` finds them: Label Studio, ``val2017/x.jpg``),
+    without reading the json (hundreds of MB for COCO's train split) or walking deeper (a run folder there)."""
+    files = []
+    for entry in images_dir.iterdir():
+        if entry.is_file():
+            files.append(entry)
+        elif entry.is_dir():
+            files += [p for p in entry.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file()]
+    return [json_path, *sorted(files)]
