@@ -222,3 +222,18 @@ def test_undecodable_image_in_a_worker_falls_back_deterministically(tmp_path: Pa
         batch = next(iter(loader))
     assert batch["image_ids"] == [0, 2, 2]  # sample 1 replaced by sample 2
     assert loader.dataset.decode_failures == 1 and "img1.png" in caplog.text
+
+
+def test_a_file_name_that_is_not_utf8_trains_its_image_and_boxes(tmp_path: Path) -> None:
+    """A Latin-1 name (a zip made on Windows unpacks 'café' as the byte 0xe9): the image and its label file are
+    read, the name shown with U+FFFD; it stopped the conversion ('surrogates not allowed') before."""
+    yaml_path = make_dataset(tmp_path, {"plain": "0 0.5 0.5 0.2 0.2\n", "cafe": "1 0.25 0.25 0.2 0.2\n"})
+    latin = os.fsdecode(b"caf\xe9")
+    for folder, suffix in (("images", ".jpg"), ("labels", ".txt")):
+        (tmp_path / folder / "train" / f"cafe{suffix}").rename(tmp_path / folder / "train" / f"{latin}{suffix}")
+    source = load_source(os.fspath(yaml_path), cache_dir=tmp_path / "cache")
+    rows = {Path(row["image"]["path"]).name: row for row in source.dataset}
+    assert set(rows) == {"plain.jpg", "caf\ufffd.jpg"} and not source.summary.skipped_images
+    row = rows["caf\ufffd.jpg"]
+    assert row["objects"]["category"] == [1]
+    assert row["image"]["bytes"] == (tmp_path / "images" / "train" / f"{latin}.jpg").read_bytes()

@@ -64,7 +64,8 @@ def _fingerprint_stats(payload: dict, stats: list[tuple[str, int, int]]) -> str:
     """A digest of the payload and every ``(path, size, mtime_ns)``: any file added, removed or changed misses."""
     digest = hashlib.sha256(json.dumps({**payload, "version": CACHE_VERSION}, sort_keys=True).encode())
     for path, size, mtime in stats:
-        digest.update(f"{path}\0{size}\0{mtime}\n".encode())
+        # the path's own bytes: a name that is not UTF-8 (a zip made on Windows) is a str with surrogates here
+        digest.update(os.fsencode(path) + f"\0{size}\0{mtime}\n".encode())
     return digest.hexdigest()[:20]
 
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
-from yolo11.data.image_io import IMAGE_SUFFIXES, image_size, oriented_size
+from yolo11.data.image_io import IMAGE_SUFFIXES, image_size, oriented_size, read_image_bytes
 
 __all__ = ["IMAGE_SUFFIXES", "MAX_BOXES_PER_IMAGE", "check_box", "check_boxes", "image_size", "objects_row",
            "oriented_size"]
@@ -18,6 +20,19 @@ MAX_BOXES_PER_IMAGE = 10_000
 # it is treated as a wrong label and dropped.
 OUT_OF_IMAGE_TOLERANCE = 0.02
 MIN_BOX_SIZE_PX = 1e-3  # narrower boxes (after clipping) carry no signal and break IoU-based losses
+
+
+def image_cell(path: os.PathLike) -> dict:
+    """The schema's ``image`` of a file: its path, read when the cache is written. A name that is not UTF-8 (a zip
+    made on Windows: Latin-1 bytes, a str with surrogates here) cannot be an Arrow string: its bytes are read now
+    and the name kept with the undecodable bytes shown as U+FFFD, for messages."""
+    text = os.fspath(path)
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        shown = text.encode(errors="surrogateescape").decode(errors="replace")
+        return {"bytes": read_image_bytes(path), "path": shown}
+    return {"bytes": None, "path": text}
 
 
 def check_box(box: np.ndarray, width: int, height: int) -> tuple[np.ndarray | None, bool, str]:

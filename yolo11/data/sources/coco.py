@@ -6,11 +6,10 @@ the images (their sizes come from the files, whatever the json's ``width``/``hei
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from yolo11.data.schema import BadSampleSummary, DataSourceError
-from yolo11.data.sources.checks import IMAGE_SUFFIXES, MAX_BOXES_PER_IMAGE, image_size, objects_row
+from yolo11.data.sources.checks import IMAGE_SUFFIXES, MAX_BOXES_PER_IMAGE, image_cell, image_size, objects_row
 from yolo11.data.sources.coco_annotations import annotations_by_image, class_map, image_objects, usable_images
 from yolo11.data.sources.parallel import ordered_map
 from yolo11.gate import FileRefusedError, read_json
@@ -154,7 +153,7 @@ def coco_rows(json_path: Path, images_dir: Path, bbox_format: str = "xywh",
                                           "skipped: its objects would be trained as background")
             continue
         summary.backgrounds += not boxes
-        rows.append({"image_id": info["id"], "image": {"bytes": None, "path": os.fspath(path)},
+        rows.append({"image_id": info["id"], "image": image_cell(path),
                      "width": size[0], "height": size[1], "objects": objects_row(boxes, classes, next_object_id)})
         next_object_id += len(boxes)
     return rows, class_names, summary

@@ -7,7 +7,6 @@ image lists): bounded, in the encodings Windows tools write.
 from __future__ import annotations
 
 import codecs
-import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,7 +15,7 @@ import numpy as np
 
 from yolo11.data.image_io import read_regular_file
 from yolo11.data.schema import BadSampleSummary, DataSourceError
-from yolo11.data.sources.checks import check_box, objects_row
+from yolo11.data.sources.checks import check_box, image_cell, objects_row
 from yolo11.gate import MAX_CLASSES, FileRefusedError, check_class_names
 
 
@@ -108,7 +107,7 @@ def annotated_rows(items: Sequence[Item], names: list[str], names_source: str) -
             continue
         boxes, classes = objects
         summary.backgrounds += not boxes
-        rows.append({"image_id": index, "image": {"bytes": None, "path": os.fspath(image)}, "width": size[0],
+        rows.append({"image_id": index, "image": image_cell(image), "width": size[0],
                      "height": size[1], "objects": objects_row(boxes, classes, next_object_id)})
         next_object_id += len(boxes)
     return rows, summary

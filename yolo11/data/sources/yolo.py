@@ -12,7 +12,7 @@ import numpy as np
 
 from yolo11.data.image_io import is_image_name, read_regular_file
 from yolo11.data.schema import BadSampleSummary, DataSourceError
-from yolo11.data.sources.checks import MAX_BOXES_PER_IMAGE, check_box, image_size, objects_row
+from yolo11.data.sources.checks import MAX_BOXES_PER_IMAGE, check_box, image_cell, image_size, objects_row
 from yolo11.data.sources.named_boxes import check_class_list, decode_text, read_list_file
 from yolo11.data.sources.parallel import ordered_map
 from yolo11.gate import MAX_CLASSES, FileRefusedError, check_class_names, read_json, read_yaml
@@ -364,7 +364,7 @@ def yolo_rows(yaml_path: Path, split: str, workers: int | None = None, data: dic
             continue
         summary.backgrounds += not boxes
         rows.append({"image_id": int(image.stem) if use_stems else index,
-                     "image": {"bytes": None, "path": os.fspath(image)}, "width": size[0], "height": size[1],
+                     "image": image_cell(image), "width": size[0], "height": size[1],
                      "objects": objects_row(boxes, classes, next_object_id)})
         next_object_id += len(boxes)
     return rows, names, summary
