@@ -237,3 +237,15 @@ def test_a_file_name_that_is_not_utf8_trains_its_image_and_boxes(tmp_path: Path)
     row = rows["caf\ufffd.jpg"]
     assert row["objects"]["category"] == [1]
     assert row["image"]["bytes"] == (tmp_path / "images" / "train" / f"{latin}.jpg").read_bytes()
+
+
+@pytest.mark.parametrize("stems", [["20240101123045123451", "20240101123045123452"], ["\u00b2", "\u00b3"]],
+                         ids=["timestamps beyond int64", "unicode digits"])
+def test_image_names_that_look_numbered_but_are_no_int64_are_numbered_by_row(tmp_path: Path, stems) -> None:
+    """Numbered images keep their numbers as ids; a 20-digit timestamp (beyond the cache's int64) or a digit
+    ``str.isdigit`` takes ('²') stopped the conversion: such images are numbered by row, as other names are."""
+    yaml_path = make_dataset(tmp_path, {stem: "0 0.5 0.5 0.2 0.2\n" for stem in stems})
+    source = load_source(os.fspath(yaml_path), cache_dir=tmp_path / "cache")
+    assert sorted(source.dataset["image_id"]) == [0, 1]
+    numbered = make_dataset(tmp_path / "numbered", {"000000000042": "0 0.5 0.5 0.2 0.2\n"})
+    assert load_source(os.fspath(numbered), cache_dir=tmp_path / "cache").dataset["image_id"] == [42]

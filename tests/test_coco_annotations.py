@@ -82,7 +82,8 @@ def test_coco_json_variants_convert_exactly(tmp_path: Path) -> None:
                        {"id": 25, "file_name": "sub/dir/000000000025.jpg", "width": 160, "height": 106},
                        {"id": 30, "file_name": "000000000030.jpg"},
                        {"id": 34, "file_name": "000000000034.jpg", "width": 160, "height": 106},
-                       {"id": 9, "file_name": "again.jpg"}, {"file_name": "no_id.jpg"}],
+                       {"id": 9, "file_name": "again.jpg"}, {"file_name": "no_id.jpg"},
+                       {"id": 2**63, "file_name": "000000000009.jpg"}],  # beyond the cache's int64
             "annotations": ann,
             "categories": [{"id": 90, "name": "toothbrush"}, {"id": 1, "name": "person"}, {"id": 18, "name": "dog"}]}
     json_path = tmp_path / "instances.json"
@@ -103,7 +104,10 @@ def test_coco_json_variants_convert_exactly(tmp_path: Path) -> None:
     assert summary.backgrounds == 2 and summary.clipped_boxes == 0
     assert summary.skipped_images == [
         f"{json_path}: image id 9 is listed again (again.jpg); skipped",
-        f"{json_path}: images[5] needs an integer 'id' and a 'file_name', got {{'file_name': 'no_id.jpg'}}; skipped"]
+        f"{json_path}: images[5] needs an integer 'id' (within int64) and a 'file_name', got "
+        "{'file_name': 'no_id.jpg'}; skipped",
+        f"{json_path}: images[6] needs an integer 'id' (within int64) and a 'file_name', got "
+        f"{{'id': {2**63}, 'file_name': '000000000009.jpg'}}; skipped"]
     assert summary.skipped_lines == [
         f"{json_path}: annotation 9: image 999 is not in 'images' (or was skipped); annotation skipped",
         f"{json_path}: annotation 6 of image 9: bbox [1, 2, 3] is not 4 numbers, skipped",

@@ -149,6 +149,25 @@ def test_schema_converts_exactly(tmp_path: Path, caplog: pytest.LogCaptureFixtur
         assert "annotations.category_id holds plain ids; class names taken from the ClassLabel present" in caplog.text
 
 
+@pytest.mark.parametrize("ids, note", [
+    ([7, 7], "image_id 7 is given to rows 0 and 1: the rows are numbered instead"),
+    (["20240101123045123451", "5"], "image_id '20240101123045123451' is not a whole number within int64"),
+])
+def test_image_ids_that_cannot_tell_the_images_apart_are_replaced_by_row_numbers(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture, ids: list, note: str) -> None:
+    """The evaluation keys images by id: two images of one id were scored as one (mAP 0.14 for perfect
+    predictions); an id beyond int64 stopped the conversion. Our own schema, already converted, included."""
+    dataset = cppe5(False)
+    if isinstance(ids[0], str):
+        dataset = dataset.cast_column("image_id", datasets.Value("string"))
+    dataset = dataset.map(lambda row, k: {"image_id": ids[k]}, with_indices=True)
+    dataset.save_to_disk(os.fspath(tmp_path / "ds"))
+    with caplog.at_level(logging.INFO, logger="yolo11.data"):
+        source = load_source(os.fspath(tmp_path / "ds"), cache_dir=tmp_path / "cache")
+    assert source.dataset["image_id"] == [0, 1] and note in caplog.text
+    assert [r["objects"]["bbox"] for r in source.dataset] == EXPECTED_BOXES
+
+
 def test_coco_style_ids_keep_their_object_ids(tmp_path: Path) -> None:
     coco_style(False, "categories").save_to_disk(os.fspath(tmp_path / "ds"))
     source = load_source(os.fspath(tmp_path / "ds"), cache_dir=tmp_path / "cache")

@@ -22,6 +22,18 @@ OUT_OF_IMAGE_TOLERANCE = 0.02
 MIN_BOX_SIZE_PX = 1e-3  # narrower boxes (after clipping) carry no signal and break IoU-based losses
 
 
+MAX_IMAGE_ID = 2**63 - 1  # the cache's image_id column is int64
+
+
+def as_id(text: str) -> int | None:
+    """``text`` as an id where it is a plain decimal number that fits the cache's int64 ('000123' -> 123); None
+    for anything else: Unicode digits ('²', which ``str.isdigit`` accepts), 20-digit timestamps, signs."""
+    text = text.strip()
+    if text.isascii() and text.isdigit() and int(text) <= MAX_IMAGE_ID:
+        return int(text)
+    return None
+
+
 def image_cell(path: os.PathLike) -> dict:
     """The schema's ``image`` of a file: its path, read when the cache is written. A name that is not UTF-8 (a zip
     made on Windows: Latin-1 bytes, a str with surrogates here) cannot be an Arrow string: its bytes are read now

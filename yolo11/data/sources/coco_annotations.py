@@ -15,7 +15,7 @@ import numpy as np
 from pycocotools import mask as mask_utils
 
 from yolo11.data.schema import LOGGER, BadSampleSummary, DataSourceError
-from yolo11.data.sources.checks import check_box
+from yolo11.data.sources.checks import MAX_IMAGE_ID, check_box
 from yolo11.data.sources.named_boxes import check_class_list
 from yolo11.gate import MAX_CLASSES
 
@@ -77,8 +77,9 @@ def usable_images(json_path: Path, images: list, skipped: list[str]) -> list[dic
     usable, seen = [], set()
     for index, info in enumerate(images):
         image_id = info.get("id") if isinstance(info, dict) else None
-        if type(image_id) is not int or not isinstance(info.get("file_name"), str) or not info["file_name"]:
-            skipped.append(f"{json_path}: images[{index}] needs an integer 'id' and a 'file_name', got "
+        named = isinstance(info, dict) and isinstance(info.get("file_name"), str) and info["file_name"]
+        if type(image_id) is not int or abs(image_id) > MAX_IMAGE_ID or not named:  # the cache's ids are int64
+            skipped.append(f"{json_path}: images[{index}] needs an integer 'id' (within int64) and a 'file_name', got "
                            f"{str(info)[:80]}; skipped")
         elif image_id in seen:
             skipped.append(f"{json_path}: image id {image_id} is listed again ({info['file_name']}); skipped")

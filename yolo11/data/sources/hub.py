@@ -19,7 +19,7 @@ from PIL import Image
 
 from yolo11.data.schema import BadSampleSummary, DataSourceError, detection_features
 from yolo11.data.sources.box_format import box_array, object_field, resolve_bbox_format
-from yolo11.data.sources.checks import check_boxes, oriented_size
+from yolo11.data.sources.checks import as_id, check_boxes, oriented_size
 from yolo11.data.sources.hub_classes import find_classes, is_text
 from yolo11.data.sources.hub_columns import ObjectColumns, find_columns, object_features
 from yolo11.data.sources.splits import choose_split
@@ -219,6 +219,25 @@ def _box_text(box: np.ndarray) -> str:
     return "[" + ", ".join(f"{v:g}" for v in box) + "]"
 
 
+def image_id_column(dataset: datasets.Dataset, where: str) -> tuple[list[int] | None, str]:
+    """The dataset's ``image_id``s where every one is a decimal id (an int, or digits) that fits int64 and none
+    repeats, else None (the rows are numbered instead: the evaluation tells images apart by id, and two images
+    of one id were scored as one), with a note saying why when ids were given."""
+    if "image_id" not in dataset.column_names:
+        return None, ""
+    values = dataset.data.column("image_id").to_pylist()
+    ids = [as_id(str(value)) for value in values]
+    if None in ids:
+        bad = values[ids.index(None)]
+        return None, f"{where}: image_id {bad!r} is not a whole number within int64: the rows are numbered instead"
+    seen: dict[int, int] = {}
+    for row, image_id in enumerate(ids):
+        if seen.setdefault(image_id, row) != row:
+            return None, (f"{where}: image_id {image_id} is given to rows {seen[image_id]} and {row}: the rows are "
+                          "numbered instead (the evaluation tells images apart by id)")
+    return ids, ""
+
+
 def normalise(dataset: datasets.Dataset, where: str, bbox_format: str = "auto", names: Sequence[str] | None = None,
               other_splits: Sequence[datasets.Dataset] = ()) -> Normalised:
     """The dataset in our schema (``Normalised``): columns found (``hub_columns``), image not decoded (an ``Image``
@@ -240,9 +259,10 @@ def normalise(dataset: datasets.Dataset, where: str, bbox_format: str = "auto", 
     if len(dataset) and not len(rows_kept):
         more = f"; {len(dataset) - 1} more rows skipped" if len(dataset) > 1 else ""
         raise DataSourceError(f"{where}: no usable image ({summary.skipped_images[0]}{more})")
-    note = "\n".join(n for n in (classes.note, box_note) if n)
+    image_ids, id_note = image_id_column(dataset, where)
+    note = "\n".join(n for n in (classes.note, box_note, id_note) if n)
     if dataset.features == features and bbox_format == "xywh" and keep.all() and len(rows_kept) == len(dataset) \
-            and not summary.clipped_boxes:
+            and not summary.clipped_boxes and image_ids is not None:
         return Normalised(dataset, classes.names, note, summary)
     category, offsets, ids = classes.index_of(objects.category), objects.offsets, objects.ids
     used = [c for c in ("image", "image_id") if c in dataset.column_names]
@@ -255,9 +275,8 @@ def normalise(dataset: datasets.Dataset, where: str, bbox_format: str = "auto", 
         mine = slice(offsets[source_row], offsets[source_row + 1])
         kept = keep[mine]
         boxes = xywh[mine][kept]
-        image_id = str(row.get("image_id"))  # an int, or digits; anything else: the row number
         width, height = (int(v) for v in sizes[source_row])
-        return {"image_id": int(image_id) if image_id.isdigit() else source_row, "image": row["image"],
+        return {"image_id": source_row if image_ids is None else image_ids[source_row], "image": row["image"],
                 "width": width, "height": height,
                 "objects": {"id": ids[mine][kept].tolist(), "area": (boxes[:, 2] * boxes[:, 3]).tolist(),
                             "bbox": boxes.tolist(), "category": category[mine][kept].tolist()}}

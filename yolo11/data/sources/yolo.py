@@ -12,7 +12,7 @@ import numpy as np
 
 from yolo11.data.image_io import is_image_name, read_regular_file
 from yolo11.data.schema import BadSampleSummary, DataSourceError
-from yolo11.data.sources.checks import MAX_BOXES_PER_IMAGE, check_box, image_cell, image_size, objects_row
+from yolo11.data.sources.checks import MAX_BOXES_PER_IMAGE, as_id, check_box, image_cell, image_size, objects_row
 from yolo11.data.sources.named_boxes import check_class_list, decode_text, read_list_file
 from yolo11.data.sources.parallel import ordered_map
 from yolo11.gate import MAX_CLASSES, FileRefusedError, check_class_names, read_json, read_yaml
@@ -50,8 +50,8 @@ def read_data_yaml(path: Path) -> dict:
         names = [f"class_{k}" for k in range(count)]
     if not names:
         raise DataSourceError(f"{path}: no 'names' (class names, a list or a dict index -> name)")
-    if isinstance(names, dict) and all(isinstance(k, str) and k.strip().isdigit() for k in names):
-        names = {int(k): v for k, v in names.items()}  # a data YAML written as JSON has string keys
+    if isinstance(names, dict) and all(isinstance(k, str) and as_id(k) is not None for k in names):
+        names = {as_id(k): v for k, v in names.items()}  # a data YAML written as JSON has string keys
     try:
         names = check_class_names(names, path)  # the gate: a list (not a string), bounded in count and size
     except FileRefusedError as err:
@@ -354,7 +354,8 @@ def yolo_rows(yaml_path: Path, split: str, workers: int | None = None, data: dic
         folders = sorted({os.fspath(p.parent) for p in labels})
         raise DataSourceError(f"{yaml_path}: no label file for any of the {len(images)} '{split}' images; expected "
                               f"YOLO txt labels in {', '.join(folders[:3])}{' ...' if len(folders) > 3 else ''}")
-    use_stems = all(p.stem.isdigit() for p in images) and len({int(p.stem) for p in images}) == len(images)
+    stems = [as_id(p.stem) for p in images]  # numbered images (COCO's) keep their numbers as image ids
+    use_stems = None not in stems and len(set(stems)) == len(images)
     tasks = [(image, label, len(names), keypoint_fields(data)) for image, label in zip(images, labels)]
     checked = ordered_map(check_image_and_labels, tasks, workers=workers, desc=f"converting {yaml_path.stem} {split}")
     summary, rows, next_object_id = BadSampleSummary(skipped_images=missing), [], 1
@@ -363,7 +364,7 @@ def yolo_rows(yaml_path: Path, split: str, workers: int | None = None, data: dic
         if size is None:
             continue
         summary.backgrounds += not boxes
-        rows.append({"image_id": int(image.stem) if use_stems else index,
+        rows.append({"image_id": stems[index] if use_stems else index,
                      "image": image_cell(image), "width": size[0], "height": size[1],
                      "objects": objects_row(boxes, classes, next_object_id)})
         next_object_id += len(boxes)
