@@ -249,3 +249,21 @@ def test_image_names_that_look_numbered_but_are_no_int64_are_numbered_by_row(tmp
     assert sorted(source.dataset["image_id"]) == [0, 1]
     numbered = make_dataset(tmp_path / "numbered", {"000000000042": "0 0.5 0.5 0.2 0.2\n"})
     assert load_source(os.fspath(numbered), cache_dir=tmp_path / "cache").dataset["image_id"] == [42]
+
+
+def test_a_listed_name_longer_than_the_system_allows_is_a_missing_image(tmp_path: Path) -> None:
+    """A txt list's line or a COCO file_name of 300 characters (ENAMETOOLONG, which pathlib raises): missing,
+    named and skipped like any other, where it stopped the run as 'cannot write ... File name too long'."""
+    make_dataset(tmp_path, {"a": "0 0.5 0.5 0.2 0.2\n", "b": "0 0.5 0.5 0.2 0.2\n"})
+    long_name = "images/train/" + "y" * 300 + ".jpg"
+    (tmp_path / "train.txt").write_text(f"images/train/a.jpg\n{long_name}\nimages/train/b.jpg\n")
+    (tmp_path / "list.yaml").write_text(f"path: {tmp_path}\ntrain: train.txt\nval: train.txt\nnames: [a, b, c]\n")
+    source = load_source(os.fspath(tmp_path / "list.yaml"), cache_dir=tmp_path / "cache")
+    assert len(source.dataset) == 2 and len(source.summary.skipped_images) == 1
+    assert "y" * 300 in source.summary.skipped_images[0]
+    coco = {"images": [{"id": 1, "file_name": "a.jpg", "width": 80, "height": 60},
+                       {"id": 2, "file_name": "y" * 300 + ".jpg", "width": 80, "height": 60}],
+            "annotations": [], "categories": [{"id": 1, "name": "a"}]}
+    (tmp_path / "images" / "train" / "labels.json").write_text(json.dumps(coco))
+    source = load_source(os.fspath(tmp_path / "images" / "train" / "labels.json"), cache_dir=tmp_path / "cache")
+    assert len(source.dataset) == 1 and "y" * 300 in source.summary.skipped_images[0]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import numpy as np
 
@@ -32,6 +33,16 @@ def as_id(text: str) -> int | None:
     if text.isascii() and text.isdigit() and int(text) <= MAX_IMAGE_ID:
         return int(text)
     return None
+
+
+def listed_file_exists(path: Path, link_counts: bool = False) -> bool:
+    """Whether a listed image is there: a file (``link_counts``: any entry or link, a dangling one then named by
+    the decoder); False for a name the system refuses (longer than it allows), which pathlib raises for, so that
+    it is reported missing as any other."""
+    try:
+        return path.exists() or path.is_symlink() if link_counts else path.is_file()
+    except OSError:
+        return False
 
 
 def image_cell(path: os.PathLike) -> dict:

@@ -9,7 +9,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from yolo11.data.schema import BadSampleSummary, DataSourceError
-from yolo11.data.sources.checks import IMAGE_SUFFIXES, MAX_BOXES_PER_IMAGE, image_cell, image_size, objects_row
+from yolo11.data.sources.checks import (
+    IMAGE_SUFFIXES,
+    MAX_BOXES_PER_IMAGE,
+    image_cell,
+    image_size,
+    listed_file_exists,
+    objects_row,
+)
 from yolo11.data.sources.coco_annotations import annotations_by_image, class_map, image_objects, usable_images
 from yolo11.data.sources.parallel import ordered_map
 from yolo11.gate import FileRefusedError, read_json
@@ -92,7 +99,7 @@ def missing_images(json_path: Path, images_dir: Path, file_names: list[str]) -> 
     """Index -> message for each listed image that is not a file. Raises ``DataSourceError`` when none is there
     (a wrong folder, not a few lost files)."""
     paths = [images_dir / name for name in file_names]
-    missing = [i for i, path in enumerate(paths) if not path.is_file()]
+    missing = [i for i, path in enumerate(paths) if not listed_file_exists(path)]
     if not missing:
         return {}
     first = ", ".join(file_names[i] for i in missing[:3])

@@ -12,7 +12,15 @@ import numpy as np
 
 from yolo11.data.image_io import is_image_name, read_regular_file
 from yolo11.data.schema import BadSampleSummary, DataSourceError
-from yolo11.data.sources.checks import MAX_BOXES_PER_IMAGE, as_id, check_box, image_cell, image_size, objects_row
+from yolo11.data.sources.checks import (
+    MAX_BOXES_PER_IMAGE,
+    as_id,
+    check_box,
+    image_cell,
+    image_size,
+    listed_file_exists,
+    objects_row,
+)
 from yolo11.data.sources.named_boxes import check_class_list, decode_text, read_list_file
 from yolo11.data.sources.parallel import ordered_map
 from yolo11.gate import MAX_CLASSES, FileRefusedError, check_class_names, read_json, read_yaml
@@ -209,11 +217,11 @@ def _listed_images(list_file: Path) -> tuple[list[Path], list[str]]:
         entry = line.strip()
         if not entry:
             continue
-        if os.sep == "/" and "\\" in entry and not Path(entry).exists():  # written on Windows: .\images\a.jpg
+        if os.sep == "/" and "\\" in entry and not listed_file_exists(Path(entry), link_counts=True):  # .\a.jpg
             entry = entry.replace("\\", "/")
         item = Path(entry)
         candidates = [item] if item.is_absolute() else [list_file.parent / item, Path.cwd() / item]
-        found = next((c for c in candidates if c.exists() or c.is_symlink()), None)
+        found = next((c for c in candidates if listed_file_exists(c, link_counts=True)), None)
         if found is None:
             missing.append(os.path.abspath(candidates[0]))
         else:  # abspath, not resolve: a symlinked image keeps the label beside its link, as Ultralytics reads it
