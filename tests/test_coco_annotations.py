@@ -121,6 +121,8 @@ def test_coco_json_variants_convert_exactly(tmp_path: Path) -> None:
     ([[1, 2, 3]], "segmentation [[1, 2, 3]] is not polygons of x, y numbers"),
     ({"counts": [5, 5], "size": [120, 160]}, "RLE counts are not run lengths adding up to 120 x 160 pixels"),
     ({"counts": "0", "size": [120]}, "RLE size [120] is not [height, width]"),
+    ({"counts": [70000 * 70000], "size": [70000, 70000]},  # pycocotools' OverflowError before
+     "RLE size 70000 x 70000 exceeds the 2^32 pixels an RLE mask may hold"),
     ("mask.png", "segmentation mask.png is neither polygons nor RLE"),
     (None, "no bbox and no segmentation"),
 ])

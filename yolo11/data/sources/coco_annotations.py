@@ -177,6 +177,8 @@ def rle_box(rle: dict) -> tuple[np.ndarray | None, str]:
     if not (isinstance(size, list) and len(size) == 2 and all(type(v) is int and v > 0 for v in size)):
         return None, f"RLE size {str(size)[:40]} is not [height, width]"
     height, width = size
+    if height * width >= 2**32:  # pycocotools counts pixels and runs in 32 bits: it raises OverflowError past them
+        return None, f"RLE size {height} x {width} exceeds the 2^32 pixels an RLE mask may hold"
     if isinstance(counts, list):
         if not all(type(c) is int and c >= 0 for c in counts) or sum(counts) != height * width:
             return None, f"RLE counts are not run lengths adding up to {height} x {width} pixels"
