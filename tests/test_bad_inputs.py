@@ -267,3 +267,17 @@ def test_a_listed_name_longer_than_the_system_allows_is_a_missing_image(tmp_path
     (tmp_path / "images" / "train" / "labels.json").write_text(json.dumps(coco))
     source = load_source(os.fspath(tmp_path / "images" / "train" / "labels.json"), cache_dir=tmp_path / "cache")
     assert len(source.dataset) == 1 and "y" * 300 in source.summary.skipped_images[0]
+
+
+@pytest.mark.parametrize("list_name", ["train.TXT", "train.list", "train"])
+def test_a_split_list_is_read_whatever_its_suffix(tmp_path: Path, list_name: str) -> None:
+    """Ultralytics reads any file a split names as a list of paths; 'train.TXT' was refused as not existing. A
+    split naming one image is told apart."""
+    make_dataset(tmp_path, {"a": "0 0.5 0.5 0.2 0.2\n", "b": "1 0.5 0.5 0.2 0.2\n"})
+    (tmp_path / list_name).write_text("images/train/a.jpg\nimages/train/b.jpg\n")
+    (tmp_path / "list.yaml").write_text(f"path: {tmp_path}\ntrain: {list_name}\nval: {list_name}\nnames: [a, b]\n")
+    assert len(load_source(os.fspath(tmp_path / "list.yaml"), cache_dir=tmp_path / "cache").dataset) == 2
+    (tmp_path / "one.yaml").write_text(f"path: {tmp_path}\ntrain: images/train/a.jpg\nval: images/train/a.jpg\n"
+                                       "names: [a, b]\n")
+    with pytest.raises(DataSourceError, match=r"'train' is the image .*a\.jpg; a split names a folder"):
+        load_source(os.fspath(tmp_path / "one.yaml"), cache_dir=tmp_path / "cache")

@@ -182,7 +182,10 @@ def split_images(yaml_path: Path, data: dict, split: str) -> tuple[list[Path], l
     for location in split_locations(yaml_path, data, split):
         if location.is_dir():
             images += [Path(path) for path in _folder_images(os.fspath(location))]
-        elif location.is_file() and location.suffix == ".txt":
+        elif location.is_file() and is_image_name(location.name):
+            raise DataSourceError(f"{yaml_path}: '{split}' is the image {location}; a split names a folder of "
+                                  "images or a txt list of image paths")
+        elif location.is_file():  # any other file is a list of paths, as Ultralytics reads it: train.TXT, a.list
             listed, absent = _listed_images(location)
             if absent and not listed:
                 raise DataSourceError(f"{location}: none of the {len(absent)} images it lists exists (first: "
