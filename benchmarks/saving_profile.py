@@ -38,7 +38,8 @@ def timed(owner, name: str, label: str) -> None:
 
 def main() -> int:
     for owner, name, label in (
-            (run_outputs.RunOutputs, "epoch_facts", "epoch_facts (losses, lrs, weights' copy)"),
+            (run_outputs.RunOutputs, "weights_now", "weights_now (the weights' copy)"),
+            (run_outputs.RunOutputs, "epoch_facts", "epoch_facts (losses, lrs)"),
             (run_outputs, "weights_snapshot", "  weights_snapshot"),
             (run_outputs, "peak_memory_gb", "  peak_memory_gb"),
             (run_outputs.RunOutputs, "record", "record (row, line, best, writer job)"),

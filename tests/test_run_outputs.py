@@ -31,7 +31,8 @@ def validation(score: float) -> EvaluationResult:
 def end_epoch(outputs: RunOutputs, epoch: int, result: EpochResult, lrs: list[float], validation, model,
               optimizer_steps: int, final: bool = False):
     """An epoch recorded as the trainer records one scored at once: its facts read, then its record."""
-    return outputs.record(outputs.epoch_facts(epoch, result, lrs, model, optimizer_steps), validation, final=final)
+    facts = outputs.epoch_facts(epoch, result, lrs, outputs.weights_now(model), optimizer_steps)
+    return outputs.record(facts, validation, final=final)
 
 
 def trained_epoch() -> EpochResult:

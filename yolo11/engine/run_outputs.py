@@ -90,10 +90,17 @@ class RunOutputs:
         self.final_metrics: dict | None = None  # the validation whose plots were drawn: the dashboards' curves
         self.last_step = 0
 
-    def epoch_facts(self, epoch: int, result: EpochResult, lrs: list[float], model: nn.Module,
+    def weights_now(self, model: nn.Module) -> WeightsSnapshot | None:
+        """On the main process, ``model``'s weights as they are now, for ``epoch_facts``; float16 as Ultralytics'
+        last.pt/best.pt: half the size (resume reads the float32 checkpoints instead)."""
+        if not self.accelerator.is_main_process:
+            return None
+        return weights_snapshot(self.accelerator.unwrap_model(model, keep_torch_compile=False), half=True)
+
+    def epoch_facts(self, epoch: int, result: EpochResult, lrs: list[float], weights: WeightsSnapshot | None,
                     optimizer_steps: int) -> EpochFacts:
         """What the epoch's record needs that must be read as the epoch ends: its time, losses, learning rates,
-        peak memory and (main process) a copy of ``model``'s weights. ``record`` takes them with the epoch's
+        peak memory, with the weights taken by ``weights_now`` as it ended. ``record`` takes them with the epoch's
         validation, at once or, where the validation is scored while the next epoch trains, after it."""
         now = time.perf_counter()
         row = {"epoch": epoch + 1, "time": round(self.time_before + self.clock.since_start(), 3)}
@@ -101,10 +108,6 @@ class RunOutputs:
         row.update({f"lr/pg{i}": lr for i, lr in enumerate(lrs)})
         row.update({"throughput/img_s": result.images / max(result.seconds, 1e-9),
                     "memory/peak_gb": peak_memory_gb(self.accelerator.device)})
-        weights = None
-        if self.accelerator.is_main_process:
-            # float16 as Ultralytics' last.pt/best.pt: half the size; resume reads the float32 checkpoints instead
-            weights = weights_snapshot(self.accelerator.unwrap_model(model, keep_torch_compile=False), half=True)
         facts = EpochFacts(epoch, row, now - self.epoch_start, optimizer_steps, weights)
         self.epoch_start = now
         return facts

@@ -216,7 +216,7 @@ def weights_snapshot(model: YOLO11Detector, half: bool = False) -> WeightsSnapsh
     _check_not_fused(model)
     # from a GPU, into pinned memory without waiting: a blocking copy waited for the epoch's queued kernels, ~31 ms
     # an epoch of the coco128 tutorial on an H100 (benchmarks/RESULTS.md)
-    state = {k: v.detach() for k, v in model.state_dict().items()}
+    state = model.state_dict()  # detached tensors already
     tensors, ready = _gathered(state, pinned=True)
     # a CPU model's tensors are its live weights: copied now, before it trains on
     tensors |= _owned({name: tensors[name] for name, tensor in state.items() if tensor.device.type == "cpu"})
