@@ -367,3 +367,40 @@ def test_a_missing_webcam_is_one_error_line(weights, loaded_once, tmp_path, capf
     assert err == ["error: source 99: no camera with index 99 could be opened"]
     # what was predicted before the error is kept
     assert [r["file"] for r in json.loads((tmp_path / "out" / "predictions.json").read_text())] == [str(image)]
+
+
+@pytest.mark.parametrize("given, expected", [(None, None), ("", None), ("cpu", "cpu"), ("CPU", "cpu"),
+                                             (" cpu ", "cpu"), (torch.device("cpu"), "cpu")])
+def test_devices_are_named_as_ultralytics_users_name_them(given, expected):
+    from yolo11.predictor import default_device, select_device
+
+    assert select_device(given) == torch.device(expected or default_device())
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the refusals of CUDA GPUs torch does not see")
+@pytest.mark.parametrize("given", [0, "0", "0,1", "cuda:0"])
+def test_a_gpu_torch_does_not_see_is_one_error_naming_the_value(weights, loaded_once, tmp_path, capsys, given):
+    """``device=0`` raised torch's 'Invalid device string' with a traceback (and, from Python, 0 was taken for
+    'no device'): now one error line, exit 2, from the tool and the API alike."""
+    from yolo11.predictor import select_device
+
+    with pytest.raises(ValueError, match=rf"device={re.escape(repr(given))}: torch sees 0 CUDA GPU\(s\)"):
+        select_device(given)
+    image = tmp_path / "a.jpg"
+    cv2.imwrite(str(image), np.zeros((64, 64, 3), np.uint8))
+    from yolo11.cli import main as cli
+
+    assert cli(["predict", f"model={weights}", f"source={image}", "imgsz=64", f"device={given}",
+                f"project={tmp_path}"]) == 2
+    assert "torch sees 0 CUDA GPU(s)" in capsys.readouterr().err
+    from yolo11.api import UsageError
+
+    with pytest.raises(UsageError, match="torch sees 0 CUDA"):
+        yolo11.YOLO(str(weights)).predict(str(image), imgsz=64, device=given)
+
+
+def test_a_device_that_is_no_device_is_named():
+    from yolo11.predictor import select_device
+
+    with pytest.raises(ValueError, match=r"device='gpu0' is not a device: cpu, cuda, cuda:N, N"):
+        select_device("gpu0")

@@ -303,6 +303,27 @@ def default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
+def select_device(device: str | int | torch.device | None) -> torch.device:
+    """The device a user names as in Ultralytics (``device=0``, ``"0"``, ``"0,1"``: the first of them, ``"cpu"``,
+    ``"CPU"``, ``"cuda:1"``, ``"mps"``); None or "" the default. ``ValueError`` naming the value for one that is
+    not a device or a GPU torch does not see, where ``torch.device`` raised mid-call with a traceback."""
+    if isinstance(device, torch.device):
+        return device
+    if device is None or (isinstance(device, str) and not device.strip()):
+        return torch.device(default_device())
+    text = str(device).strip().lower().replace(" ", "")
+    if text.replace(",", "").isdigit():  # GPU indices; a prediction runs on one: the first
+        text = f"cuda:{text.split(',')[0]}"
+    try:
+        chosen = torch.device(text)
+    except RuntimeError:
+        raise ValueError(f"device={device!r} is not a device: cpu, cuda, cuda:N, N (a GPU index) or mps") from None
+    if chosen.type == "cuda" and (not torch.cuda.is_available() or (chosen.index or 0) >= torch.cuda.device_count()):
+        seen = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        raise ValueError(f"device={device!r}: torch sees {seen} CUDA GPU(s); use device=cpu")
+    return chosen
+
+
 class Detector:
     """A model with its class names and prediction settings; ``predict`` images, get ``Detections``."""
 
@@ -324,7 +345,7 @@ class Detector:
         if self.classes is not None and not all(0 <= k < model.num_classes for k in self.classes.tolist()):
             raise ValueError(f"classes={self.classes.tolist()}: class ids of this model are 0-{model.num_classes - 1}")
         self.max_det = max_det
-        self.device = torch.device(device or default_device())
+        self.device = select_device(device)
         self.model = model.to(self.device).eval()
         self.class_names = list(class_names) if class_names else [str(i) for i in range(model.num_classes)]
         if len(self.class_names) != model.num_classes:

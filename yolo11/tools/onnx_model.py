@@ -93,8 +93,9 @@ def providers_for(device: str | torch.device | None) -> list[str]:
     have it, the CPU always last."""
     import onnxruntime
 
-    device = torch.device(device) if device is not None else \
-        torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    from yolo11.predictor import select_device  # here: the predictor imports this module when it loads a graph
+
+    device = select_device(device)
     available = onnxruntime.get_available_providers()
     cuda = ["CUDAExecutionProvider"] if device.type == "cuda" and "CUDAExecutionProvider" in available else []
     return [*cuda, "CPUExecutionProvider"]
