@@ -139,6 +139,12 @@ def test_the_python_api_predicts_and_validates_with_an_onnx_export(exported, cap
     for a, b in zip(ours, theirs, strict=True):
         np.testing.assert_allclose(b.boxes, a.boxes, atol=1e-4 * IMGSZ)
         np.testing.assert_array_equal(b.class_ids, a.class_ids)
+    # as Ultralytics users write it, no size or rect given: the static graph's own square size, as the CLI runs it
+    plain = model.predict(images(), conf=0.2, device="cpu")
+    for a, b in zip(theirs, plain, strict=True):
+        np.testing.assert_allclose(b.boxes, a.boxes, atol=1e-4 * IMGSZ)
+    model.predict(images()[0], imgsz=2 * IMGSZ, device="cpu")
+    assert f"static {IMGSZ}x{IMGSZ} input: running at imgsz {IMGSZ}, not {2 * IMGSZ}" in capsys.readouterr().err
     data = f"synthetic:num_images=8,num_val=8,imgsz={IMGSZ}"
     scored = model.val(data=data, imgsz=IMGSZ, workers=0, rect=False)
     expected = reference.val(data=data, imgsz=IMGSZ, workers=0, rect=False)
