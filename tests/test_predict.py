@@ -404,3 +404,22 @@ def test_a_device_that_is_no_device_is_named():
 
     with pytest.raises(ValueError, match=r"device='gpu0' is not a device: cpu, cuda, cuda:N, N"):
         select_device("gpu0")
+
+
+@pytest.mark.parametrize("tool", ["predict", "val", "export"])
+@pytest.mark.parametrize("key, value", [("conf", "25"), ("iou", "7"), ("conf", "-0.1"), ("iou", "nan")])
+def test_thresholds_outside_zero_to_one_are_refused_by_name(tool, key, value, capsys):
+    """Ultralytics refuses conf=25 (meant as 0.25); it found nothing here, exit 0, without a word."""
+    from yolo11.cli import main as cli
+
+    with pytest.raises(SystemExit) as exit_:
+        cli([tool, "model=w.safetensors", f"{key}={value}"])
+    assert exit_.value.code == 2
+    assert f"argument --{key}: {value} is not in [0, 1]" in capsys.readouterr().err
+
+
+def test_the_api_refuses_thresholds_outside_zero_to_one(weights):
+    from yolo11.api import UsageError
+
+    with pytest.raises(UsageError, match=r"conf=25 is not in \[0, 1\]"):
+        yolo11.YOLO(str(weights)).predict(np.zeros((64, 64, 3), np.uint8), conf=25, device="cpu")

@@ -340,6 +340,9 @@ class Detector:
             raise ValueError(f"imgsz must be a positive multiple of {MAX_STRIDE}, got {imgsz}")
         if batch < 1:
             raise ValueError(f"batch must be at least 1, got {batch}")
+        for name, value in (("conf", conf), ("iou", iou)):  # as Ultralytics checks them: conf=25 found nothing
+            if not 0.0 <= value <= 1.0:
+                raise ValueError(f"{name}={value} is not in [0, 1] (a fraction: 0.25, not 25)")
         self.classes = None if classes is None else torch.tensor([classes] if isinstance(classes, int) else
                                                                  list(classes), dtype=torch.int64)
         if self.classes is not None and not all(0 <= k < model.num_classes for k in self.classes.tolist()):

@@ -31,6 +31,18 @@ def nms_value(text: str) -> bool:
     return value
 
 
+def threshold_value(text: str) -> float:
+    """``--conf`` / ``--iou``: a number in [0, 1], as Ultralytics checks them; ``conf=25`` (meant as 0.25) found
+    nothing without a word before."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1], got {text!r}") from None
+    if not 0.0 <= value <= 1.0:  # nan fails too
+        raise argparse.ArgumentTypeError(f"{text} is not in [0, 1] (a fraction: 0.25, not 25)")
+    return value
+
+
 # The weights argument of the tools that run a model (val, predict): every kind of reference they read
 RUN_WEIGHTS_HELP = ("our .safetensors file or folder, an Ultralytics .pt, an .onnx export, a run folder (its best "
                     "weights), hf://owner/repo/file, a Hub repo owner/name, or yolo11n.pt ... yolo26x.pt")

@@ -55,7 +55,7 @@ from typing import Any
 
 from yolo11.arguments import ArgumentParser
 from yolo11.preflight import parse_tool_args
-from yolo11.tools import add_nms_flag, cli
+from yolo11.tools import add_nms_flag, cli, threshold_value
 
 OPSET = 17  # the lowest opset accepted (yolo11.tools.onnx_export.OPSET, which loads torch)
 # The graph code loads torch and onnx: it is imported in main, after the arguments are checked (--help is instant).
@@ -102,8 +102,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     add_nms_flag(parser, "as Ultralytics' nms: unset (default) = output0 decoded (YOLO26: its one-to-many head); "
                          "--nms / true = the graph ends in ONNX NonMaxSuppression; false = YOLO26's NMS-free "
                          "one-to-one head, output0 (batch, max-det, 6)")
-    parser.add_argument("--conf", type=float, default=0.25, help="--nms score threshold")
-    parser.add_argument("--iou", type=float, default=0.7, help="--nms IoU threshold")
+    parser.add_argument("--conf", type=threshold_value, default=0.25, help="--nms score threshold")
+    parser.add_argument("--iou", type=threshold_value, default=0.7, help="--nms IoU threshold")
     parser.add_argument("--max-det", type=int, default=300,
                         help="--nms: detections kept per class and image; --nms false: rows of output0")
     args = parse_tool_args(parser, argv, {"model": "weights"})

@@ -52,7 +52,7 @@ from typing import TYPE_CHECKING
 from yolo11.arguments import ArgumentParser
 from yolo11.preflight import parse_tool_args
 from yolo11.run_folders import numbered_dir
-from yolo11.tools import RUN_WEIGHTS_HELP, add_nms_flag, cli
+from yolo11.tools import RUN_WEIGHTS_HELP, add_nms_flag, cli, threshold_value
 from yolo11.tools.predict_sources import (
     Source,
     UnreadableSource,
@@ -292,8 +292,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--imgsz", type=int, default=None,
                         help="letterboxed input size in pixels (multiple of 32; default: the training size "
                              "recorded with the weights, else 640)")
-    parser.add_argument("--conf", type=float, default=0.25, help="score threshold")
-    parser.add_argument("--iou", type=float, default=0.7, help="NMS IoU threshold")
+    parser.add_argument("--conf", type=threshold_value, default=0.25, help="score threshold")
+    parser.add_argument("--iou", type=threshold_value, default=0.7, help="NMS IoU threshold")
     parser.add_argument("--max-det", type=int, default=300, help="detections kept per image")
     parser.add_argument("--rect", action=argparse.BooleanOptionalAction, default=True,
                         help="pad each image only up to a multiple of 32, as Ultralytics' predict (--no-rect: to "

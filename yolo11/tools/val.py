@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING
 from yolo11.arguments import ArgumentParser
 from yolo11.preflight import parse_tool_args
 from yolo11.run_folders import numbered_dir
-from yolo11.tools import RUN_WEIGHTS_HELP, add_nms_flag, cli
+from yolo11.tools import RUN_WEIGHTS_HELP, add_nms_flag, cli, threshold_value
 
 if TYPE_CHECKING:  # torch and the data stack load in main, after the arguments are checked (--help is instant)
     import torch
@@ -69,8 +69,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--workers", type=int, default=2, help="data loader workers per process")
     parser.add_argument("--rect", action=argparse.BooleanOptionalAction, default=True,
                         help="batches of similar aspect ratio, each letterboxed to its own shape (Ultralytics' val)")
-    parser.add_argument("--conf", type=float, default=0.001, help="score threshold before NMS")
-    parser.add_argument("--iou", type=float, default=0.7, help="NMS IoU threshold")
+    parser.add_argument("--conf", type=threshold_value, default=0.001, help="score threshold before NMS")
+    parser.add_argument("--iou", type=threshold_value, default=0.7, help="NMS IoU threshold")
     parser.add_argument("--max-det", type=int, default=300, help="detections kept per image")
     parser.add_argument("--backend", default="fast", choices=BACKENDS,
                         help="fast: our torch evaluator, pycocotools' numbers; or the library itself")
