@@ -423,3 +423,18 @@ def test_the_api_refuses_thresholds_outside_zero_to_one(weights):
 
     with pytest.raises(UsageError, match=r"conf=25 is not in \[0, 1\]"):
         yolo11.YOLO(str(weights)).predict(np.zeros((64, 64, 3), np.uint8), conf=25, device="cpu")
+
+
+def test_source_without_model_names_the_missing_key_and_plain_weights_mix_with_keys(weights, loaded_once, tmp_path,
+                                                                                   capsys):
+    """``yolo11 predict source=a.jpg`` said 'required: sources' (the source was taken for the weights); weights given
+    plainly beside ``source=`` were put after it."""
+    from yolo11.cli import main as cli
+
+    image = tmp_path / "a.jpg"
+    cv2.imwrite(str(image), np.zeros((64, 64, 3), np.uint8))
+    with pytest.raises(SystemExit) as exit_:
+        cli(["predict", f"source={image}"])
+    assert exit_.value.code == 2 and "model= is missing" in capsys.readouterr().err
+    assert cli(["predict", str(weights), f"source={image}", "imgsz=64", "device=cpu", f"project={tmp_path}"]) == 0
+    assert (tmp_path / "exp" / "a.jpg").is_file()

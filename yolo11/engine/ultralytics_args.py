@@ -382,4 +382,12 @@ def read_key_values(parser: argparse.ArgumentParser, argv: Sequence[str],
                          f"(neither a flag of {parser.prog} nor an Ultralytics argument)")
     notes = size_notes + ([f"Ultralytics keys not implemented by {parser.prog}, ignored: {', '.join(ignored)}"]
                           if ignored else [])
-    return [*(item for name in positionals.values() for item in heads[name]), *rest, *flags], notes
+    # the positionals in their order: those given as keys up to the first that was not, then the bare tokens (that
+    # one given plainly: `predict best.safetensors source=a.jpg`), then the rest given as keys
+    names = list(positionals.values())
+    first_open = next((k for k, name in enumerate(names) if not heads[name]), len(names))
+    if not rest and any(heads[name] for name in names[first_open:]):  # source= without model=: named, not shifted
+        key = next(key for key, name in positionals.items() if name == names[first_open])
+        parser.error(f"{key}= is missing (the {names[first_open]} argument)")
+    keyed = [[item for name in part for item in heads[name]] for part in (names[:first_open], names[first_open:])]
+    return [*keyed[0], *rest, *keyed[1], *flags], notes
