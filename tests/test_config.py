@@ -175,6 +175,15 @@ def test_ultralytics_args_yaml_maps_known_keys_and_lists_the_ignored_ones(tmp_pa
     assert "box" not in ignored and "more at Ultralytics' defaults" in ignored
 
 
+@pytest.mark.parametrize("batch", ["-1", "0.7"])
+def test_autobatch_is_read_as_its_fallback_batch_with_a_note(batch, capsys):
+    """Ultralytics' batch=-1 (AutoBatch, or a fraction of GPU memory) was refused as '--batch-size must be an
+    integer >= 1'; AutoBatch is not implemented: batch 16, where Ultralytics' AutoBatch cannot measure."""
+    config = parse_config([f"batch={batch}"])
+    assert config.run.batch_size == 16
+    assert f"batch={batch}: Ultralytics' AutoBatch is not implemented; batch 16" in capsys.readouterr().out
+
+
 @pytest.mark.parametrize("text, message", [
     ("batch: 8\nbatch_size: 16\n", "'batch' and 'batch_size' both set --batch-size"),
     ("task: segment\n", "only detection"),

@@ -438,3 +438,17 @@ def test_source_without_model_names_the_missing_key_and_plain_weights_mix_with_k
     assert exit_.value.code == 2 and "model= is missing" in capsys.readouterr().err
     assert cli(["predict", str(weights), f"source={image}", "imgsz=64", "device=cpu", f"project={tmp_path}"]) == 0
     assert (tmp_path / "exp" / "a.jpg").is_file()
+
+
+def test_save_false_writes_no_drawn_image_and_formats_take_any_case(weights, loaded_once, tmp_path):
+    """Ultralytics' ``save=False`` was ignored with a note (the drawn image written all the same), and
+    ``yolo11 export format=ONNX`` refused the upper case its Python API and Ultralytics accept."""
+    from yolo11.cli import main as cli
+    from yolo11.tools import export
+
+    image = tmp_path / "a.jpg"
+    cv2.imwrite(str(image), np.zeros((64, 64, 3), np.uint8))
+    assert cli(["predict", f"model={weights}", f"source={image}", "imgsz=64", "device=cpu", "save=False",
+                f"project={tmp_path}"]) == 0
+    assert (tmp_path / "exp" / "predictions.json").is_file() and not (tmp_path / "exp" / "a.jpg").exists()
+    assert export.parse_args([str(weights), "--format", "ONNX"]).format == "onnx"

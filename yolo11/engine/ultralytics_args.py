@@ -29,6 +29,9 @@ FLAG_ALIASES = {"batch_size": "--batch", "output_dir": "--project", "nominal_bat
 RENAMED = {"batch": "batch_size", "project": "output_dir", "nbs": "nominal_batch", "split": "val_split",
            "conf": "val_conf", "iou": "val_iou", "nms": "val_nms"}
 
+# Ultralytics keys whose false value is a --no-... switch of a tool: predict's save=False writes no drawn images.
+INVERSE_SWITCHES = {"save": "no_draw"}
+
 # Why a few Ultralytics keys have no counterpart here (the others: not implemented).
 REASONS = {"device": "devices and processes come from the Accelerate config",
            "amp": "mixed precision comes from the Accelerate config (without one: bf16 autocast on a GPU)",
@@ -170,6 +173,11 @@ def read_ultralytics_keys(values: dict[str, Any], ours: dict[str, bool]) -> tupl
         legacy_notes.append(note)
         if new_key is not None and new_key not in values:  # the current key, given too, wins (Ultralytics')
             values[new_key] = value
+    batch = values.get("batch")
+    if batch == -1 or (isinstance(batch, float) and 0 < batch < 1):  # AutoBatch: all GPU memory, or a fraction
+        values["batch"] = 16
+        legacy_notes.append(f"batch={batch}: Ultralytics' AutoBatch is not implemented; batch 16, its choice where "
+                            "it cannot measure the GPU")
     if "imgsz" in values:  # imgsz=[640, 480]
         values["imgsz"], imgsz_note = imgsz_value(values["imgsz"])
         legacy_notes += [imgsz_note] if imgsz_note else []
@@ -375,6 +383,11 @@ def read_key_values(parser: argparse.ArgumentParser, argv: Sequence[str],
                     flags.append(negative[0])
             else:
                 flags += [action.option_strings[0], text]
+        elif INVERSE_SWITCHES.get(key) in by_key:  # predict's save=False: --no-draw
+            if not isinstance(value, bool):
+                parser.error(f"{key}={text}: expected true or false")
+            if not value:
+                flags.append(by_key[INVERSE_SWITCHES[key]].option_strings[0])
         elif key in ULTRALYTICS_DEFAULTS:
             ignored.append(f"{key}={text}")
         else:

@@ -84,7 +84,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("weights", help="our .safetensors file or folder, an Ultralytics .pt, hf://owner/repo/file, "
                                         "a Hub repo owner/name, or yolo11n.pt ... yolo26x.pt")
-    parser.add_argument("--format", choices=("onnx", "pt"), default="onnx",
+    parser.add_argument("--format", type=str.lower, choices=("onnx", "pt"), default="onnx",  # format=ONNX too
                         help="onnx, or pt: an Ultralytics checkpoint for YOLO(...) (needs ultralytics installed)")
     parser.add_argument("--output", type=Path, default=None,
                         help="output file (default: the weights name + .onnx/.pt, in the current folder for Hub "
