@@ -216,6 +216,18 @@ def test_an_image_changed_one_folder_down_converts_again(tmp_path: Path) -> None
     assert len(source.dataset) == 2 and "000000000002.jpg" in source.summary.skipped_images[0]
 
 
+def test_file_names_written_on_windows_are_read(tmp_path: Path) -> None:
+    """``images\\x.jpg``: every image was missing ('none of its 3 images is in ...'), --images did not help."""
+    json_path = write_split(tmp_path, "train", "images")
+    coco = json.loads(json_path.read_text())
+    for info in coco["images"]:
+        info["file_name"] = f"images\\{info['file_name']}"
+    (tmp_path / "result.json").write_text(json.dumps(coco))
+    source = load_source(os.fspath(tmp_path / "result.json"), cache_dir=tmp_path / "cache", workers=1)
+    assert len(source.dataset) == 3 and not source.summary.skipped_images
+    assert read_from(source.dataset[0], tmp_path / "images")
+
+
 def test_trainer_flags_reach_the_sources(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     """--data with {split} and --images go through locate_inputs: train and val from their own files."""
     from accelerate import PartialState

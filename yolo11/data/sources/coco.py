@@ -6,6 +6,7 @@ the images (their sizes come from the files, whatever the json's ``width``/``hei
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from yolo11.data.schema import BadSampleSummary, DataSourceError
@@ -95,6 +96,14 @@ def image_folder(json_path: Path, images: Path | None) -> tuple[Path, str]:
                           "--images DIR, with {split} for one folder per split (--images images/{split}2017)")
 
 
+def posix_name(images_dir: Path, name: str) -> str:
+    """A ``file_name`` written on Windows (``images\\x.jpg``) with ``/`` separators, unless a file of that very name
+    exists, as the txt lists of a data YAML read them."""
+    if os.sep == "/" and "\\" in name and not listed_file_exists(images_dir / name):
+        return name.replace("\\", "/")
+    return name
+
+
 def missing_images(json_path: Path, images_dir: Path, file_names: list[str]) -> dict[int, str]:
     """Index -> message for each listed image that is not a file. Raises ``DataSourceError`` when none is there
     (a wrong folder, not a few lost files)."""
@@ -130,7 +139,7 @@ def coco_rows(json_path: Path, images_dir: Path, bbox_format: str = "xywh",
     class_of, class_names = class_map(json_path, data["categories"], annotations)
     images = usable_images(json_path, data["images"], summary.skipped_images)
     by_image = annotations_by_image(json_path, annotations, {info["id"] for info in images}, summary.skipped_lines)
-    file_names = [info["file_name"] for info in images]
+    file_names = [posix_name(images_dir, info["file_name"]) for info in images]
     paths = [images_dir / name for name in file_names]
     missing = missing_images(json_path, images_dir, file_names)
     present = [path for i, path in enumerate(paths) if i not in missing]
