@@ -252,3 +252,28 @@ def test_train_val_train_under_accelerate_launch_on_two_processes(tmp_path):
     assert {(r["map"], r["val"], r["best"], r["second"], r["held"]) for r in reports} == {
         (reports[0]["map"], reports[0]["map"], str(best), str(second), str(second / "weights" / "best.safetensors"))}
     assert "2 process(es) x batch 2" in result.stdout
+
+
+def test_results_and_info_take_the_ultralytics_calls_users_type(tmp_path, capsys):
+    """``r.save(filename=...)``, ``r.save_txt(..., save_conf=True)``, ``r.summary()``, ``r.cpu()``,
+    ``r.plot(conf=False, line_width=1)`` and ``model.info(detailed=True)`` raised TypeError or AttributeError."""
+    from yolo11.predictor import Detections
+
+    image = np.zeros((40, 80, 3), np.uint8)
+    r = Detections(boxes=np.array([[8, 4, 40, 20]], np.float32), scores=np.array([0.9], np.float32),
+                   class_ids=np.array([1]), names={0: "a", 1: "b"}, image_size=(40, 80), image=image)
+    assert r.save(filename=tmp_path / "r.png") == tmp_path / "r.png" and (tmp_path / "r.png").is_file()
+    r.save_txt(tmp_path / "r.txt", save_conf=True)
+    r.save_txt(tmp_path / "r.txt")  # appended, as Ultralytics appends
+    assert (tmp_path / "r.txt").read_text().splitlines() == ["1 0.300000 0.300000 0.400000 0.400000 0.90000",
+                                                            "1 0.300000 0.300000 0.400000 0.400000"]
+    assert r.summary() == [{"name": "b", "class": 1, "confidence": 0.9,
+                            "box": {"x1": 8.0, "y1": 4.0, "x2": 40.0, "y2": 20.0}}]
+    assert r.summary(normalize=True)[0]["box"] == {"x1": 0.1, "y1": 0.1, "x2": 0.5, "y2": 0.5}
+    assert r.cpu() is r and r.numpy() is r
+    bare, full = r.plot(conf=False, labels=False, line_width=1), r.plot()
+    assert bare.shape == full.shape == image.shape and bare.sum() < full.sum()  # one-pixel lines, no caption
+    YOLO("yolo11n.yaml").info(detailed=True, imgsz=64)
+    rows = capsys.readouterr().out.splitlines()
+    assert rows[0].split() == ["layer", "name", "gradient", "parameters", "shape", "mu", "sigma"]
+    assert rows[1].split()[:3] == ["0", "backbone.layers.0.conv.weight", "True"] and "summary:" in rows[-1]

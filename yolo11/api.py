@@ -478,13 +478,23 @@ class YOLO:
                 raise UsageError(errors.last or f"export failed (exit {code})")
         return output
 
-    def info(self, verbose: bool = True, imgsz: int = 640) -> tuple[int, int, int, float]:
+    def info(self, detailed: bool = False, verbose: bool = True, imgsz: int = 640) -> tuple[int, int, int, float]:
         """``(layers, parameters, gradients, GFLOPs)`` as Ultralytics' ``model.info()`` returns them, the numbers of
         ``yolo11 info`` (``yolo11.models.summary``: Ultralytics' parameters and GFLOPs; layers counted its way, on
-        our modules); ``verbose`` prints its summary line."""
+        our modules); ``verbose`` prints its summary line, ``detailed`` (Ultralytics' first argument) a row per
+        parameter before it: name, gradient, size, shape, mean and standard deviation."""
         from yolo11.models.summary import model_summary
 
-        summary = model_summary(self._torch_model("info"), imgsz)
+        model = self._torch_model("info")
+        summary = model_summary(model, imgsz)
+        if detailed:
+            print(f"{'layer':>5} {'name':>48} {'gradient':>8} {'parameters':>10} {'shape':>20} {'mu':>10} "
+                  f"{'sigma':>10}")
+            for index, (name, param) in enumerate(model.named_parameters()):
+                values = param.detach().float()
+                sigma = values.std().item() if values.numel() > 1 else 0.0
+                print(f"{index:5d} {name:>48} {param.requires_grad!s:>8} {param.numel():10d} "
+                      f"{str(list(param.shape)):>20} {values.mean().item():10.3g} {sigma:10.3g}")
         if verbose:
             print(summary.line())
         return summary.layers, summary.parameters, summary.gradients, summary.gflops

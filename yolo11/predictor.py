@@ -247,8 +247,11 @@ class Detections:
             {"box": [float(v) for v in box], "score": float(score), "class": int(cls), "name": name}
             for box, score, cls, name in zip(self.boxes, self.scores, self.class_ids, self.box_names, strict=True)]}
 
-    def plot(self, image: np.ndarray | None = None) -> np.ndarray:
-        """A copy of the image (``image``, else the one kept) with boxes and ``name score`` captions, RGB uint8."""
+    def plot(self, image: np.ndarray | None = None, *, conf: bool = True, labels: bool = True,
+             line_width: int | None = None) -> np.ndarray:
+        """A copy of the image (``image``, else the one kept) with boxes and ``name score`` captions, RGB uint8;
+        Ultralytics' ``conf=False`` leaves the scores out, ``labels=False`` the captions, ``line_width`` sets the
+        boxes' lines."""
         from yolo11.evaluation.plots import draw_detections  # matplotlib's import only when drawing
 
         image = self.image if image is None else image
@@ -256,7 +259,8 @@ class Detections:
             raise ValueError("no image to draw on: pass one to plot(image)")
         # draw_detections indexes the names by class id: the class map's list, not the per-box names
         class_list = [self.names.get(k, str(k)) for k in range(max(self.names, default=-1) + 1)]
-        return draw_detections(image, self.boxes, self.class_ids, class_list, scores=self.scores)
+        return draw_detections(image, self.boxes, self.class_ids, class_list, scores=self.scores if conf else None,
+                               labels=labels, line_width=line_width)
 
     # Ultralytics' Results.boxes views as NumPy arrays, from the boxes' own (Boxes): normalised by the image size
     # (xyxyn, xywhn) and centre-size pixels (xywh), each (N, 4) float32.
@@ -272,14 +276,42 @@ class Detections:
     def xywhn(self) -> np.ndarray:
         return self.boxes.xywhn.numpy()
 
-    def save(self, path: str | Path | None = None) -> Path:
-        """Write ``plot()`` to ``path`` (any format OpenCV writes, by its suffix; default ``results_<source's
-        name>`` in the current folder, as Ultralytics' ``Results.save()``); returns the path."""
-        path = Path(path or f"results_{Path(self.source or 'image0.jpg').name}")
+    def save(self, path: str | Path | None = None, filename: str | Path | None = None) -> Path:
+        """Write ``plot()`` to ``path`` (or ``filename``, Ultralytics' keyword; any format OpenCV writes, by its
+        suffix; default ``results_<source's name>`` in the current folder, as Ultralytics' ``Results.save()``);
+        returns the path."""
+        path = Path(path or filename or f"results_{Path(self.source or 'image0.jpg').name}")
         path.parent.mkdir(parents=True, exist_ok=True)
         if not cv2.imwrite(str(path), cv2.cvtColor(self.plot(), cv2.COLOR_RGB2BGR)):
             raise OSError(f"cannot write {path} (an image suffix OpenCV knows: .jpg, .png ...)")
         return path
+
+    def save_txt(self, txt_file: str | Path, save_conf: bool = False) -> Path:
+        """Append the boxes to ``txt_file`` as YOLO label lines (``class xc yc w h``, normalised; ``save_conf``: the
+        score after them), as Ultralytics' ``Results.save_txt`` and ``yolo11 predict --save-txt`` write them."""
+        from yolo11.tools.predict import yolo_txt_lines
+
+        path = Path(txt_file)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a") as fh:
+            fh.writelines(line + "\n" for line in yolo_txt_lines(self, save_conf))
+        return path
+
+    def summary(self, normalize: bool = False, decimals: int = 5) -> list[dict]:
+        """Ultralytics' ``Results.summary()``: per box ``{"name", "class", "confidence", "box": {"x1", "y1", "x2",
+        "y2"}}``, best first; ``normalize``: the box as fractions of the image's width and height."""
+        height, width = self.image_size
+        scale = np.array([width, height, width, height], np.float64) if normalize else np.ones(4)
+        return [{"name": name, "class": int(cls), "confidence": round(float(score), decimals),
+                 "box": dict(zip(("x1", "y1", "x2", "y2"), (round(float(v), decimals) for v in box / scale),
+                                 strict=True))}
+                for box, score, cls, name in zip(self.boxes, self.scores, self.class_ids, self.box_names, strict=True)]
+
+    def cpu(self) -> Detections:
+        """Itself: the detections are host arrays already (Ultralytics' ``r.cpu()`` / ``r.numpy()`` habits)."""
+        return self
+
+    numpy = cpu
 
     def show(self) -> None:
         """Open ``plot()`` in the system's image viewer (PIL's ``Image.show``, as Ultralytics' ``Results.show``)."""

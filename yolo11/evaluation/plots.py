@@ -213,15 +213,19 @@ def plot_confusion_matrix(metrics: dict, class_names: list[str], out_path: Path,
 
 
 def draw_detections(image: np.ndarray, boxes: np.ndarray, classes: np.ndarray, class_names: list[str],
-                    scores: np.ndarray | None = None) -> np.ndarray:
-    """A copy of ``image`` (H, W, 3) uint8 RGB with xyxy pixel ``boxes`` (n, 4) and ``name [score]`` captions."""
+                    scores: np.ndarray | None = None, labels: bool = True,
+                    line_width: int | None = None) -> np.ndarray:
+    """A copy of ``image`` (H, W, 3) uint8 RGB with xyxy pixel ``boxes`` (n, 4) and ``name [score]`` captions
+    (``labels``: none without); ``line_width``: the boxes' lines, else from the image's size."""
     canvas = np.ascontiguousarray(image).copy()
-    thickness = max(1, round(sum(canvas.shape[:2]) / 600))
+    thickness = line_width or max(1, round(sum(canvas.shape[:2]) / 600))
     for i, (box, cls) in enumerate(zip(np.asarray(boxes).reshape(-1, 4), np.asarray(classes).astype(int),
                                        strict=True)):
         x1, y1, x2, y2 = (int(round(v)) for v in box)
         colour = _palette(cls)
         cv2.rectangle(canvas, (x1, y1), (x2, y2), colour, thickness)
+        if not labels:
+            continue
         name = class_names[cls] if 0 <= cls < len(class_names) else str(cls)
         caption = name if scores is None else f"{name} {float(scores[i]):.2f}"
         scale = 0.35 * thickness
