@@ -277,3 +277,22 @@ def test_results_and_info_take_the_ultralytics_calls_users_type(tmp_path, capsys
     rows = capsys.readouterr().out.splitlines()
     assert rows[0].split() == ["layer", "name", "gradient", "parameters", "shape", "mu", "sigma"]
     assert rows[1].split()[:3] == ["0", "backbone.layers.0.conv.weight", "True"] and "summary:" in rows[-1]
+
+
+def test_a_torch_tensor_source_predicts_as_its_array(capsys):
+    """Ultralytics' tensor source, (B, 3, H, W) float in [0, 1]: it was refused as 'images must be uint8'."""
+    import torch
+
+    from yolo11.api import UsageError
+
+    model = YOLO("yolo11n.yaml")
+    array = np.random.default_rng(0).integers(0, 256, (64, 64, 3), dtype=np.uint8)
+    tensor = torch.from_numpy(array).permute(2, 0, 1).float() / 255
+    settings = dict(imgsz=64, conf=0.0, max_det=5, device="cpu")
+    (expected,) = model.predict(array, **settings)
+    results = model.predict(tensor[None].repeat(2, 1, 1, 1), **settings)
+    assert len(results) == 2 and all(np.array_equal(r.boxes, expected.boxes) for r in results)
+    (single,) = model.predict(torch.from_numpy(array).permute(2, 0, 1), **settings)  # uint8 (3, H, W)
+    np.testing.assert_array_equal(single.boxes, expected.boxes)
+    with pytest.raises(UsageError, match=r"values in \[0, 1\]"):
+        model.predict(tensor * 255, **settings)

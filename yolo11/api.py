@@ -578,6 +578,8 @@ def _inputs(source: Any) -> Iterator[tuple[str, Any, str | None]]:
 
     from yolo11.tools.predict_sources import expand_sources, read_image
 
+    if _is_tensor(source):  # Ultralytics' tensor source: (B, 3, H, W) or (3, H, W) RGB, float in [0, 1] or uint8
+        source = _tensor_images(source)
     if isinstance(source, np.ndarray) and source.ndim == 4:  # a (B, H, W, 3) batch
         source = list(source)
     items = source if isinstance(source, Iterable) and not isinstance(source, (str, Path, np.ndarray)) \
@@ -593,6 +595,29 @@ def _inputs(source: Any) -> Iterator[tuple[str, Any, str | None]]:
                 yield "image", read_image(found), found.location
             else:
                 yield "image", found.location, found.location
+
+
+def _is_tensor(source: Any) -> bool:
+    torch = sys.modules.get("torch")  # a tensor implies torch is loaded: no import to ask
+    return torch is not None and isinstance(source, torch.Tensor)
+
+
+def _tensor_images(tensor: Any) -> list:
+    """A torch image tensor as ``predict``'s (H, W, 3) uint8 RGB arrays: ``(B, 3, H, W)`` or ``(3, H, W)``,
+    float in [0, 1] (scaled by 255, as Ultralytics' tensor source reads it) or uint8."""
+    import torch
+
+    batch = tensor.detach().cpu()
+    batch = batch[None] if batch.ndim == 3 else batch
+    if batch.ndim != 4 or batch.shape[1] != 3:
+        raise UsageError(f"predict: a tensor source is (B, 3, H, W) or (3, H, W) RGB, got shape {tuple(tensor.shape)}")
+    if batch.is_floating_point():
+        if batch.numel() and not 0.0 <= float(batch.min()) <= float(batch.max()) <= 1.0:
+            raise UsageError("predict: a float tensor source holds values in [0, 1] (as Ultralytics reads it)")
+        batch = (batch * 255).round()
+    elif batch.dtype != torch.uint8:
+        raise UsageError(f"predict: a tensor source is float in [0, 1] or uint8, got {batch.dtype}")
+    return list(batch.to(torch.uint8).permute(0, 2, 3, 1).contiguous().numpy())
 
 
 def _frames(source: Any, size: int) -> Iterator[list]:
