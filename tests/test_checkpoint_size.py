@@ -4,6 +4,7 @@ weights, read back into a float32 model exactly (the resumable checkpoint stays 
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -103,3 +104,28 @@ def test_a_small_run_keeps_one_checkpoint_and_half_size_weights(tmp_path):
     assert stopped.returncode == 0, describe(stopped)
     assert [p.name for p in (tmp_path / "runs/train/stopped/checkpoints").glob("checkpoint-*")] == [
         "checkpoint-00000001"]
+
+
+def test_weights_files_are_written_from_the_snapshots_buffers_as_safetensors_writes_them(tmp_path):
+    """``write_weights`` lays the file out from one buffer per dtype (no per-tensor copies): safetensors reads it
+    back bitwise, bfloat16 and integer tensors included, with the metadata; a non-finite value leaves no file."""
+    from safetensors import safe_open
+    from safetensors.torch import load_file
+
+    from yolo11.weights.safetensors_io import weights_snapshot, write_weights
+
+    model = create_model("yolo11n", num_classes=3).to(torch.bfloat16)
+    state = model.state_dict()
+    path = write_weights(weights_snapshot(model), tmp_path / "bf16.safetensors")
+    written = load_file(path)
+    assert list(written) == list(state) and stored_dtypes(path) == {"BF16", "I64"}
+    assert all(torch.equal(written[name], tensor) for name, tensor in state.items())
+    with safe_open(str(path), "pt") as file:
+        assert json.loads(file.metadata()["config"]) == model.config
+    model = create_model("yolo11n", num_classes=3)
+    with torch.no_grad():
+        model.head.cv2[0][0].bn.running_var[0] = float("nan")
+    with pytest.raises(ValueError, match=r"not writing .*nan\.safetensors: 1 tensors hold non-finite values "
+                                         r"\(e\.g\. head\.cv2\.0\.0\.bn\.running_var\)"):
+        write_weights(weights_snapshot(model, half=True), tmp_path / "nan.safetensors")
+    assert not (tmp_path / "nan.safetensors").exists()

@@ -20,7 +20,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import accelerate  # noqa: E402
-from safetensors import SafetensorError  # noqa: E402
 
 import yolo11.weights.safetensors_io as safetensors_io  # noqa: E402
 from yolo11 import train as train_accelerate  # noqa: E402
@@ -83,15 +82,15 @@ def inject_write_failure(name: str, nth: int) -> None:
 
     wrap_path_write("write_text")
     wrap_path_write("write_bytes")
-    original_save_file = safetensors_io.save_file
+    original_write = safetensors_io.write_safetensors_file
 
-    def save_file(tensors, filename, metadata=None):
-        if due(filename):
-            Path(filename).write_bytes(b"\0" * 100)
-            raise SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
-        return original_save_file(tensors, filename, metadata=metadata)
+    def write_safetensors_file(path, header, data):
+        if due(path):
+            Path(path).write_bytes(b"\0" * 100)
+            raise OSError(errno.ENOSPC, FULL, str(path))
+        return original_write(path, header, data)
 
-    safetensors_io.save_file = save_file
+    safetensors_io.write_safetensors_file = write_safetensors_file
 
 
 def inject_figure_failure() -> None:

@@ -20,7 +20,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from safetensors.torch import save_file
 from torch import nn
 
 from yolo11.gate import FileRefusedError, check_model_config, read_json, read_safetensors, read_safetensors_header
@@ -45,15 +44,6 @@ def host_copies(tensors: dict) -> dict:
     """``tensors`` contiguous on the CPU, as ``.contiguous().cpu()`` each would give, with those on an accelerator
     brought over in one copy per (device, dtype) rather than one blocking copy each: yolo11n's ~500 state
     tensors took ~30 ms that way on a GPU, per file and per epoch. Names that alias one tensor keep sharing it."""
-    views, _ = _gathered(tensors, pinned=False)
-    return _owned(views)
-
-
-def _gathered(tensors: dict, pinned: bool) -> tuple[dict, list]:
-    """``tensors`` on the CPU as views into one host buffer per (device, dtype) of those on an accelerator (CPU
-    tensors as they are, contiguous), and the CUDA events after which the buffers hold them: ``pinned`` copies a
-    CUDA group into page-locked memory without waiting (the caller synchronizes the events before reading), else
-    every copy is done on return. The copy is taken in stream order: later in-place updates do not reach it."""
     out: dict = {}
     groups: dict[tuple, list[tuple[str, torch.Tensor]]] = {}
     for name, tensor in tensors.items():
@@ -62,32 +52,16 @@ def _gathered(tensors: dict, pinned: bool) -> tuple[dict, list]:
             out[name] = tensor.contiguous()
         else:
             groups.setdefault((tensor.device, tensor.dtype), []).append((name, tensor))
-    events = []
-    for (device, dtype), members in groups.items():
+    for members in groups.values():
         unique: dict[tuple, torch.Tensor] = {}  # one copy per aliased tensor
         for _, tensor in members:
             unique.setdefault((tensor.data_ptr(), tensor.shape, tensor.stride()), tensor)
-        flat = torch.cat([t.reshape(-1) for t in unique.values()])
-        if pinned and device.type == "cuda":
-            host = torch.empty(flat.shape, dtype=dtype, pin_memory=True)
-            host.copy_(flat, non_blocking=True)  # the GPU buffer may be freed now: its reuse is stream-ordered
-            event = torch.cuda.Event()
-            event.record(torch.cuda.current_stream(device))
-            events.append(event)
-        else:
-            host = flat.cpu()
+        host = torch.cat([t.reshape(-1) for t in unique.values()]).cpu()
         pieces = host.split([t.numel() for t in unique.values()])
-        views = {key: piece.view(t.shape) for (key, t), piece in zip(unique.items(), pieces, strict=True)}
+        copies = {key: piece.view(t.shape).clone() for (key, t), piece in zip(unique.items(), pieces, strict=True)}
         for name, tensor in members:
-            out[name] = views[(tensor.data_ptr(), tensor.shape, tensor.stride())]
-    return {name: out[name] for name in tensors}, events  # the caller's order
-
-
-def _owned(tensors: dict) -> dict:
-    """Each CPU tensor in a storage of its own (safetensors refuses tensors that share one, as views of one copy
-    or of a CPU model do), names that alias one tensor still sharing its copy."""
-    copies: dict[tuple, torch.Tensor] = {}
-    return {name: copies.setdefault((t.data_ptr(), t.shape, t.stride()), t.clone()) for name, t in tensors.items()}
+            out[name] = copies[(tensor.data_ptr(), tensor.shape, tensor.stride())]
+    return {name: out[name] for name in tensors}  # the caller's order
 
 
 def _build(config: dict, weights: Path) -> YOLO11Detector:
@@ -107,34 +81,17 @@ def non_finite_flag(tensors: list[torch.Tensor]) -> torch.Tensor:
     return (~torch.isfinite(torch.stack(torch._foreach_norm(tensors)))).any().float()
 
 
-def _checked(tensors: dict, file: Path, half: bool = False) -> dict:
-    """``tensors`` (on the CPU) as written: ``ValueError`` naming ``file`` when one is not finite; ``half``: float32
-    tensors whose values fit float16 converted to it (a tensor beyond its range stays float32)."""
-    floats = [name for name, tensor in tensors.items() if tensor.is_floating_point()]
-    peaks = dict(zip(floats, _peaks([tensors[name] for name in floats]), strict=True))
-    bad = [name for name, peak in peaks.items() if not math.isfinite(peak)]
-    if bad:
-        raise ValueError(f"not writing {file}: {len(bad)} tensors hold non-finite values (e.g. {bad[0]})")
-    if not half:
-        return tensors
-    limit = torch.finfo(torch.float16).max
-    halves: dict[int, torch.Tensor] = {}  # aliases stay one tensor
-    return {name: halves.setdefault(tensor.data_ptr(), tensor.half())
-            if tensor.dtype == torch.float32 and peaks[name] <= limit else tensor for name, tensor in tensors.items()}
-
-
-def _peaks(tensors: list[torch.Tensor]) -> list[float]:
-    """The largest magnitude of each CPU tensor (nan or inf where it holds one; 0 when empty), in one pass over
-    all of them: per-tensor reductions cost ~500 calls per file, and a small run writes one every epoch."""
-    sizes = np.array([tensor.numel() for tensor in tensors], dtype=np.int64)
-    peaks = np.zeros(len(tensors))
-    if sizes.sum() == 0:
-        return peaks.tolist()
-    values = np.abs(torch.cat([tensor.reshape(-1).float() for tensor in tensors]).numpy())
-    starts = np.concatenate(([0], np.cumsum(sizes)[:-1]))
-    filled = sizes > 0  # an empty tensor has no segment: the next one starts where it would have
-    peaks[filled] = np.maximum.reduceat(values, starts[filled])  # nan propagates
-    return peaks.tolist()
+def _segment_peaks(values: np.ndarray, sizes: list[int]) -> np.ndarray:
+    """The largest magnitude of each of the consecutive segments of ``sizes`` elements of the flat ``values`` (nan
+    or inf where one holds it; 0 when empty), in one pass: per-tensor reductions cost ~500 calls per file."""
+    sizes_array = np.array(sizes, dtype=np.int64)
+    peaks = np.zeros(len(sizes))
+    if sizes_array.sum() == 0:
+        return peaks
+    starts = np.concatenate(([0], np.cumsum(sizes_array)[:-1]))
+    filled = sizes_array > 0  # an empty tensor has no segment: the next one starts where it would have
+    peaks[filled] = np.maximum.reduceat(np.abs(values[:sizes_array.sum()]), starts[filled])  # nan propagates
+    return peaks
 
 
 def _metadata(model: YOLO11Detector) -> dict[str, str]:
@@ -187,53 +144,129 @@ def save_weights(model: YOLO11Detector, file: str | Path, half: bool = False) ->
     return write_weights(weights_snapshot(model, half=half), file)
 
 
+# safetensors' names of the dtypes a model's state holds
+SAFETENSORS_DTYPES = {torch.float64: "F64", torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16",
+                      torch.int64: "I64", torch.int32: "I32", torch.int16: "I16", torch.int8: "I8", torch.uint8: "U8",
+                      torch.bool: "BOOL"}
+
+
 @dataclass
 class WeightsSnapshot:
-    """A model's state on its way to the CPU and its metadata, not yet checked or converted: ``write_weights``
-    waits for the copy and does both, in whichever thread writes the file."""
+    """A model's state on its way to the CPU, one flat buffer per dtype, and its metadata, not yet checked or
+    converted: ``write_weights`` waits for the copy and does both, in whichever thread writes the file."""
 
-    tensors: dict  # views into host buffers, complete once ``ready`` has passed
+    buffers: list[torch.Tensor]  # flat, on the CPU: complete once ``ready`` has passed
+    layout: list[tuple[str, int, int, tuple[int, ...]]]  # per tensor, in the state's order: name, buffer, offset, shape
     metadata: dict[str, str]
     half: bool = False
     ready: list = field(default_factory=list)  # CUDA events
 
-    def host_tensors(self) -> dict:
-        """The tensors once copied, each in a storage of its own."""
-        for event in self.ready:
-            event.synchronize()
-        return _owned(self.tensors)
-
 
 def weights_snapshot(model: YOLO11Detector, half: bool = False) -> WeightsSnapshot:
     """``model``'s state as it is now, for ``write_weights`` (in another thread, say, while the model trains on): on
-    the calling thread only the copy's launch (one per dtype; from a GPU into pinned memory, not waited for); the
-    wait for it, the finiteness check and the float16 conversion are the writer's.
+    the calling thread one ``state_dict`` and one copy per dtype (from a GPU into pinned memory, not waited for);
+    the wait for it, the finiteness check, the float16 conversion and the file are the writer's, each over whole
+    buffers, not ~500 tensors one by one (their small ops waited for the GIL beside a training run's threads).
 
     ``half``: float32 tensors as float16 (a tensor with a value beyond float16's range stays float32), as
     Ultralytics saves its weights. Measured on YOLO11n fine-tuned one epoch on coco128 (320 px): the raw outputs
     move by at most 0.03 on logits up to 19, and coco128's mAP50-95 from 0.015816 to 0.015814 (mAP50 0.028884 to
     0.028871), for files of 5.3 MB instead of 10.6 MB. Resumable checkpoints stay float32: resume is bitwise."""
     _check_not_fused(model)
-    # from a GPU, into pinned memory without waiting: a blocking copy waited for the epoch's queued kernels, ~31 ms
-    # an epoch of the coco128 tutorial on an H100 (benchmarks/RESULTS.md)
-    state = model.state_dict()  # detached tensors already
-    tensors, ready = _gathered(state, pinned=True)
-    # a CPU model's tensors are its live weights: copied now, before it trains on
-    tensors |= _owned({name: tensors[name] for name, tensor in state.items() if tensor.device.type == "cpu"})
-    return WeightsSnapshot(tensors, _metadata(model), half, ready)
+    with torch.no_grad():  # the tensors themselves (keep_vars), not a detached view of each: ~500 ops fewer
+        state = model.state_dict(keep_vars=True)
+        groups: dict[tuple, list[tuple[str, torch.Tensor]]] = {}
+        for name, tensor in state.items():
+            groups.setdefault((tensor.device, tensor.dtype), []).append((name, tensor))
+        flats = {key: torch.cat([tensor.reshape(-1) for _, tensor in members])  # copies: a CPU model trains on
+                 for key, members in groups.items()}
+    buffers, layout, ready = [], [], []
+    for index, ((device, dtype), members) in enumerate(groups.items()):
+        flat = flats[(device, dtype)]
+        if device.type == "cuda":  # a blocking copy waited for the epoch's queued kernels: ~31 ms an epoch
+            host = torch.empty(flat.shape, dtype=dtype, pin_memory=True)
+            host.copy_(flat, non_blocking=True)  # the GPU buffer may be freed now: its reuse is stream-ordered
+            event = torch.cuda.Event()
+            event.record(torch.cuda.current_stream(device))
+            ready.append(event)
+            flat = host
+        elif device.type != "cpu":
+            flat = flat.cpu()
+        buffers.append(flat)
+        offset = 0
+        for name, tensor in members:
+            layout.append((name, index, offset, tuple(tensor.shape)))
+            offset += tensor.numel()
+    order = {name: k for k, name in enumerate(state)}
+    layout.sort(key=lambda item: order[item[0]])
+    return WeightsSnapshot(buffers, layout, _metadata(model), half, ready)
 
 
 def write_weights(snapshot: WeightsSnapshot, file: str | Path) -> Path:
     """Write ``weights_snapshot``'s tensors and metadata as a safetensors file, through a temporary name: a write
     that fails (a full disk: its ``OSError``) leaves the previous file whole; ``ValueError`` naming ``file``, and
-    nothing written, when a tensor is not finite."""
+    nothing written, when a tensor is not finite. The file is laid out from the snapshot's buffers (safetensors'
+    format: an 8-byte header length, the JSON header, the tensors' bytes in its order), with no per-tensor copy."""
     file = Path(file)
-    tensors = _checked(snapshot.host_tensors(), file, snapshot.half)
+    for event in snapshot.ready:
+        event.synchronize()
+    pieces = _file_pieces(snapshot, file)
+    header: dict = {"__metadata__": snapshot.metadata} if snapshot.metadata else {}
+    offset = 0
+    for name, dtype, shape, data in pieces:
+        header[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [offset, offset + len(data)]}
+        offset += len(data)
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)  # the format aligns the data to 8 bytes
     file.parent.mkdir(parents=True, exist_ok=True)
     with replaced(file) as tmp, writing(file):
-        save_file(tensors, tmp, metadata=snapshot.metadata)
+        write_safetensors_file(tmp, text, [data for *_, data in pieces])
         honour_umask(tmp)
     return file
+
+
+def write_safetensors_file(path: Path, header: bytes, data: list[memoryview]) -> None:
+    """A safetensors file of an (8-byte aligned) JSON ``header`` and the tensors' bytes in its order."""
+    with open(path, "wb") as fh:
+        fh.write(len(header).to_bytes(8, "little"))
+        fh.write(header)
+        for piece in data:
+            fh.write(piece)
+
+
+def _file_pieces(snapshot: WeightsSnapshot, file: Path) -> list[tuple[str, str, tuple[int, ...], memoryview]]:
+    """``(name, safetensors dtype, shape, bytes)`` per tensor, in the snapshot's order: views of its buffers (float32
+    ones halved once, where ``half``), each tensor float16 where its values fit; ``ValueError`` naming ``file`` when
+    one is not finite."""
+    by_buffer: dict[int, list[tuple[str, int, tuple[int, ...]]]] = {}
+    for name, index, offset, shape in snapshot.layout:
+        by_buffer.setdefault(index, []).append((name, offset, shape))
+    sizes = {name: math.prod(shape) for name, _, _, shape in snapshot.layout}
+    peaks: dict[str, float] = {}
+    halves: dict[int, torch.Tensor] = {}
+    for index, members in by_buffer.items():
+        buffer = snapshot.buffers[index]
+        if buffer.is_floating_point():
+            values = buffer.numpy() if buffer.dtype in (torch.float32, torch.float64) else buffer.float().numpy()
+            members = sorted(members, key=lambda member: member[1])
+            peaks |= dict(zip((m[0] for m in members), _segment_peaks(values, [sizes[m[0]] for m in members]).tolist(),
+                              strict=True))
+            if snapshot.half and buffer.dtype == torch.float32:
+                halves[index] = buffer.half()  # values beyond float16's range become inf: those tensors stay float32
+    bad = [name for name, peak in peaks.items() if not math.isfinite(peak)]
+    if bad:
+        raise ValueError(f"not writing {file}: {len(bad)} tensors hold non-finite values (e.g. {bad[0]})")
+    limit = torch.finfo(torch.float16).max
+    pieces = []
+    for name, index, offset, shape in snapshot.layout:
+        buffer, size = snapshot.buffers[index], sizes[name]
+        if index in halves and peaks[name] <= limit:
+            buffer = halves[index]
+        raw = buffer.view(torch.uint8).numpy()  # the buffer's own bytes (bfloat16 and bool included)
+        width = buffer.element_size()
+        pieces.append((name, SAFETENSORS_DTYPES[buffer.dtype], shape,
+                       memoryview(raw[offset * width:(offset + size) * width])))
+    return pieces
 
 
 def current_umask() -> int:
