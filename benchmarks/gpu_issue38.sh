@@ -4,8 +4,8 @@
 # and polars wheels: polars 1.33.1, one 40 MB wheel, keeps the carry under 64 MiB where 2.x's runtime wheel does not)
 # and .data (coco128 and coco128.yaml). On the GPU machine, from the repository root:
 #   bash benchmarks/gpu_issue38.sh [quick | core]
-# core: the GPU tests, the coco128 tutorial runs (with an A/B of scoring beside training: ours-cli against
-# ours-cli-at-once) and a trained model's validation pass (~9 minutes with the install: near one call's 10);
+# core: the GPU tests, the coco128 tutorial runs (under the launcher, as `yolo11 train`, Ultralytics'), where its
+# saving goes (benchmarks/saving_profile.py) and a trained model's validation pass (~8 minutes with the install);
 # quick: also the first-use figures; without either, also the generated 2,000/500 runs for
 # yolo11n and yolo26n, yolo26n's training speed against Ultralytics' at batch 16 (whole trainer) and 128 (the step),
 # seeds 1 and 2, and where a tutorial epoch's time goes (~35 minutes: more than one call's 10; run the rest as
@@ -16,8 +16,8 @@ set -u
 cd "$(dirname "$0")/.."
 runs=(
   "python3 benchmarks/first_use.py"
-  "python3 -m pytest -q -m gpu -n 0 -p no:cacheprovider tests/test_postprocess.py tests/test_cuda_graphs.py tests/test_models.py tests/test_evaluate.py tests/test_evaluation.py tests/test_train_loop.py tests/test_yolo26_train.py tests/test_scoring_beside.py tests/test_compile.py 2>&1 | tail -15"
-  "python3 benchmarks/user_runs.py --dataset .data/coco128.yaml --variants ours ultralytics ours-cli ours-cli-at-once --epochs 100 --batch 16 --imgsz 640 --seeds 0 && grep -hE 'time:|finished in|mixed precision' runs/user_runs/coco128_ours*_seed0.log"
+  "python3 -m pytest -q -m gpu -n 0 -p no:cacheprovider tests/test_postprocess.py tests/test_cuda_graphs.py tests/test_models.py tests/test_evaluate.py tests/test_evaluation.py tests/test_train_loop.py tests/test_yolo26_train.py tests/test_scoring_beside.py tests/test_compile.py tests/test_weights.py 2>&1 | tail -15"
+  "python3 benchmarks/user_runs.py --dataset .data/coco128.yaml --variants ours ultralytics ours-cli --epochs 100 --batch 16 --imgsz 640 --seeds 0 && grep -hE 'time:|finished in|mixed precision' runs/user_runs/coco128_ours*_seed0.log && python3 benchmarks/saving_profile.py data=.data/coco128.yaml epochs=100 batch=16 imgsz=640 project=runs/sp name=a 2>&1 | grep -E -A12 '^time:|saving.s functions' | grep -vE '^ +[a-z]+ +[0-9]+ +[0-9]+ +0\.0'"
   # a trained model's pass (the tutorial run's weights): scoring, NMS candidates, batched against per-image NMS
   "python3 benchmarks/val_profile.py --data .data/coco128.yaml --passes 20 --weights runs/user_runs/ours_seed0/weights/last.safetensors 2>&1 | grep -E 'a pass|foreach|cudaGraphLaunch|aten::index |searchsorted|candidates|post-processing|Self'"
 )
