@@ -184,6 +184,7 @@ def test_hub_id_loads_the_split_and_normalises(tmp_path: Path, monkeypatch: pyte
         return datasets.DatasetDict({"train": datasets.Dataset.from_list(rows * 2, features=features),
                                      "test": datasets.Dataset.from_list(rows, features=features)})
 
+    monkeypatch.setattr("yolo11.weights.resolve.hub_reachable", lambda timeout=None: True)  # as online
     monkeypatch.setattr(datasets, "load_dataset", fake_load_dataset)
     source = load_source("cppe-5", "test", cache_dir=tmp_path, bbox_format="xywh")
     assert calls == ["cppe-5"]
@@ -270,3 +271,15 @@ def test_yolo_fingerprint_scan_equals_the_per_file_stats(tmp_path):
         expected = [_stat(path) for path in yolo_fingerprint_files(yaml_path, "train")]
         assert yolo_fingerprint_stats(yaml_path, "train") == expected
         assert len(expected) > 3
+
+
+def test_a_hub_id_fails_at_once_where_the_hub_does_not_answer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without network, datasets retried for ~25 s before failing; a path meant as a local folder whose parent
+    exists is told apart."""
+    monkeypatch.setattr("yolo11.weights.resolve.hub_reachable", lambda timeout=None: False)
+    monkeypatch.setattr(datasets, "load_dataset", lambda *a, **k: pytest.fail("the Hub was asked"))
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "data").mkdir()
+    with pytest.raises(DataSourceError, match=r"could not load 'data/my_ds' from the Hugging Face Hub \(.* does not "
+                                              r"answer; .*HF_HUB_OFFLINE=1\); no local folder .*data/my_ds either"):
+        load_source("data/my_ds", cache_dir=tmp_path / "cache")

@@ -82,6 +82,7 @@ def test_hub_id_reads_its_splits_and_falls_back(tmp_path: Path, monkeypatch: pyt
         calls.append(repo_id)
         return datasets.DatasetDict({"train": hub_split(XYWH), "test": hub_split(XYWH[:1], first_id=50)})
 
+    monkeypatch.setattr("yolo11.weights.resolve.hub_reachable", lambda timeout=None: True)  # as online
     monkeypatch.setattr(datasets, "load_dataset", fake_load_dataset)
     with caplog.at_level(logging.WARNING, logger="yolo11.data"):
         source = load_source("cppe-5", "val", cache_dir=tmp_path, fallback_splits=VAL_FALLBACKS,

@@ -29,15 +29,24 @@ CROWD_NAME = "iscrowd"  # COCO's flag for a region of many objects: skipped, as 
 
 def load_hub(repo_id: str) -> datasets.DatasetDict:
     """``datasets.load_dataset(repo_id)``, every split (the Hub's builders prepare them all whichever is asked for),
-    with a clear error when the Hub cannot be reached."""
-    try:
-        return datasets.load_dataset(repo_id)
-    except Exception as err:  # connection errors come as many types (ConnectionError, HfHubHTTPError, OSError...)
-        reason = "HF_HUB_OFFLINE is set" if hub_constants.HF_HUB_OFFLINE else f"{type(err).__name__}: {err}"
-        raise DataSourceError(
-            f"could not load {repo_id!r} from the Hugging Face Hub ({reason}). To use a local copy, save it once "
-            f"with datasets.load_dataset({repo_id!r}).save_to_disk('DIR') on a machine with network and pass "
-            "--data DIR, or pass a COCO json or an Ultralytics data YAML.") from None
+    with a clear error when the Hub cannot be reached: at once where its endpoint does not answer (datasets retries
+    for ~25 s first), saying so too where ``repo_id`` could have been meant as a local folder."""
+    from yolo11.weights.resolve import hub_endpoint, hub_reachable
+
+    reason = "HF_HUB_OFFLINE is set" if hub_constants.HF_HUB_OFFLINE else None
+    if reason is None and not hub_reachable():
+        reason = f"{hub_endpoint()} does not answer; a copy in the Hugging Face cache loads with HF_HUB_OFFLINE=1"
+    if reason is None:
+        try:
+            return datasets.load_dataset(repo_id)
+        except Exception as err:  # connection errors come as many types (ConnectionError, HfHubHTTPError...)
+            reason = f"{type(err).__name__}: {err}"
+    folder = Path(repo_id).expanduser().absolute()
+    local = f"; no local folder {folder} either" if folder.parent.is_dir() and folder.parent != Path.cwd() else ""
+    raise DataSourceError(
+        f"could not load {repo_id!r} from the Hugging Face Hub ({reason}){local}. To use a local copy, save it "
+        f"once with datasets.load_dataset({repo_id!r}).save_to_disk('DIR') on a machine with network and pass "
+        "--data DIR, or pass a COCO json or an Ultralytics data YAML.") from None
 
 
 def load_disk(folder: Path) -> datasets.Dataset | datasets.DatasetDict:
