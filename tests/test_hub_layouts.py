@@ -483,3 +483,30 @@ def test_imagefolder_trains_an_epoch_through_accelerate_launch(tmp_path: Path) -
     assert "ds-train: row 2: object 0: objects.bbox [50, 10, 0, 30]: zero-area box, dropped" in output
     assert "cannot decode image" in output and "4.png" in output, describe(result)
     assert "helmet" in result.stdout and "vest" in result.stdout  # the per-class table names them
+
+
+def test_a_repository_of_several_configs_without_a_default_asks_for_one(tmp_path: Path) -> None:
+    """A clone whose README names configs 'full' and 'mini' (no default): every file of both was read as one
+    dataset (5 rows of two configs); it is an error naming them, and the folder of one config loads alone."""
+    cv2.imwrite(os.fspath(tmp_path / "a.png"), np.full((48, 64, 3), 90, np.uint8))
+    features = datasets.Features({
+        "image": datasets.Image(),
+        "objects": datasets.Sequence({"bbox": datasets.Sequence(datasets.Value("float32"), length=4),
+                                      "category": datasets.ClassLabel(names=["cat", "dog"])})})
+
+    def parquet(rows: int, category: int, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        row = {"image": os.fspath(tmp_path / "a.png"), "objects": {"bbox": [[30, 5, 20, 30]], "category": [category]}}
+        datasets.Dataset.from_list([row] * rows, features=features).to_parquet(os.fspath(path))
+
+    repo = tmp_path / "repo"
+    parquet(4, 0, repo / "full" / "train.parquet")
+    parquet(2, 0, repo / "full" / "test.parquet")
+    parquet(1, 1, repo / "mini" / "train.parquet")
+    (repo / "README.md").write_text("---\nconfigs:\n- config_name: full\n  data_files:\n"
+                                    "  - {split: train, path: full/train.parquet}\n"
+                                    "  - {split: test, path: full/test.parquet}\n- config_name: mini\n  data_files:\n"
+                                    "  - {split: train, path: mini/train.parquet}\n---\n")
+    with pytest.raises(DataSourceError, match=r"names 2 dataset configs \('full', 'mini'\) and none is the default"):
+        load_source(os.fspath(repo), "train", cache_dir=tmp_path / "cache")
+    assert len(load_source(os.fspath(repo / "full"), "train", cache_dir=tmp_path / "cache").dataset) == 4

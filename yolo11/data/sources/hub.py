@@ -60,11 +60,27 @@ def load_disk(folder: Path) -> datasets.Dataset | datasets.DatasetDict:
         return datasets.load_from_disk(os.fspath(folder)) if saved else datasets.load_dataset(os.fspath(folder))
     except Exception as err:
         together = err
+    if not saved:
+        _refuse_config_choice(folder)
     apart = None if saved else _load_splits_apart(folder)
     if apart is None:
         raise DataSourceError(f"{folder}: neither a save_to_disk dataset folder nor a folder of dataset files "
                               f"({type(together).__name__}: {together})") from None
     return apart
+
+
+def _refuse_config_choice(folder: Path) -> None:
+    """``DataSourceError`` where ``folder``'s README names several dataset configs and none is the default:
+    ``datasets`` asks for one, and reading the files split by split would merge them all."""
+    try:
+        names = datasets.get_dataset_config_names(os.fspath(folder))
+    except Exception:  # no README configs, or none datasets can read: the other errors say more
+        return
+    if len(names) > 1:
+        raise DataSourceError(
+            f"{folder}: its README names {len(names)} dataset configs ({', '.join(map(repr, names))}) and none is "
+            "the default; save the one to train on with datasets.load_dataset(FOLDER, NAME).save_to_disk('DIR') and "
+            "pass --data DIR, or pass the folder of its files")
 
 
 def _load_splits_apart(folder: Path) -> datasets.DatasetDict | None:
