@@ -510,3 +510,23 @@ def test_a_repository_of_several_configs_without_a_default_asks_for_one(tmp_path
     with pytest.raises(DataSourceError, match=r"names 2 dataset configs \('full', 'mini'\) and none is the default"):
         load_source(os.fspath(repo), "train", cache_dir=tmp_path / "cache")
     assert len(load_source(os.fspath(repo / "full"), "train", cache_dir=tmp_path / "cache").dataset) == 4
+
+
+def test_a_saved_dataset_dict_with_an_empty_split_loads_its_other_splits(tmp_path: Path,
+                                                                        caplog: pytest.LogCaptureFixture) -> None:
+    """datasets' load_from_disk fails on the whole (IndexError) when one split is empty: the folder was called
+    'neither a save_to_disk dataset folder nor a folder of dataset files'. The readable splits load; the empty one
+    is named."""
+    cv2.imwrite(os.fspath(tmp_path / "a.png"), np.full((48, 64, 3), 90, np.uint8))
+    features = datasets.Features({
+        "image": datasets.Image(),
+        "objects": datasets.Sequence({"bbox": datasets.Sequence(datasets.Value("float32"), length=4),
+                                      "category": datasets.ClassLabel(names=["cat"])})})
+    row = {"image": os.fspath(tmp_path / "a.png"), "objects": {"bbox": [[30, 5, 20, 30]], "category": [0]}}
+    train = datasets.Dataset.from_list([row] * 4, features=features)
+    datasets.DatasetDict(train=train, validation=train.select([])).save_to_disk(os.fspath(tmp_path / "saved"))
+    with caplog.at_level("WARNING", logger="yolo11.data"):
+        assert len(load_source(os.fspath(tmp_path / "saved"), "train", cache_dir=tmp_path / "cache").dataset) == 4
+    assert "split(s) 'validation'" in caplog.text and "cannot be read, left out" in caplog.text
+    with pytest.raises(DataSourceError, match=r"no 'val' split .*choose one with --val-split"):
+        load_source(os.fspath(tmp_path / "saved"), "val", cache_dir=tmp_path / "cache", split_flag="--val-split")

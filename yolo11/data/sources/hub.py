@@ -17,12 +17,13 @@ from datasets.data_files import get_data_patterns
 from huggingface_hub import constants as hub_constants
 from PIL import Image
 
-from yolo11.data.schema import BadSampleSummary, DataSourceError, detection_features
+from yolo11.data.schema import LOGGER, BadSampleSummary, DataSourceError, detection_features
 from yolo11.data.sources.box_format import box_array, object_field, resolve_bbox_format
 from yolo11.data.sources.checks import as_id, check_boxes, oriented_size
 from yolo11.data.sources.hub_classes import find_classes, is_text
 from yolo11.data.sources.hub_columns import ObjectColumns, find_columns, object_features
 from yolo11.data.sources.splits import choose_split
+from yolo11.gate import read_json
 
 CROWD_NAME = "iscrowd"  # COCO's flag for a region of many objects: skipped, as for a COCO json
 
@@ -62,11 +63,31 @@ def load_disk(folder: Path) -> datasets.Dataset | datasets.DatasetDict:
         together = err
     if not saved:
         _refuse_config_choice(folder)
-    apart = None if saved else _load_splits_apart(folder)
+    apart = _load_saved_splits_apart(folder) if saved else _load_splits_apart(folder)
     if apart is None:
         raise DataSourceError(f"{folder}: neither a save_to_disk dataset folder nor a folder of dataset files "
                               f"({type(together).__name__}: {together})") from None
     return apart
+
+
+def _load_saved_splits_apart(folder: Path) -> datasets.DatasetDict | None:
+    """The splits of a saved DatasetDict that load alone, where ``load_from_disk`` fails on the whole (datasets 5
+    raises IndexError for an empty split); each one left out is named. None when none loads."""
+    try:
+        names = read_json(folder / "dataset_dict.json", max_bytes=1 << 20)["splits"]
+    except Exception:  # a saved Dataset (state.json), or no readable split list: the error of the load says more
+        return None
+    splits, left_out = {}, []
+    for name in names if isinstance(names, list) else []:
+        try:
+            splits[name] = datasets.load_from_disk(os.fspath(folder / str(name)))
+        except Exception as err:
+            left_out.append(f"'{name}' ({type(err).__name__}: {err or 'empty?'})")
+    if not splits:
+        return None
+    if left_out:
+        LOGGER.warning("%s: split(s) %s cannot be read, left out", folder, ", ".join(left_out))
+    return datasets.DatasetDict(splits)
 
 
 def _refuse_config_choice(folder: Path) -> None:
