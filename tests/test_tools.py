@@ -234,51 +234,37 @@ def test_validation_during_training_equals_the_val_tool(tmp_path, processes):
     assert metrics["--no-rect"]["map50_95"] != pytest.approx(metrics["--rect"]["map50_95"], rel=1e-3)
 
 
-class _NmsOnly(torch.nn.Module):
-    def forward(self, boxes, scores):
-        return export.OnnxNonMaxSuppression.apply(boxes, scores, torch.tensor([4]), torch.tensor([0.5]),
-                                                  torch.tensor([0.3]))
-
-
-@pytest.mark.filterwarnings("ignore::torch.jit.TracerWarning", "ignore::DeprecationWarning")
-def test_onnx_nonmaxsuppression_equals_torchvision_selection(tmp_path):
-    onnxruntime = pytest.importorskip("onnxruntime")
-    generator = torch.Generator().manual_seed(0)
-    corners = torch.rand(3, 60, 2, generator=generator) * 40
-    boxes = torch.cat((corners, corners + torch.rand(3, 60, 2, generator=generator) * 20 + 4), dim=2)
-    scores = torch.rand(3, 2, 60, generator=generator)
-    expected = _NmsOnly()(boxes, scores)
-    assert 0 < expected.shape[0] <= 3 * 2 * 4  # at most 4 per image and class
-    torch.onnx.export(_NmsOnly(), (boxes, scores), str(tmp_path / "nms.onnx"), input_names=["boxes", "scores"],
-                      output_names=["selected"], opset_version=17, dynamo=False)
-    session = onnxruntime.InferenceSession(str(tmp_path / "nms.onnx"), providers=["CPUExecutionProvider"])
-    (got,) = session.run(None, {"boxes": boxes.numpy(), "scores": scores.numpy()})
-    assert np.array_equal(got, expected.numpy())
-
-
 @needs_data
 @pytest.mark.slow
-def test_export_with_nms_matches_non_max_suppression(tmp_path):
+@pytest.mark.filterwarnings("ignore::torch.jit.TracerWarning", "ignore::DeprecationWarning")
+def test_export_with_nms_is_ultralytics_nms_layout_and_reads_back(tmp_path):
+    """``--nms`` as Ultralytics' ``nms=True`` export: ``output0`` (B, max_det, 6) rows of each anchor's best class
+    after class-wise NMS, zero rows after them; equal to our single-label NMS of the same model, and read by our
+    runtime as rows (its metadata says nms, as Ultralytics' runtime reads it)."""
     onnxruntime = pytest.importorskip("onnxruntime")
     from yolo11.postprocess import non_max_suppression
+    from yolo11.tools.onnx_model import OnnxModel
     from yolo11.weights import load_weights
 
     images = torch.from_numpy(np.load(REFERENCE / "yolo11n_coco128_outputs.npz")["input"]).float()
     assert export.main([str(CHECKPOINT), "--imgsz", "640", "--nms", "--batch", str(len(images)),
                         "--output", str(tmp_path / "nms.onnx")]) == 0
     session = onnxruntime.InferenceSession(str(tmp_path / "nms.onnx"), providers=["CPUExecutionProvider"])
-    boxes, scores, selected = session.run(None, {"images": images.numpy()})
+    (rows,) = session.run(None, {"images": images.numpy()})
+    assert rows.shape == (len(images), 300, 6)
     model = load_weights(CHECKPOINT).eval()
     with torch.no_grad():
-        expected = non_max_suppression(export.DecodedDetector(model)(images), conf=0.25, iou=0.7, multi_label=True)
+        expected = non_max_suppression(export.DecodedDetector(model)(images), conf=0.25, iou=0.7, multi_label=False)
     assert sum(len(e) for e in expected) > 0
-    for i, det in enumerate(expected):
-        mine = selected[selected[:, 0] == i]
-        got = np.concatenate((boxes[i, mine[:, 2]], scores[i, mine[:, 1], mine[:, 2]][:, None], mine[:, 1:2]), 1)
-        got = got[np.argsort(-got[:, 4], kind="stable")]
-        assert got.shape == tuple(det.shape)
-        assert np.abs(got[:, :4] - det[:, :4].numpy()).max(initial=0) <= 1e-4 * 640
-        assert np.abs(got[:, 4:] - det[:, 4:].numpy()).max(initial=0) <= 1e-4
+    for got, det in zip(rows, expected, strict=True):
+        kept = got[got[:, 4] > 0]
+        assert kept.shape == tuple(det.shape) and not got[len(kept):].any()  # zero rows after the kept ones
+        assert np.abs(kept[:, :4] - det[:, :4].numpy()).max(initial=0) <= 1e-4 * 640
+        assert np.abs(kept[:, 4:] - det[:, 4:].numpy()).max(initial=0) <= 1e-4
+    graph = OnnxModel(tmp_path / "nms.onnx")
+    assert graph.metadata.nms and graph.select_head(None) and graph.select_head(True)
+    with pytest.raises(ValueError, match="ends in NMS .*nms=false asks for the NMS-free head"):
+        graph.select_head(False)
 
 
 @pytest.mark.parametrize("detected_classes", [(), (0,)], ids=["nothing", "one-class-only"])

@@ -124,25 +124,28 @@ def test_ultralytics_runtime_predicts_and_validates_our_pt_and_onnx_as_the_origi
     assert export.main([str(CHECKPOINT), "--imgsz", str(imgsz), "--output", str(tmp_path / "ours.onnx")]) == 0
     assert export.main([str(CHECKPOINT), "--format", "pt", "--imgsz", str(imgsz),
                         "--output", str(tmp_path / "ours.pt")]) == 0
+    assert export.main([str(CHECKPOINT), "--imgsz", str(imgsz), "--nms", "--conf", "0.05",
+                        "--output", str(tmp_path / "nms.onnx")]) == 0
     shutil.copytree(DATA / "coco8", tmp_path / "coco8")  # Ultralytics writes label caches beside the labels
     data = tmp_path / "coco8.yaml"
     data.write_text((DATA / "coco8.yaml").read_text().replace("path: coco8", f"path: {tmp_path / 'coco8'}"))
     image = tmp_path / "coco8" / "images" / "val" / "000000000042.jpg"
     env = os.environ | {"YOLO_OFFLINE": "1", "YOLO_CONFIG_DIR": str(tmp_path / "cfg"),
                         "PYTHONPATH": os.pathsep.join([str(ultralytics_path()), str(ROOT)])}
-    models = [str(CHECKPOINT), str(tmp_path / "ours.pt"), str(tmp_path / "ours.onnx")]
+    models = [str(CHECKPOINT), str(tmp_path / "ours.pt"), str(tmp_path / "ours.onnx"), str(tmp_path / "nms.onnx")]
     script = ROOT / "tests" / "helpers" / "ultralytics_runtime.py"
     done = subprocess.run([sys.executable, str(script), str(data), str(image), str(imgsz), str(tmp_path / "runs"),
                            *models], env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(done.stdout.strip().splitlines()[-1])
-    original, pt, onnx = (report[m] for m in models)
+    original, pt, onnx, nms = (report[m] for m in models)
     assert original["map50_95"] > 0 and original["names"] == pt["names"] == onnx["names"]
     for ours in (pt, onnx):
         assert ours["map50"] == pytest.approx(original["map50"], abs=1e-3)
         assert ours["map50_95"] == pytest.approx(original["map50_95"], abs=1e-3)
     # predict: Ultralytics' boxes on our .pt (rect letterbox) and static .onnx (square) equal our Detector's
-    for ours, rect in ((pt, True), (onnx, False)):
+    # and the --nms graph's rows (Ultralytics' nms=True layout: its NMS and conf 0.05 inside), read as they are
+    for ours, rect in ((pt, True), (onnx, False), (nms, False)):
         detector = yolo11.Detector.from_pretrained(CHECKPOINT, imgsz=imgsz, conf=0.05, rect=rect, device="cpu")
         (result,) = detector.predict(str(image))
         assert len(result) > 0 and ours["classes"] == result.class_ids.tolist()

@@ -13,11 +13,12 @@ at 640), which Ultralytics' runtime (``YOLO("model.onnx")``) needs to predict an
 makes batch, height and width dynamic (``output0`` ``(batch, 4 + nc, anchors)``), as Ultralytics' ``dynamic=True``.
 ``--half`` stores the weights in float16 (inputs and outputs stay float32, as Ultralytics' CPU ``half=True``).
 
-With ``--nms`` the graph ends in ONNX ``NonMaxSuppression`` instead and returns ``boxes`` ``(B, A, 4)`` xyxy input
-pixels, ``scores`` ``(B, nc, A)`` and ``selected`` ``(K, 3)`` int64 rows ``[image, class, anchor]``: per image and
-class, scores above ``--conf`` and IoU above ``--iou`` suppressed, as ``non_max_suppression(multi_label=True)``;
-but ``--max-det`` caps each class (the operator's ``max_output_boxes_per_class``), not the image total. This layout
-is for onnxruntime users; Ultralytics' runtime reads only the default graph and the end-to-end one.
+With ``--nms`` the graph ends in NMS, as Ultralytics 8.4.190's ``nms=True`` export (``NMSModel``), and returns
+``output0`` ``(B, max_det, 6)`` rows ``[x1, y1, x2, y2, score, class]`` in input pixels: per image, each anchor's
+best class above ``--conf``, class-wise NMS at ``--iou`` (ONNX ``NonMaxSuppression``), the first ``--max-det`` by
+decreasing score, then zero rows. Its metadata's ``args`` say ``nms: True``: Ultralytics' runtime and ours read the
+rows as they are (no NMS of their own); ``--dynamic`` with it needs ``--batch``, the largest batch it takes (the
+per-image loop is unrolled), as Ultralytics'.
 
 YOLO26 (two heads), as Ultralytics 8.4.190's ONNX export with its ``nms`` argument (``engine/exporter.py``:
 ``model.end2end = args.nms is False``): unset (default), the graph above of the one-to-many head; ``--nms``, that
@@ -59,7 +60,7 @@ from yolo11.tools import add_nms_flag, cli, threshold_value
 
 OPSET = 17  # the lowest opset accepted (yolo11.tools.onnx_export.OPSET, which loads torch)
 # The graph code loads torch and onnx: it is imported in main, after the arguments are checked (--help is instant).
-_GRAPH_NAMES = ("DecodedDetector", "End2EndDetector", "NmsDetector", "OnnxNonMaxSuppression", "check_onnx",
+_GRAPH_NAMES = ("DecodedDetector", "End2EndDetector", "NmsDetector", "check_onnx",
                 "export_onnx", "onnx_metadata")
 
 
@@ -144,10 +145,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                        half=args.half, nms=nms_settings, end2end=end2end, max_det=args.max_det)
     anchors = sum((args.imgsz // s) ** 2 for s in model.strides)
     batch, side = ("batch", "H") if args.dynamic else (args.batch, args.imgsz)
-    if end2end:
-        shapes = f"output0 ({batch}, {min(args.max_det, anchors)}, 6) rows x1 y1 x2 y2 score class"
-    elif args.nms:
-        shapes = f"boxes ({batch}, A, 4), scores ({batch}, {model.num_classes}, A), selected (K, 3)"
+    if end2end or args.nms:
+        what = "after NMS, zero rows after the last" if args.nms else "rows"
+        shapes = f"output0 ({batch}, {min(args.max_det, anchors)}, 6) {what}: x1 y1 x2 y2 score class"
     else:
         shapes = f"output0 ({batch}, {4 + model.num_classes}, {anchors if not args.dynamic else 'anchors'})"
     print(head_line(name, model.end2end, end2end))

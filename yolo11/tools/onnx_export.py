@@ -54,45 +54,40 @@ class End2EndDetector(nn.Module):
         return end2end_topk(self.model(images).one2one, self.strides, self.reg_max, self.max_det)
 
 
-class OnnxNonMaxSuppression(torch.autograd.Function):
-    """ONNX ``NonMaxSuppression`` in the exported graph; in PyTorch the same selection with torchvision's NMS.
-
-    ``boxes`` (B, A, 4) xyxy, ``scores`` (B, C, A) -> ``(K, 3)`` int64 rows ``[image, class, anchor]``, per image
-    and class by decreasing score (the operator's output order).
-    """
-
-    @staticmethod
-    def forward(ctx, boxes, scores, max_per_class, iou, conf):
-        rows = []
-        for image in range(boxes.shape[0]):
-            for cls in range(scores.shape[1]):
-                candidates = torch.nonzero(scores[image, cls] > conf).flatten()
-                keep = nms(boxes[image, candidates], scores[image, cls, candidates], float(iou))
-                anchors = candidates[keep[: int(max_per_class)]]
-                rows.append(torch.stack((torch.full_like(anchors, image), torch.full_like(anchors, cls), anchors), 1))
-        return torch.cat(rows)
-
-    @staticmethod
-    def symbolic(g, boxes, scores, max_per_class, iou, conf):
-        return g.op("NonMaxSuppression", boxes, scores, max_per_class, iou, conf, center_point_box_i=0)
-
-
 class NmsDetector(nn.Module):
-    """``(B, 3, H, W)`` -> ``boxes`` (B, A, 4) xyxy px, ``scores`` (B, nc, A), ``selected`` (K, 3)."""
+    """Ultralytics' ``nms=True`` export (8.4.190's ``NMSModel``): ``(B, 3, H, W)`` -> ``output0`` ``(B, max_det, 6)``
+    rows ``[x1, y1, x2, y2, score, class]`` in input pixels, per image: each anchor's best class above ``conf``,
+    class-wise NMS (torchvision's ``nms``, ONNX NonMaxSuppression in the graph) on boxes scaled as Ultralytics scales
+    them, the first ``max_det`` kept by decreasing score, zero rows after them. Its metadata's ``args.nms`` tells
+    Ultralytics' runtime (and ours) that the rows need no NMS of their own."""
 
-    def __init__(self, model: nn.Module, conf: float, iou: float, max_det: int):
+    def __init__(self, model: nn.Module, conf: float, iou: float, max_det: int, batch: int = 1, dynamic: bool = False):
         super().__init__()
         self.decoded = DecodedDetector(model)
-        self.register_buffer("max_per_class", torch.tensor([max_det]), persistent=False)
-        self.register_buffer("iou", torch.tensor([iou]), persistent=False)
-        self.register_buffer("conf", torch.tensor([conf]), persistent=False)
+        self.conf, self.iou, self.max_det = conf, iou, max_det
+        self.classes = model.num_classes
+        self.batch, self.dynamic = batch, dynamic
 
-    def forward(self, images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        decoded = self.decoded(images)
-        boxes = xywh_to_xyxy(decoded[:, :4].transpose(1, 2))
-        scores = decoded[:, 4:]
-        selected = OnnxNonMaxSuppression.apply(boxes, scores, self.max_per_class, self.iou, self.conf)
-        return boxes, scores, selected
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        pred = self.decoded(images).transpose(1, 2)  # (B, A, 4 + nc)
+        count = pred.shape[0]
+        if self.dynamic and self.batch > 1:  # the loop below is unrolled for --batch images: pad up to it
+            missing = (self.batch - torch._shape_as_tensor(pred)[0]).clamp(min=0)
+            pred = torch.cat((pred, pred.new_zeros(missing, *pred.shape[1:])))
+        boxes, scores = xywh_to_xyxy(pred[..., :4]), pred[..., 4:]
+        scores, classes = scores.max(dim=-1)
+        max_det = min(self.max_det, pred.shape[1])
+        out = pred.new_zeros(pred.shape[0], max_det, 6)
+        scale = 1 / max(self.classes, 1)  # Ultralytics' box scaling: small class offsets (int8-safe)
+        side = torch._shape_as_tensor(images)[2:].max().to(pred.dtype)
+        for i in range(self.batch if self.dynamic and self.batch > 1 else count):
+            mask = scores[i] > self.conf
+            box, score, cls = boxes[i][mask], scores[i][mask], classes[i][mask]
+            offset = cls.view(-1, 1).expand(cls.shape[0], 4) * scale
+            keep = nms(scale * (box / side) + offset, score, self.iou)[:max_det]
+            rows = torch.cat((box[keep], score[keep].view(-1, 1), cls[keep].view(-1, 1).to(out.dtype)), dim=-1)
+            out[i] = nn.functional.pad(rows.reshape(-1), (0, (max_det - rows.shape[0]) * 6)).reshape(max_det, 6)
+        return out[:count]
 
 
 def onnx_metadata(model: nn.Module, imgsz: int, batch: int, dynamic: bool, half: bool, nms: bool,
@@ -130,10 +125,8 @@ def _dynamic_axes(outputs: list[str]) -> dict[str, dict[int, str]]:
     axes = {"images": {0: "batch", 2: "height", 3: "width"}}
     if outputs == ["output0"]:
         return axes | {"output0": {0: "batch", 2: "anchors"}}
-    if outputs == ["end2end"]:  # top-k rows: their number is the traced min(max_det, anchors)
-        return axes | {"output0": {0: "batch"}}
-    return axes | {"boxes": {0: "batch", 1: "anchors"}, "scores": {0: "batch", 2: "anchors"},
-                   "selected": {0: "detections"}}
+    # rows (the end-to-end top-k, or the NMS graph's): their number is the traced min(max_det, anchors)
+    return axes | {"output0": {0: "batch"}}
 
 
 def export_onnx(model: nn.Module, output: Path, imgsz: int = 640, opset: int = OPSET, *, batch: int = 1,
@@ -160,12 +153,11 @@ def export_onnx(model: nn.Module, output: Path, imgsz: int = 640, opset: int = O
     elif nms is None:
         wrapped, outputs = DecodedDetector(fused).eval(), ["output0"]
     else:
-        wrapped, outputs = NmsDetector(fused, *nms).eval(), ["boxes", "scores", "selected"]
+        wrapped, outputs = NmsDetector(fused, *nms, batch=batch, dynamic=dynamic).eval(), ["output0"]
     example = torch.zeros(batch, 3, imgsz, imgsz)
     output = Path(output)
     output.parent.mkdir(parents=True, exist_ok=True)
-    dynamic_axes = _dynamic_axes(["end2end"] if end2end else outputs) if dynamic else \
-        {"selected": {0: "detections"}} if nms else None
+    dynamic_axes = _dynamic_axes(["end2end"] if end2end or nms else outputs) if dynamic else None
     with torch.no_grad(), warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="You are using the legacy TorchScript-based ONNX export")
         # NMS settings and (static exports) anchor grids are constants of the graph by design

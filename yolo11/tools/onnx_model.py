@@ -113,9 +113,6 @@ class OnnxModel(nn.Module):
 
         self.path = Path(path)
         self.metadata = read_metadata(self.path)
-        if self.metadata.nms:
-            raise ValueError(f"{self.path} ends in NonMaxSuppression (exported with --nms): val and predict read "
-                             "the default graph (output0) or the end-to-end one; export again without --nms")
         self.providers = providers_for(device)
         self.session = onnxruntime.InferenceSession(str(self.path), providers=self.providers)
         inputs, outputs = self.session.get_inputs(), self.session.get_outputs()
@@ -123,10 +120,12 @@ class OnnxModel(nn.Module):
         shape = inputs[0].shape  # ints for static axes, names for dynamic ones
         self.static_batch = shape[0] if isinstance(shape[0], int) else None
         self.static_size = (shape[2], shape[3]) if all(isinstance(s, int) for s in shape[2:4]) else None
-        classes = outputs[0].shape[1] - 4 if not self.metadata.end2end and isinstance(outputs[0].shape[1], int) \
+        rows = self.metadata.end2end or self.metadata.nms
+        classes = outputs[0].shape[1] - 4 if not rows and isinstance(outputs[0].shape[1], int) \
             else len(self.metadata.names)
         self.num_classes = classes or len(self.metadata.names)
-        self.end2end = self.metadata.end2end
+        # rows [x1, y1, x2, y2, score, class] out: YOLO26's one-to-one top-k, or the rows of a graph that ends in NMS
+        self.end2end = self.metadata.end2end or self.metadata.nms
         self.strides, self.reg_max = (8, 16, 32), 1  # a decoded output needs neither; Postprocessor takes them
         self.config = {"name": self.metadata.name, "num_classes": self.num_classes,
                        "names": self.metadata.names or None}
@@ -147,6 +146,11 @@ class OnnxModel(nn.Module):
     def select_head(self, nms: bool | None) -> bool:
         """Whether detections come from the one-to-one top-k: the graph's choice, made at export. ``nms`` (the
         user's) must not ask for the other one."""
+        if self.metadata.nms:  # its rows are NMS's already: nms=false would ask for YOLO26's NMS-free head
+            if nms is False:
+                raise ValueError(f"{self.path} ends in NMS (exported with --nms): nms=false asks for the NMS-free "
+                                 "head; leave nms out, or export the weights again")
+            return True
         if nms is not None and nms == self.end2end:
             graph = "end-to-end (exported with --nms false)" if self.end2end else "decoded (NMS runs after it)"
             raise ValueError(f"{self.path} is {graph}: nms={str(nms).lower()} asks for the other head; leave nms "
