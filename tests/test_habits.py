@@ -213,3 +213,19 @@ def test_val_false_validates_the_last_epoch_only_and_leaves_best_weights(tmp_pat
     first, last = read_results(tmp_path / "run" / "results.csv")
     assert first["metrics/mAP50-95(B)"] == "" and last["metrics/mAP50-95(B)"] != ""
     assert (tmp_path / "run" / "weights" / "best.safetensors").is_file()
+
+
+@pytest.mark.slow
+def test_an_early_stop_by_patience_says_so(tmp_path, monkeypatch, capsys):
+    """``--patience`` ended a run after its epoch line with nothing said (Ultralytics prints its EarlyStopping
+    line); every epoch scoring the same, patience 1 stops after the second."""
+    from helpers.engine_helpers import TINY_RUN_TRAINING, train_in_process
+
+    from yolo11.engine import run_outputs
+
+    monkeypatch.setattr(run_outputs, "fitness", lambda metrics: 0.5)
+    assert train_in_process([*TINY_RUN_TRAINING, "--epochs", "4", "--patience", "1", "--output-dir", str(tmp_path),
+                             "--name", "run"]) == 0
+    out = capsys.readouterr().out
+    assert "early stop: no improvement in the last 1 epochs (--patience); the best was epoch 1" in out
+    assert "epoch 2/4 done" in out and "epoch 3/4" not in out

@@ -496,6 +496,9 @@ def fit(run: Run) -> tuple[int, int]:
                                   "validates the epoch again)")
                 return step.stop.exit_code, images_seen
             if stop_training or result.reached_max_steps:
+                if stop_training:  # as Ultralytics' EarlyStopping says it
+                    accelerator.print(f"early stop: no improvement in the last {config.patience} epochs (--patience); "
+                                      f"the best was epoch {state.best_epoch + 1}, best.safetensors holds it")
                 if result.reached_max_steps and not stop_training and epoch + 1 < config.epochs:
                     accelerator.print(f"stopped after --max-steps {config.max_steps} at the end of epoch {epoch + 1}; "
                                       f"resume with: {resume_command(run.run_dir)}")
