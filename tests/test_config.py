@@ -27,6 +27,8 @@ def test_flags_types_and_booleans():
     (["--optimizer", "Lion"], "invalid choice"),
     (["--epochs", "0"], ">= 1"),
     (["--pretrained"], "timm --backbone"),
+    (["--name", ""], "--name '' names no run folder"),  # runs landed in --output-dir itself, then beside it
+    (["--name", "."], "--name '.' names no run folder"),
 ])
 def test_invalid_flags_exit_with_message(argv, message, capsys):
     with pytest.raises(SystemExit) as exc:

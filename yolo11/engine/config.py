@@ -293,6 +293,8 @@ class RunConfig(_SelfValidating):
         _require(self, "val_interval", -1)
         _require(self, "val_conf", 0, 1)
         _require(self, "val_iou", 0, 1)
+        if not self.name.strip() or self.name.strip() in (".", ".."):  # the run folder would be --output-dir itself
+            raise ValueError(f"--name {self.name!r} names no run folder; give one (default: exp)")
 
 
 @dataclass(frozen=True)
