@@ -153,3 +153,35 @@ def test_deferred_mode_skips_the_update_on_the_device_and_rolls_back_one_step_la
     with pytest.raises(NonFiniteLossError, match="iteration 3;"):
         guard.flush(state)
     assert (state.iteration, state.optimizer_steps) == (2, 2)  # as after the last applied step
+
+
+@pytest.mark.parametrize("checkpoint_before", [False, True])
+def test_a_non_finite_stop_says_what_was_saved_and_names_real_options(tmp_path, capsys, monkeypatch,
+                                                                      checkpoint_before):
+    """The stop named a --mixed-precision flag that does not exist, and 'the last good checkpoint' in a folder
+    that no checkpoint had been written to."""
+    import types
+
+    from yolo11.engine import trainer
+    from yolo11.engine.checkpoint import CheckpointError
+    from yolo11.engine.guard import NonFiniteGuard, NonFiniteLossError
+    from yolo11.engine.run_state import TrainState
+
+    if checkpoint_before:
+        (tmp_path / "checkpoints").mkdir()
+        (tmp_path / "checkpoints" / "latest").write_text("checkpoint-00000004")
+
+    def refused(run):
+        raise CheckpointError("not finite")
+
+    monkeypatch.setattr(trainer, "checkpoint", refused)
+    run = types.SimpleNamespace(run_dir=tmp_path, step=types.SimpleNamespace(
+        accelerator=types.SimpleNamespace(is_main_process=True)))
+    with pytest.raises(NonFiniteLossError) as raised:
+        NonFiniteGuard._raise(TrainState())
+    assert trainer.stop_non_finite(run, raised.value) == 1
+    err = capsys.readouterr().err
+    assert "--mixed-precision" not in err and "accelerate launch --mixed_precision bf16|no" in err
+    said = f"the last good checkpoint is in {tmp_path / 'checkpoints'}" if checkpoint_before else \
+        "no checkpoint was written before it"
+    assert said in err

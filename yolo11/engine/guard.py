@@ -115,4 +115,6 @@ class NonFiniteGuard:
     def _raise(state: TrainState) -> None:
         raise NonFiniteLossError(
             f"non-finite loss or gradient at epoch {state.epoch + 1}, iteration {state.iteration + 1}; the update "
-            "was not applied. Lower --lr0, check the data, or try --mixed-precision bf16/no.")
+            "was not applied. Lower --lr0, check the data, or train in another precision: `accelerate launch "
+            "--mixed_precision bf16|no` (the Accelerate config's mixed_precision; ACCELERATE_MIXED_PRECISION=no "
+            "without a launcher).")

@@ -541,7 +541,9 @@ def stop_non_finite(run: Run, err: NonFiniteLossError) -> int:
         checkpoint(run)
         where = f"the last good state is saved in {root}"
     except CheckpointError:
-        where = f"the weights are no longer finite and were not saved; the last good checkpoint is in {root}"
+        earlier = (f"the last good checkpoint is in {root}" if (root / "latest").is_file() else
+                   "no checkpoint was written before it (--save-period sets how often one is)")
+        where = f"the weights are no longer finite and were not saved; {earlier}"
     if step.accelerator.is_main_process:
         print(f"error: {err}\n{where}", file=sys.stderr)
     return 1
