@@ -156,6 +156,27 @@ def test_the_resume_command_is_the_way_this_run_was_started(monkeypatch, argv0, 
     assert resume_module._launcher_words() == (None if launcher is None else shlex.split(expected)[:-4])
 
 
+def test_the_resume_command_keeps_the_launch_environment_the_user_set(monkeypatch):
+    """cpu_2proc.yaml runs as ``ACCELERATE_USE_CPU=1 accelerate launch ...``: the printed command without it
+    started ranks that refused their world; what the launcher set for its children is not the user's."""
+    from pathlib import Path
+
+    launcher = ["/venv/bin/accelerate", "launch", "--config_file", "cpu_2proc.yaml", "train_accelerate.py"]
+    monkeypatch.setattr(sys, "argv", ["train_accelerate.py", "--name", "x"])
+
+    class Parent:
+        def cmdline(self):
+            return [*launcher, "--name", "x"]
+
+        def environ(self):
+            return {"ACCELERATE_USE_CPU": "1", "HOME": "/root", "CUDA_VISIBLE_DEVICES": ""}
+
+    psutil = pytest.importorskip("psutil")
+    monkeypatch.setattr(psutil, "Process", lambda pid: Parent())
+    assert resume_command(Path("runs/train/x")) == ("ACCELERATE_USE_CPU=1 accelerate launch --config_file "
+                                                    "cpu_2proc.yaml train_accelerate.py --resume runs/train/x")
+
+
 # -- end to end: what a user types, in a folder of their own ---------------------------------------------------------
 
 TINY = ["imgsz=64", "batch=4", "nbs=4", "workers=0", "plots=false",

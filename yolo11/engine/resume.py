@@ -147,7 +147,7 @@ def resume_command(run: Path, **changes: Any) -> str:
     launcher = _launcher_words()
     program = sys.argv[0] if sys.argv else ""
     if launcher is not None:
-        words = [*launcher, "--resume", str(run), *flags]
+        words = [*_launch_environment(), *launcher, "--resume", str(run), *flags]
     elif program.endswith("yolo11-train"):  # the console script, on the PATH
         words = ["yolo11-train", "--resume", str(run), *flags]
     elif program.endswith("train_accelerate.py"):
@@ -158,6 +158,20 @@ def resume_command(run: Path, **changes: Any) -> str:
         words = ["yolo11", "train", "resume", f"model={Path(run) / 'weights' / 'last.safetensors'}",
                  *(f"{key}={value}" for key, value in changes.items())]
     return shlex.join(words)
+
+
+# Variables of the launcher's environment that the launch depends on (README: cpu_2proc.yaml needs the first)
+LAUNCH_ENVIRONMENT = ("ACCELERATE_USE_CPU", "CUDA_VISIBLE_DEVICES", "YOLO11_SHARE_GPU")
+
+
+def _launch_environment() -> list[str]:
+    """``NAME=value`` words of ``LAUNCH_ENVIRONMENT`` as the launcher process had them (the user's, not those
+    the launcher sets for its children), so that the printed command starts the same processes."""
+    try:
+        environment = parent_process().environ()
+    except Exception:  # noqa: BLE001 - psutil.Error, or no parent: gone, or not ours to read
+        return []
+    return [f"{name}={environment[name]}" for name in LAUNCH_ENVIRONMENT if environment.get(name)]
 
 
 def _launcher_words() -> list[str] | None:
