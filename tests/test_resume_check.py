@@ -55,6 +55,20 @@ def test_an_iteration_off_the_epochs_passes_with_allow_changes(tmp_path):
     check_train_state(tmp_path / "train_state.json", STATE | {"iteration": 9}, BOUNDS, allow_changes=True)
 
 
+def test_more_batches_done_than_an_epoch_now_holds_resume_at_its_end_with_allow_changes(tmp_path):
+    """A run stopped at its epoch's end (a signal during validation), resumed with a larger batch: its batch count
+    exceeded the new epoch's and the resume was refused as a corrupt file, --allow-changes or not. With it, the
+    epoch resumes at its end, said in a note; without, still refused."""
+    notes: list[str] = []
+    saved = STATE | {"batches_in_epoch": 6, "iteration": 12}  # epoch 2 complete at 6 batches an epoch
+    bounds = RunBounds(epochs=3, batches_per_epoch=3)  # twice the batch size now
+    state = check_train_state(tmp_path / "train_state.json", dict(saved), bounds, allow_changes=True, notes=notes)
+    assert state["batches_in_epoch"] == 3 and notes == [
+        "epoch 2: 6 batches were done, more than it holds at this batch size (3): resumed at its end"]
+    with pytest.raises(CheckpointError, match="batches_in_epoch is 6, but an epoch of this run has 3 batches"):
+        check_train_state(tmp_path / "train_state.json", dict(saved), bounds)
+
+
 def _resume(resumable, edit, tmp_path: Path, allow_changes: bool = False) -> list[str]:
     import shutil
 

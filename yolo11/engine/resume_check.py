@@ -133,9 +133,10 @@ class RunBounds:
     batches_per_epoch: int
 
 
-def check_train_state(path: Path, saved: Any, bounds: RunBounds | None = None, allow_changes: bool = False) -> dict:
+def check_train_state(path: Path, saved: Any, bounds: RunBounds | None = None, allow_changes: bool = False,
+                      notes: list[str] | None = None) -> dict:
     """``train_state.json``: every key of ``TrainState``, of its type and range, and (``bounds``) within the run
-    that resumes it. Each refusal names the key."""
+    that resumes it. Each refusal names the key; what ``allow_changes`` let through is said in ``notes``."""
 
     fields = set(TrainState().state_dict())
     if not isinstance(saved, dict) or set(saved) != fields:
@@ -168,16 +169,20 @@ def check_train_state(path: Path, saved: Any, bounds: RunBounds | None = None, a
     if saved["tracker_run_id"] is not None and not isinstance(saved["tracker_run_id"], str):
         raise _refuse(path, "tracker_run_id must be a string or null")
     if bounds is not None:
-        _check_within_run(path, saved, bounds, allow_changes)
+        _check_within_run(path, saved, bounds, allow_changes, notes if notes is not None else [])
     return saved
 
 
-def _check_within_run(path: Path, saved: dict, bounds: RunBounds, allow_changes: bool) -> None:
+def _check_within_run(path: Path, saved: dict, bounds: RunBounds, allow_changes: bool, notes: list[str]) -> None:
     """The counters against the resumed run: an epoch beyond ``--epochs`` trains nothing, more batches than an epoch
     holds crash the epoch's skip; the iteration (warmup, accumulation) must be where the epochs put it."""
     epoch, batches, iteration = saved["epoch"], saved["batches_in_epoch"], saved["iteration"]
     if epoch > bounds.epochs:
         raise _refuse(path, f"epoch is {epoch}, beyond this run's --epochs {bounds.epochs}: nothing would train")
+    if batches > bounds.batches_per_epoch and allow_changes:  # a larger batch now: fewer batches an epoch
+        notes.append(f"epoch {epoch + 1}: {batches} batches were done, more than it holds at this batch size "
+                     f"({bounds.batches_per_epoch}): resumed at its end")
+        saved["batches_in_epoch"] = batches = bounds.batches_per_epoch
     if batches > bounds.batches_per_epoch:
         raise _refuse(path, f"batches_in_epoch is {batches}, but an epoch of this run has "
                             f"{bounds.batches_per_epoch} batches")
@@ -264,7 +269,7 @@ def check_checkpoint(checkpoint: Path, *, model: nn.Module | None, optimizer: to
                  allow_changes, notes)
 
     train_state = check_train_state(checkpoint / STATE_FILE, read_json(checkpoint / STATE_FILE), bounds,
-                                    allow_changes)
+                                    allow_changes, notes)
     ema = None
     if ema_module is not None:
         if (checkpoint / EMA_FILE).is_file():
