@@ -170,6 +170,18 @@ def test_compile_auto_compiles_long_cuda_runs_only_and_says_why():
     assert "--compile true" in forced.reason
 
 
+def test_the_accelerate_configs_dynamo_backend_compiles_unless_the_flag_says_otherwise():
+    """A config with ``dynamo_backend: INDUCTOR`` compiled the model in ``prepare`` while the run said 'compiled:
+    no' (and a CPU epoch took minutes): it is the compile choice now, said, and ``--compile false`` wins."""
+    configured = decide_compile(None, None, "auto", "cpu", 10, dynamo_backend="INDUCTOR")
+    assert (configured.model, configured.loss) == (True, True)
+    assert "compiled: model and loss" in configured.reason and "the Accelerate config's dynamo_backend inductor" \
+        in configured.reason
+    refused = decide_compile(False, None, "auto", "cpu", 10, dynamo_backend="INDUCTOR")
+    assert refused.model is False and "--compile false, not the Accelerate config's dynamo_backend" in refused.reason
+    assert decide_compile(None, None, "auto", "cpu", 10, dynamo_backend="NO").model is False
+
+
 def test_the_plan_counts_epochs_times_images_for_compile_auto():
     config = parse_config(["--epochs", "150", "--batch-size", "32"])
     assert plan_run(config, 1, 128, 80, "cuda").compile.model is False  # coco128 x 150 epochs: eager

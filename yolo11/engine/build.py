@@ -81,6 +81,7 @@ def build_accelerator(plan: RunPlan, run_dir: Path, log_with: list[str]) -> Acce
     deepspeed = PartialState().distributed_type == DistributedType.DEEPSPEED
     accelerator = Accelerator(
         mixed_precision=plan.mixed_precision,
+        dynamo_backend="no",  # the config's dynamo_backend is the plan's compile choice: compiled once, by us
         gradient_accumulation_steps=plan.accumulation_steps if deepspeed else 1,
         log_with=log_with or None,
         project_config=ProjectConfiguration(project_dir=str(run_dir), logging_dir=str(run_dir)),

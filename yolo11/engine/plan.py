@@ -93,14 +93,16 @@ def cpu_fallback_warning(device_type: str) -> str | None:
 def plan_run(config: TrainConfig, num_processes: int, num_train_images: int, num_classes: int,
              device_type: str = "cpu", cache_bytes: int = 0, available_ram: int | None = None,
              mixed_precision: str | None = "no", *, local_processes: int | None = None, distributed_type: str = "NO",
-             num_val_images: int = 0, omp_num_threads: str | None = None, bf16_native: bool = False) -> RunPlan:
+             num_val_images: int = 0, omp_num_threads: str | None = None, bf16_native: bool = False,
+             dynamo_backend: str | None = None) -> RunPlan:
     """Every value derived from the config and the launch, computed once, from explicit inputs only (nothing read
     from the environment or Accelerate's state here): ``device_type`` "cuda", "cpu"...; ``cache_bytes``: one
     process's RAM for ``--cache-images``; ``available_ram``: bytes, None if unknown; ``mixed_precision`` "no",
     "bf16", "fp16" as the Accelerate config gives it, None without one (``decide_precision``); ``bf16_native``:
     the GPU computes bf16 natively (compute capability 8.0 and later); ``local_processes``: the processes of this
     machine (default all); ``distributed_type``: Accelerate's (``DistributedType`` value, "DEEPSPEED"...);
-    ``num_val_images``: for the evaluator's device."""
+    ``num_val_images``: for the evaluator's device; ``dynamo_backend``: the Accelerate config's (``INDUCTOR``...),
+    which compiles the model unless ``--compile`` says otherwise."""
     run, optim = config.run, config.optim
     if run.batch_size % num_processes:
         raise ValueError(f"--batch-size {run.batch_size} is the global batch and must be divisible by the "
@@ -128,7 +130,7 @@ def plan_run(config: TrainConfig, num_processes: int, num_train_images: int, num
     if threads_reason:
         workers = (workers[0], f"{workers[1]}; {threads_reason}")
     compile_choice = decide_compile(config.run.compile, config.run.compile_loss, config.run.compile_mode,
-                                    device_type, run.epochs * num_train_images, num_processes)
+                                    device_type, run.epochs * num_train_images, num_processes, dynamo_backend)
     precision, precision_reason = decide_precision(mixed_precision, device_type, bf16_native)
     graphs = decide_cuda_graphs(config.run.cuda_graphs, device_type, num_processes, compile_choice.model,
                                 precision, distributed_type)
@@ -193,13 +195,16 @@ COMPILE_MIN_IMAGES = 100_000
 
 
 def decide_compile(model: bool | None, loss: bool | None, mode: str, device_type: str,
-                   images_to_train: int, num_processes: int = 1) -> CompileChoice:
+                   images_to_train: int, num_processes: int = 1, dynamo_backend: str | None = None) -> CompileChoice:
     """``--compile``/``--compile-loss``/``--compile-mode`` as asked; auto (None / "auto"): compile model and loss
     on CUDA when the run is long enough to repay the compilation, never on other devices. The auto mode is
     reduce-overhead (CUDA graphs) for one process; with several, DDP's gradient hooks split the compiled graph at
     every bucket and CUDA graphs of it have not been measured here, so inductor's default mode."""
     cuda = device_type == "cuda"
-    if model is None:
+    configured = dynamo_backend and dynamo_backend.upper() != "NO"
+    if model is None and configured:  # the Accelerate config asked for it: compiled here, once, not by prepare
+        model, why = True, f"the Accelerate config's dynamo_backend {dynamo_backend.lower()}"
+    elif model is None:
         model = cuda and images_to_train >= COMPILE_MIN_IMAGES
         if not cuda:
             why = f"auto: {device_type} run"
@@ -208,6 +213,8 @@ def decide_compile(model: bool | None, loss: bool | None, mode: str, device_type
             why = f"auto: this run trains {images_to_train:,} images, {verdict} {COMPILE_MIN_IMAGES:,}"
     else:
         why = f"--compile {str(model).lower()}"
+        if configured and not model:  # the flag wins over the config, said
+            why += f", not the Accelerate config's dynamo_backend {dynamo_backend.lower()}"
     loss = model if loss is None else loss
     if mode == "auto":
         mode = "reduce-overhead" if cuda and num_processes == 1 else "default"

@@ -208,7 +208,8 @@ def _train(config: TrainConfig, typed: frozenset[str] | None, launch: PartialSta
                         mixed_precision=configured_precision(), bf16_native=native_bf16(launch.device),
                         local_processes=int(os.environ.get("LOCAL_WORLD_SIZE", launch.num_processes)),
                         distributed_type=launch.distributed_type, num_val_images=len(val_source.dataset),
-                        omp_num_threads=chosen_omp_threads())
+                        omp_num_threads=chosen_omp_threads(),
+                        dynamo_backend=os.environ.get("ACCELERATE_DYNAMO_BACKEND"))
         if plan.cpu_threads is not None:
             torch.set_num_threads(plan.cpu_threads)
         note = auto_optimizer_note(config.optim, plan.optimizer, typed)
