@@ -257,15 +257,17 @@ def _file_pieces(snapshot: WeightsSnapshot, file: Path) -> list[tuple[str, str, 
     if bad:
         raise ValueError(f"not writing {file}: {len(bad)} tensors hold non-finite values (e.g. {bad[0]})")
     limit = torch.finfo(torch.float16).max
+    raw: dict[tuple[int, bool], np.ndarray] = {}  # per buffer (halved or not): its own bytes, bfloat16 included
     pieces = []
     for name, index, offset, shape in snapshot.layout:
-        buffer, size = snapshot.buffers[index], sizes[name]
-        if index in halves and peaks[name] <= limit:
-            buffer = halves[index]
-        raw = buffer.view(torch.uint8).numpy()  # the buffer's own bytes (bfloat16 and bool included)
+        halved = index in halves and peaks[name] <= limit
+        buffer = halves[index] if halved else snapshot.buffers[index]
+        if (index, halved) not in raw:
+            raw[index, halved] = buffer.view(torch.uint8).numpy()
+        data = raw[index, halved]
         width = buffer.element_size()
         pieces.append((name, SAFETENSORS_DTYPES[buffer.dtype], shape,
-                       memoryview(raw[offset * width:(offset + size) * width])))
+                       memoryview(data[offset * width:(offset + sizes[name]) * width])))
     return pieces
 
 
