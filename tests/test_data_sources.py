@@ -273,13 +273,26 @@ def test_yolo_fingerprint_scan_equals_the_per_file_stats(tmp_path):
         assert len(expected) > 3
 
 
-def test_a_hub_id_fails_at_once_where_the_hub_does_not_answer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_hub_id_fails_at_once_where_the_hub_does_not_answer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                              caplog: pytest.LogCaptureFixture) -> None:
     """Without network, datasets retried for ~25 s before failing; a path meant as a local folder whose parent
-    exists is told apart."""
+    exists is told apart; a dataset in datasets' cache is still read from it (after its retries), said."""
+    asked = []
+
+    def load_dataset(repo_id, *args, **kwargs):
+        asked.append(repo_id)
+        raise ConnectionError("no network")
+
     monkeypatch.setattr("yolo11.weights.resolve.hub_reachable", lambda timeout=None: False)
-    monkeypatch.setattr(datasets, "load_dataset", lambda *a, **k: pytest.fail("the Hub was asked"))
+    monkeypatch.setattr(datasets, "load_dataset", load_dataset)
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", str(tmp_path / "hf"))
     monkeypatch.chdir(tmp_path)
     (tmp_path / "data").mkdir()
     with pytest.raises(DataSourceError, match=r"could not load 'data/my_ds' from the Hugging Face Hub \(.* does not "
-                                              r"answer; .*HF_HUB_OFFLINE=1\); no local folder .*data/my_ds either"):
+                                              r"answer\); no local folder .*data/my_ds either"):
         load_source("data/my_ds", cache_dir=tmp_path / "cache")
+    assert asked == []
+    (tmp_path / "hf" / "owner___cached").mkdir(parents=True)
+    with caplog.at_level("WARNING", logger="yolo11.data"), pytest.raises(DataSourceError, match="no network"):
+        load_source("owner/cached", cache_dir=tmp_path / "cache")
+    assert asked == ["owner/cached"] and "reading the cached copy" in caplog.text

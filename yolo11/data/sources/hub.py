@@ -36,12 +36,17 @@ def load_hub(repo_id: str) -> datasets.DatasetDict:
 
     reason = "HF_HUB_OFFLINE is set" if hub_constants.HF_HUB_OFFLINE else None
     if reason is None and not hub_reachable():
-        reason = f"{hub_endpoint()} does not answer; a copy in the Hugging Face cache loads with HF_HUB_OFFLINE=1"
-    if reason is None:
+        reason = f"{hub_endpoint()} does not answer"
+        if (Path(datasets.config.HF_DATASETS_CACHE) / repo_id.replace("/", "___")).is_dir():
+            # datasets falls back to its cached copy after its retries; HF_HUB_OFFLINE=1 goes there at once
+            LOGGER.warning("%s: %s; reading the cached copy (HF_HUB_OFFLINE=1 skips datasets' retries)", repo_id,
+                           reason)
+            reason = None
+    if reason is None or hub_constants.HF_HUB_OFFLINE:
         try:
             return datasets.load_dataset(repo_id)
         except Exception as err:  # connection errors come as many types (ConnectionError, HfHubHTTPError...)
-            reason = f"{type(err).__name__}: {err}"
+            reason = "HF_HUB_OFFLINE is set" if hub_constants.HF_HUB_OFFLINE else f"{type(err).__name__}: {err}"
     folder = Path(repo_id).expanduser().absolute()
     local = f"; no local folder {folder} either" if folder.parent.is_dir() and folder.parent != Path.cwd() else ""
     raise DataSourceError(
