@@ -181,12 +181,11 @@ def test_missing_image_is_no_such_file(tmp_path):
 
 def test_save_txt_has_no_score_unless_save_conf():
     from yolo11.predictor import Detections
-    from yolo11.tools.predict import yolo_txt_lines
 
     detections = Detections(boxes=np.array([[10, 20, 30, 60]], np.float32), scores=np.array([0.5], np.float32),
                             class_ids=np.array([2]), names={2: "car"}, image_size=(100, 200))
-    assert yolo_txt_lines(detections) == ["2 0.100000 0.400000 0.100000 0.400000"]
-    assert yolo_txt_lines(detections, save_conf=True) == ["2 0.100000 0.400000 0.100000 0.400000 0.50000"]
+    assert detections.txt_lines() == ["2 0.100000 0.400000 0.100000 0.400000"]
+    assert detections.txt_lines(save_conf=True) == ["2 0.100000 0.400000 0.100000 0.400000 0.50000"]
     np.testing.assert_allclose(detections.xyxyn, [[0.05, 0.2, 0.15, 0.6]])
     np.testing.assert_allclose(detections.xywh, [[20, 40, 20, 40]])
     np.testing.assert_allclose(detections.xywhn, [[0.1, 0.4, 0.1, 0.4]])

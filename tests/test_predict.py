@@ -372,7 +372,7 @@ def test_a_missing_webcam_is_one_error_line(weights, loaded_once, tmp_path, capf
 @pytest.mark.parametrize("given, expected", [(None, None), ("", None), ("cpu", "cpu"), ("CPU", "cpu"),
                                              (" cpu ", "cpu"), (torch.device("cpu"), "cpu")])
 def test_devices_are_named_as_ultralytics_users_name_them(given, expected):
-    from yolo11.predictor import default_device, select_device
+    from yolo11.devices import default_device, select_device
 
     assert select_device(given) == torch.device(expected or default_device())
 
@@ -382,7 +382,7 @@ def test_devices_are_named_as_ultralytics_users_name_them(given, expected):
 def test_a_gpu_torch_does_not_see_is_one_error_naming_the_value(weights, loaded_once, tmp_path, capsys, given):
     """``device=0`` raised torch's 'Invalid device string' with a traceback (and, from Python, 0 was taken for
     'no device'): now one error line, exit 2, from the tool and the API alike."""
-    from yolo11.predictor import select_device
+    from yolo11.devices import select_device
 
     with pytest.raises(ValueError, match=rf"device={re.escape(repr(given))}: torch sees 0 CUDA GPU\(s\)"):
         select_device(given)
@@ -400,7 +400,7 @@ def test_a_gpu_torch_does_not_see_is_one_error_naming_the_value(weights, loaded_
 
 
 def test_a_device_that_is_no_device_is_named():
-    from yolo11.predictor import select_device
+    from yolo11.devices import select_device
 
     with pytest.raises(ValueError, match=r"device='gpu0' is not a device: cpu, cuda, cuda:N, N"):
         select_device("gpu0")

@@ -27,6 +27,7 @@ import torch
 
 from yolo11.data.image_io import load_bgr
 from yolo11.data.transforms import LetterBox
+from yolo11.devices import select_device
 from yolo11.gate import check_class_names, read_yaml
 from yolo11.geometry import MAX_STRIDE, rect_input_size
 from yolo11.models import YOLO11Detector
@@ -286,15 +287,24 @@ class Detections:
             raise OSError(f"cannot write {path} (an image suffix OpenCV knows: .jpg, .png ...)")
         return path
 
-    def save_txt(self, txt_file: str | Path, save_conf: bool = False) -> Path:
-        """Append the boxes to ``txt_file`` as YOLO label lines (``class xc yc w h``, normalised; ``save_conf``: the
-        score after them), as Ultralytics' ``Results.save_txt`` and ``yolo11 predict --save-txt`` write them."""
-        from yolo11.tools.predict import yolo_txt_lines
+    def txt_lines(self, save_conf: bool = False) -> list[str]:
+        """``class xc yc w h`` lines (``... score`` with ``save_conf``, as Ultralytics' ``save_conf``), coordinates
+        normalised by the image size: without scores the files are YOLO labels, reusable as pseudo-labels."""
+        height, width = self.image_size
+        lines = []
+        for (x1, y1, x2, y2), score, cls in zip(self.boxes.tolist(), self.scores.tolist(), self.class_ids.tolist(),
+                                                strict=True):
+            xc, yc, w, h = (x1 + x2) / 2 / width, (y1 + y2) / 2 / height, (x2 - x1) / width, (y2 - y1) / height
+            lines.append(f"{cls} {xc:.6f} {yc:.6f} {w:.6f} {h:.6f}" + (f" {score:.5f}" if save_conf else ""))
+        return lines
 
+    def save_txt(self, txt_file: str | Path, save_conf: bool = False) -> Path:
+        """Append ``txt_lines`` to ``txt_file``, as Ultralytics' ``Results.save_txt`` does and ``yolo11 predict
+        --save-txt`` writes them."""
         path = Path(txt_file)
         path.parent.mkdir(parents=True, exist_ok=True)
         with open(path, "a") as fh:
-            fh.writelines(line + "\n" for line in yolo_txt_lines(self, save_conf))
+            fh.writelines(line + "\n" for line in self.txt_lines(save_conf))
         return path
 
     def summary(self, normalize: bool = False, decimals: int = 5) -> list[dict]:
@@ -329,31 +339,6 @@ class ImageTiming:
     preprocess_ms: float  # letterbox, stacking, the copy to the device
     inference_ms: float
     postprocess_ms: float  # NMS (or top-k) and the mapping back to the image's pixels
-
-
-def default_device() -> str:
-    return "cuda" if torch.cuda.is_available() else "cpu"
-
-
-def select_device(device: str | int | torch.device | None) -> torch.device:
-    """The device a user names as in Ultralytics (``device=0``, ``"0"``, ``"0,1"``: the first of them, ``"cpu"``,
-    ``"CPU"``, ``"cuda:1"``, ``"mps"``); None or "" the default. ``ValueError`` naming the value for one that is
-    not a device or a GPU torch does not see, where ``torch.device`` raised mid-call with a traceback."""
-    if isinstance(device, torch.device):
-        return device
-    if device is None or (isinstance(device, str) and not device.strip()):
-        return torch.device(default_device())
-    text = str(device).strip().lower().replace(" ", "")
-    if text.replace(",", "").isdigit():  # GPU indices; a prediction runs on one: the first
-        text = f"cuda:{text.split(',')[0]}"
-    try:
-        chosen = torch.device(text)
-    except RuntimeError:
-        raise ValueError(f"device={device!r} is not a device: cpu, cuda, cuda:N, N (a GPU index) or mps") from None
-    if chosen.type == "cuda" and (not torch.cuda.is_available() or (chosen.index or 0) >= torch.cuda.device_count()):
-        seen = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        raise ValueError(f"device={device!r}: torch sees {seen} CUDA GPU(s); use device=cpu")
-    return chosen
 
 
 class Detector:

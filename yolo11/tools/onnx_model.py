@@ -27,6 +27,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from yolo11.devices import select_device
+
 ONNX_SUFFIX = ".onnx"
 _SCALE = re.compile(r"yolo(?:11|26)[nsmlx]", re.IGNORECASE)
 
@@ -92,8 +94,6 @@ def providers_for(device: str | torch.device | None) -> list[str]:
     """onnxruntime's providers for ``device`` (default: a GPU when torch sees one): CUDA first when both sides
     have it, the CPU always last."""
     import onnxruntime
-
-    from yolo11.predictor import select_device  # here: the predictor imports this module when it loads a graph
 
     device = select_device(device)
     available = onnxruntime.get_available_providers()

@@ -72,18 +72,6 @@ if TYPE_CHECKING:  # torch and OpenCV load in main, after the arguments and sour
 PROJECT, NAME = Path("runs/predict"), "exp"
 
 
-def yolo_txt_lines(detections: Detections, save_conf: bool = False) -> list[str]:
-    """``class xc yc w h`` lines (``... score`` with ``save_conf``, as Ultralytics' ``save_conf``), coordinates
-    normalised by the image size: without scores the files are YOLO labels, reusable as pseudo-labels."""
-    height, width = detections.image_size
-    lines = []
-    for (x1, y1, x2, y2), score, cls in zip(detections.boxes.tolist(), detections.scores.tolist(),
-                                            detections.class_ids.tolist(), strict=True):
-        xc, yc, w, h = (x1 + x2) / 2 / width, (y1 + y2) / 2 / height, (x2 - x1) / width, (y2 - y1) / height
-        lines.append(f"{cls} {xc:.6f} {yc:.6f} {w:.6f} {h:.6f}" + (f" {score:.5f}" if save_conf else ""))
-    return lines
-
-
 def json_record(detections: Detections, file: str, frame: int | None = None) -> dict:
     """One ``predictions.json`` entry: boxes rounded to 0.01 px, scores to 1e-5."""
     record = {"file": file} | ({} if frame is None else {"frame": frame}) | detections.to_dict()
@@ -125,7 +113,7 @@ class PredictionWriter:
         if self.save_txt:
             name = stem if frame is None else f"{stem}_{frame}"
             (self._folder("labels") / f"{name}.txt").write_text("".join(f"{line}\n" for line in
-                                                                        yolo_txt_lines(detections, self.save_conf)))
+                                                                        detections.txt_lines(self.save_conf)))
 
     def write_image(self, detections: Detections, stem: str, suffix: str) -> None:
         if self.draw:
