@@ -2,6 +2,7 @@
 
     clock = RunClock(started=process_start)      # start-up counts from the process's launch
     with clock("training"): ...                   # phases add up over the run
+    with clock("saving", "saving checkpoints"):   # ... and a part of one, timed with it
     clock.add("scoring", seconds)                 # a part of a phase measured elsewhere (the evaluator's compute)
     clock.split()                                 # "start-up 8.1 s, training 25.9 s (captures 1.2 s), ..."
 
@@ -46,13 +47,17 @@ class RunClock:
         self._startup_open = True
 
     @contextlib.contextmanager
-    def __call__(self, phase: str) -> Iterator[None]:
+    def __call__(self, phase: str, part: str | None = None) -> Iterator[None]:
+        """The block's seconds added to ``phase`` and, where given, to one of its ``part``s too."""
         self._close_startup()
         start = time.perf_counter()
         try:
             yield
         finally:
-            self.add(phase, time.perf_counter() - start)
+            seconds = time.perf_counter() - start
+            self.add(phase, seconds)
+            if part is not None:
+                self.add(part, seconds)
 
     def add(self, phase: str, seconds: float) -> None:
         if phase not in self._seconds:

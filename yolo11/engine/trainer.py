@@ -617,11 +617,8 @@ def settle(run: Run) -> None:
     if pending is None:
         return
     state, step = run.state, run.step
-    before = run.clock.seconds("validation")
-    with run.clock("validation"):
+    with run.clock("validation", "scoring"):  # the part of the scoring that training did not hide
         validation = pending.validation.result()
-    # the part of the scoring that training did not hide
-    run.clock.add("scoring", run.clock.seconds("validation") - before)
     run.clock.add("training scoring alongside", validation.score_seconds)
     run.clock.add("validation data", validation.data_seconds)
     with run.clock("saving"), agreed(step.accelerator):
@@ -647,11 +644,9 @@ def checkpoint(run: Run) -> None:
     step = run.step
     settle(run)  # the state's best epoch and the weights files up to date
     run.stop.enter("checkpoint", step.accelerator.process_index)  # a signal now: the write completes first
-    before = run.clock.seconds("saving")
-    with run.clock("saving"):
+    with run.clock("saving", "saving checkpoints"):
         save_checkpoint(step.accelerator, run.run_dir, run.state, run.config.run.keep_checkpoints, step.model,
                         step.ema, run.config.to_dict())
-    run.clock.add("saving checkpoints", run.clock.seconds("saving") - before)
     run.last_checkpoint = time.monotonic()
 
 
