@@ -400,7 +400,7 @@ class YOLO:
         settings = dict(settings)
         names = class_names_for(model, self.ckpt_path, settings.pop("names", None))
         runnable = self._fused[1]
-        if hasattr(runnable, "input_settings"):  # an export: a static graph at its own size, square, as the CLI runs it
+        if self.exported:  # a static graph at its own size, square, as the CLI runs it
             settings["imgsz"], settings["rect"], note = runnable.input_settings(settings.get("imgsz"),
                                                                                  settings.get("rect", True))
             if note:

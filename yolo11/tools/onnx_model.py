@@ -120,12 +120,11 @@ class OnnxModel(nn.Module):
         shape = inputs[0].shape  # ints for static axes, names for dynamic ones
         self.static_batch = shape[0] if isinstance(shape[0], int) else None
         self.static_size = (shape[2], shape[3]) if all(isinstance(s, int) for s in shape[2:4]) else None
-        rows = self.metadata.end2end or self.metadata.nms
-        classes = outputs[0].shape[1] - 4 if not rows and isinstance(outputs[0].shape[1], int) \
-            else len(self.metadata.names)
-        self.num_classes = classes or len(self.metadata.names)
         # rows [x1, y1, x2, y2, score, class] out: YOLO26's one-to-one top-k, or the rows of a graph that ends in NMS
         self.end2end = self.metadata.end2end or self.metadata.nms
+        classes = outputs[0].shape[1] - 4 if not self.end2end and isinstance(outputs[0].shape[1], int) \
+            else len(self.metadata.names)
+        self.num_classes = classes or len(self.metadata.names)
         self.strides, self.reg_max = (8, 16, 32), 1  # a decoded output needs neither; Postprocessor takes them
         self.config = {"name": self.metadata.name, "num_classes": self.num_classes,
                        "names": self.metadata.names or None}
