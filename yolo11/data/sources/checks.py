@@ -45,6 +45,14 @@ def listed_file_exists(path: Path, link_counts: bool = False) -> bool:
         return False
 
 
+def posix_name(folder: Path, name: str) -> str:
+    """A listed name written on Windows (``images\\x.jpg``, ``.\\a.jpg``) with ``/`` separators, unless an entry
+    of that very name exists in ``folder``: txt image lists and COCO ``file_name``s."""
+    if os.sep == "/" and "\\" in name and not listed_file_exists(folder / name, link_counts=True):
+        return name.replace("\\", "/")
+    return name
+
+
 def image_cell(path: os.PathLike) -> dict:
     """The schema's ``image`` of a file: its path, read when the cache is written. A name that is not UTF-8 (a zip
     made on Windows: Latin-1 bytes, a str with surrogates here) cannot be an Arrow string: its bytes are read now

@@ -6,7 +6,6 @@ the images (their sizes come from the files, whatever the json's ``width``/``hei
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from yolo11.data.schema import BadSampleSummary, DataSourceError
@@ -17,6 +16,7 @@ from yolo11.data.sources.checks import (
     image_size,
     listed_file_exists,
     objects_row,
+    posix_name,
 )
 from yolo11.data.sources.coco_annotations import annotations_by_image, class_map, image_objects, usable_images
 from yolo11.data.sources.parallel import ordered_map
@@ -94,14 +94,6 @@ def image_folder(json_path: Path, images: Path | None) -> tuple[Path, str]:
             return folder, note
     raise DataSourceError(f"{json_path}: no image folder found (looked in {', '.join(map(str, candidates))}); pass "
                           "--images DIR, with {split} for one folder per split (--images images/{split}2017)")
-
-
-def posix_name(images_dir: Path, name: str) -> str:
-    """A ``file_name`` written on Windows (``images\\x.jpg``) with ``/`` separators, unless a file of that very name
-    exists, as the txt lists of a data YAML read them."""
-    if os.sep == "/" and "\\" in name and not listed_file_exists(images_dir / name):
-        return name.replace("\\", "/")
-    return name
 
 
 def missing_images(json_path: Path, images_dir: Path, file_names: list[str]) -> dict[int, str]:

@@ -20,6 +20,7 @@ from yolo11.data.sources.checks import (
     image_size,
     listed_file_exists,
     objects_row,
+    posix_name,
 )
 from yolo11.data.sources.named_boxes import check_class_list, decode_text, read_list_file
 from yolo11.data.sources.parallel import ordered_map
@@ -220,9 +221,7 @@ def _listed_images(list_file: Path) -> tuple[list[Path], list[str]]:
         entry = line.strip()
         if not entry:
             continue
-        if os.sep == "/" and "\\" in entry and not listed_file_exists(Path(entry), link_counts=True):  # .\a.jpg
-            entry = entry.replace("\\", "/")
-        item = Path(entry)
+        item = Path(posix_name(Path(), entry))
         candidates = [item] if item.is_absolute() else [list_file.parent / item, Path.cwd() / item]
         found = next((c for c in candidates if listed_file_exists(c, link_counts=True)), None)
         if found is None:
