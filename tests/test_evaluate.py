@@ -81,6 +81,68 @@ def test_each_validation_takes_one_pass_of_the_stream(tmp_path):
     assert again.metrics == first.metrics and torch.equal(again.losses, first.losses)
 
 
+@pytest.mark.parametrize("budget", [1 << 22, 1], ids=["all-deferred", "one-at-a-time"])
+def test_suppression_on_the_scoring_thread_equals_suppression_at_once(tmp_path, monkeypatch, budget):
+    """``score_later``: each batch's candidates are gathered in the pass and suppressed on the scoring thread
+    (``DEFERRED_CANDIDATES`` bounds what waits there: 1 makes the pass wait for every batch but the last). The
+    predictions, metrics and losses equal the pass that suppresses at once; an error of a deferred suppression is
+    raised by the result, not lost."""
+    from yolo11.evaluation import runner
+    from yolo11.postprocess import Postprocessor
+
+    monkeypatch.setattr(runner, "DEFERRED_CANDIDATES", budget)
+    torch.manual_seed(0)
+    model = create_model("yolo11n", num_classes=6)
+    criterion = DetectionLoss(6, strides=model.strides, reg_max=model.reg_max)
+    validator = validator_for(tmp_path, model, "--val-images", "0")
+    at_once = validator.run(model, criterion, plots=False, images=False, all_stats=False)
+    later = validator.run(model, criterion, plots=False, images=False, all_stats=False, score_later=True)
+    assert isinstance(later, evaluate.PendingValidation)
+    later = later.result()
+    assert sum(len(det) for _, det in at_once.predictions) > 0 and len(at_once.predictions) == 6
+    assert [i for i, _ in later.predictions] == [i for i, _ in at_once.predictions]
+    assert all(torch.equal(a, b) for (_, a), (_, b) in zip(later.predictions, at_once.predictions, strict=True))
+    assert later.metrics == at_once.metrics and torch.equal(later.losses, at_once.losses)
+
+    def failing(self, feats):
+        def suppress():
+            raise RuntimeError("suppression failed")
+        return suppress, 1
+
+    monkeypatch.setattr(Postprocessor, "in_two_parts", failing)
+    monkeypatch.setattr(runner, "DEFERRED_CANDIDATES", 1 << 22)  # (with less, the pass itself waits and raises)
+    pending = validator.run(model, criterion, plots=False, images=False, all_stats=False, score_later=True)
+    with pytest.raises(RuntimeError, match="suppression failed"):
+        pending.result()
+    validator.close()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_suppression_on_the_scoring_thread_equals_suppression_at_once_on_cuda(tmp_path):
+    """The same on CUDA, as training's validation runs it (its plan: CUDA graphs, NCHW validation copy): the
+    candidates gathered on the post-processing stream, suppressed on the scoring thread's own stream."""
+    source = load_source(SPEC, split="val", cache_dir=tmp_path)
+    config = parse_config(["--data", SPEC, "--imgsz", "64", "--batch-size", "2", "--workers", "0",
+                           "--val-images", "0"])
+    accelerator = Accelerator()
+    torch.manual_seed(0)
+    model = create_model("yolo11n", num_classes=6).to(accelerator.device)
+    criterion = DetectionLoss(6, strides=model.strides, reg_max=model.reg_max)
+    plan = plan_run(config, 1, len(source.dataset), 6, "cuda", mixed_precision=accelerator.mixed_precision)
+    validator = evaluate.Validator.build(config, plan, source, accelerator, model)
+    for _ in range(2):  # the second pass replays the graphs the first captured
+        at_once = validator.run(model, criterion, plots=False, images=False, all_stats=False)
+        later = validator.run(model, criterion, plots=False, images=False, all_stats=False,
+                              score_later=True).result()
+        assert sum(len(det) for _, det in at_once.predictions) > 0 and len(at_once.predictions) == 6
+        assert [i for i, _ in later.predictions] == [i for i, _ in at_once.predictions]
+        assert all(torch.equal(a, b) for (_, a), (_, b) in zip(later.predictions, at_once.predictions,
+                                                               strict=True))
+        assert later.metrics == at_once.metrics and torch.equal(later.losses, at_once.losses)
+    validator.close()
+
+
 def test_val_nms_false_needs_a_one_to_one_head(tmp_path):
     with pytest.raises(ValueError, match="--val-nms false selects YOLO26's one-to-one head; yolo11n has none"):
         validator_for(tmp_path, create_model("yolo11n", num_classes=6), "--val-nms", "false")

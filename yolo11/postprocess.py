@@ -13,7 +13,8 @@ import functools
 import importlib.machinery
 import importlib.util
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
@@ -244,6 +245,29 @@ def non_max_suppression(
     Returns:
         per image ``(n, 6)`` rows ``[x1, y1, x2, y2, score, class]``, input pixels, by decreasing score.
     """
+    output = []
+    for group in candidate_groups(decoded, conf, multi_label):
+        output += suppress(group, iou, max_det, agnostic, max_nms, max_wh)
+    return output
+
+
+@dataclass
+class Candidates:
+    """Consecutive images' NMS candidates, one image after another: each (anchor, class) pair above ``conf``
+    (multi-label) or each anchor's best class above it, in row-major (anchor, class) order within an image."""
+
+    boxes: Tensor  # (N, 4) xyxy, input pixels
+    scores: Tensor  # (N,)
+    classes: Tensor  # (N,) int64
+    counts: list[int]  # per image
+
+    def __len__(self) -> int:
+        return len(self.scores)
+
+
+def candidate_groups(decoded: Tensor, conf: float = 0.001, multi_label: bool = True) -> Iterator[Candidates]:
+    """``decode``'s output thresholded into groups of consecutive images, each group's candidates at most
+    ``MAX_GROUP_CANDIDATES`` (or one image over it): one host sync for the counts, one per group."""
     num_classes = decoded.shape[1] - 4
     multi_label = multi_label and num_classes > 1
     prediction = decoded.transpose(1, 2)  # (B, A, 4 + C)
@@ -257,34 +281,37 @@ def non_max_suppression(
     # the candidates of several images at once (a host sync per group, not per image); row-major order is each
     # image's own (anchor, class) order, so every image's slice is what a threshold of that image alone gives
     counts = mask.flatten(1).sum(1).tolist()
-    output = []
     for first, last in _image_groups(counts, MAX_GROUP_CANDIDATES):
         where = torch.nonzero(mask[first:last], as_tuple=True)
         image, anchor = where[0] + first, where[1]
         cls = where[2] if multi_label else labels[image, anchor]
         score = scores[image, anchor, cls] if multi_label else scores[image, anchor]
-        candidates = boxes[image, anchor]
-        # one NMS over classes moved max_wh apart, as Ultralytics (the same float rounding of its IoUs):
-        # torchvision's batched_nms runs one NMS per class, with a host sync each, above 5000 candidates on CUDA
-        shifted = candidates if agnostic else candidates + cls.to(candidates.dtype)[:, None] * max_wh
-        group = counts[first:last]
-        # on CUDA, runs of images whose IoU matrices, padded to the run's largest, fit at once: one image with many
-        # candidates is a run of its own instead of setting the width of every other image's; on the CPU every
-        # image goes through torchvision, and the group is one run
-        runs = _image_groups(group, MAX_PAIR_ENTRIES, _padded_pairs) if candidates.is_cuda else [(0, len(group))]
-        keep, sizes, offset = [], [], 0
-        for start, stop in runs:
-            run = group[start:stop]
-            suppress = batched_greedy_nms if _batchable(candidates, run, max_nms) else functools.partial(
-                _one_image_at_a_time, max_nms=max_nms)
-            rows, kept = suppress(shifted[offset:], score[offset:], run, iou, max_det)
-            keep.append(rows + offset)
-            sizes += kept
-            offset += sum(run)
-        keep = torch.cat(keep)
-        rows = torch.cat((candidates[keep], score[keep, None], cls[keep, None].to(score.dtype)), dim=1)
-        output += rows.split(sizes)
-    return output
+        yield Candidates(boxes[image, anchor], score, cls, counts[first:last])
+
+
+def suppress(candidates: Candidates, iou: float = 0.7, max_det: int = 300, agnostic: bool = False,
+             max_nms: int = 30000, max_wh: int = 7680) -> list[Tensor]:
+    """``non_max_suppression`` of one group of ``candidate_groups``: ``(n, 6)`` rows per image."""
+    boxes, score, cls, group = candidates.boxes, candidates.scores, candidates.classes, candidates.counts
+    # one NMS over classes moved max_wh apart, as Ultralytics (the same float rounding of its IoUs):
+    # torchvision's batched_nms runs one NMS per class, with a host sync each, above 5000 candidates on CUDA
+    shifted = boxes if agnostic else boxes + cls.to(boxes.dtype)[:, None] * max_wh
+    # on CUDA, runs of images whose IoU matrices, padded to the run's largest, fit at once: one image with many
+    # candidates is a run of its own instead of setting the width of every other image's; on the CPU every
+    # image goes through torchvision, and the group is one run
+    runs = _image_groups(group, MAX_PAIR_ENTRIES, _padded_pairs) if boxes.is_cuda else [(0, len(group))]
+    keep, sizes, offset = [], [], 0
+    for start, stop in runs:
+        run = group[start:stop]
+        nms_of_run = batched_greedy_nms if _batchable(boxes, run, max_nms) else functools.partial(
+            _one_image_at_a_time, max_nms=max_nms)
+        rows, kept = nms_of_run(shifted[offset:], score[offset:], run, iou, max_det)
+        keep.append(rows + offset)
+        sizes += kept
+        offset += sum(run)
+    keep = torch.cat(keep)
+    rows = torch.cat((boxes[keep], score[keep, None], cls[keep, None].to(score.dtype)), dim=1)
+    return list(rows.split(sizes))
 
 
 def _batchable(candidates: Tensor, counts: list[int], max_nms: int) -> bool:
@@ -399,6 +426,19 @@ class Postprocessor:
             ratio_pad: ``(B, 4)`` letterbox parameters per image; with ``orig_sizes (B, 2)`` boxes are mapped to
                 original pixels, otherwise they stay in input pixels.
         """
+        detections = self.in_two_parts(feats)[0]()
+        if ratio_pad is None or orig_sizes is None:
+            return detections
+        return to_original_pixels(detections, ratio_pad, orig_sizes)
+
+    @torch.no_grad()
+    def in_two_parts(self, feats: Sequence[Tensor] | Tensor) -> tuple[Callable[[], list[Tensor]], int]:
+        """``self(feats)``'s detections in input pixels, in two parts: the part that reads ``feats`` runs now (the
+        decoding, then the NMS candidates' gathering or the end-to-end top-k), and the function returned runs the
+        rest (the suppression, with its host syncs) from what it holds: another thread may call it while the
+        caller goes on (a graphed model overwrites its maps at its next replay). Also returns how many candidates
+        the function holds. Where the candidates come in more than one group (a model early in training floods
+        them, see ``candidate_groups``), it all runs now, and the function holds only the detections."""
         decoded = feats.float() if isinstance(feats, Tensor) else None  # already decoded by the graph
         if decoded is None and hasattr(feats, "one2one"):  # a YOLO26 model's End2EndMaps: the branch to decode
             feats = feats.one2one if self.end2end else feats.one2many
@@ -407,12 +447,15 @@ class Postprocessor:
         if self.end2end:
             topk = end2end_topk(feats, self.strides, self.reg_max, self.topk, self.agnostic) if decoded is None \
                 else decoded
-            detections = end2end_detections(topk, self.conf, self.max_det)
-        else:
-            decoded = decode(feats, self.strides, self.reg_max) if decoded is None else decoded
-            detections = non_max_suppression(
-                decoded, self.conf, self.iou, self.max_det, self.multi_label, self.agnostic, self.max_nms
-            )
-        if ratio_pad is None or orig_sizes is None:
-            return detections
-        return to_original_pixels(detections, ratio_pad, orig_sizes)
+            return functools.partial(end2end_detections, topk, self.conf, self.max_det), topk.shape[0] * topk.shape[1]
+        decoded = decode(feats, self.strides, self.reg_max) if decoded is None else decoded
+        groups = candidate_groups(decoded, self.conf, self.multi_label)
+        first, second = next(groups, None), next(groups, None)
+        suppress_group = functools.partial(suppress, iou=self.iou, max_det=self.max_det, agnostic=self.agnostic,
+                                           max_nms=self.max_nms)
+        if first is None:  # no image
+            return list, 0
+        if second is None:
+            return functools.partial(suppress_group, first), len(first)
+        detections = [det for group in (first, second, *groups) for det in suppress_group(group)]
+        return lambda: detections, 0

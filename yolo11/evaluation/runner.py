@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import functools
 import sys
@@ -18,6 +19,9 @@ from tqdm import tqdm
 from yolo11.data import model_input
 from yolo11.evaluation.coco import CocoEvaluator, gather_predictions
 from yolo11.postprocess import Postprocessor, to_original_pixels
+
+# NMS candidates that a validation's deferred suppressions may hold at once (~28 bytes each: ~110 MB)
+DEFERRED_CANDIDATES = 1 << 22
 
 
 class ValidationStopped(Exception):
@@ -90,6 +94,8 @@ def _predict_and_score(accelerator, model, loader, postprocessor, evaluator, cri
                        batches, plot_data, all_stats, step, stop, scoring):
     if scoring is not None and accelerator.num_processes > 1:  # compute's broadcast is a collective: this thread's
         raise ValueError("scoring on another thread needs one process")
+    if scoring is not None and num_samples:  # the thread records detections that this loop never holds
+        raise ValueError("scoring on another thread keeps no sample images")
     if step is None:
         step = ValStep(model, accelerator.autocast, criterion)
     loss_sum = torch.zeros(3, device=accelerator.device)
@@ -103,19 +109,50 @@ def _predict_and_score(accelerator, model, loader, postprocessor, evaluator, cri
     # next batch's forward runs on the compute stream: its syncs wait for its own kernels, not for that forward.
     side = _side_stream(accelerator.device) if accelerator.device.type == "cuda" else None
     pending = None  # (batch, maps, event or None): the previous batch, its forward run, not yet post-processed
+    # with a scoring thread, each batch's suppression runs there too, after its candidates are gathered here: the
+    # thread's work waits for the model's passes no longer (training's validation: beside the next epoch)
+    deferred: collections.deque[tuple[Future, int]] = collections.deque()
+    held = 0  # candidates the deferred suppressions hold, bounded by DEFERRED_CANDIDATES
+
+    def record(detections, ratio_pad, orig_sizes, image_ids) -> None:
+        original = to_original_pixels(detections, ratio_pad, orig_sizes)
+        # one copy to the host per batch, not one blocking copy per image; each image's rows then in a storage
+        # of their own (a pickled view, as gather_object sends them, would carry the whole batch)
+        on_host = torch.cat(original).cpu().split([len(det) for det in original]) if original else []
+        per_image.extend((int(i), det.clone()) for i, det in zip(image_ids, on_host, strict=True))
+
+    def record_later(later, ready, *letterbox) -> None:  # on the scoring thread
+        stream = _side_stream(accelerator.device, "scoring") if side is not None else None
+        with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
+            if ready is not None:
+                stream.wait_event(ready)
+            record(later(), *letterbox)
+        if stream is not None:
+            stream.synchronize()  # done with tensors of the other streams before they are freed
 
     def finish(batch, feats, ready) -> None:
+        nonlocal held
         with torch.cuda.stream(side) if side is not None else contextlib.nullcontext():
             if ready is not None:
                 side.wait_event(ready)
-            detections = postprocessor(feats)  # input pixels
-            original = to_original_pixels(detections, batch["ratio_pad"], batch["orig_sizes"])
-            # one copy to the host per batch, not one blocking copy per image; each image's rows then in a storage
-            # of their own (a pickled view, as gather_object sends them, would carry the whole batch)
-            on_host = torch.cat(original).cpu().split([len(det) for det in original]) if original else []
-            per_image.extend((int(i), det.clone()) for i, det in zip(batch["image_ids"], on_host, strict=True))
-            if len(samples) < num_samples:
-                samples.extend(_samples(batch, detections, num_samples - len(samples)))
+            later, candidates = postprocessor.in_two_parts(feats)  # input pixels
+            letterbox = (batch["ratio_pad"], batch["orig_sizes"], batch["image_ids"])
+            if scoring is None:
+                detections = later()
+                record(detections, *letterbox)
+                if len(samples) < num_samples:
+                    samples.extend(_samples(batch, detections, num_samples - len(samples)))
+            else:
+                gathered = None
+                if side is not None:
+                    gathered = torch.cuda.Event()
+                    gathered.record()
+                deferred.append((scoring.submit(record_later, later, gathered, *letterbox), candidates))
+                held += candidates
+                while held > DEFERRED_CANDIDATES and len(deferred) > 1:  # memory bounded: wait for the oldest
+                    done, count = deferred.popleft()
+                    done.result()
+                    held -= count
         if side is not None:
             side.synchronize()  # its work on tensors of the compute stream done before they are freed
 
@@ -141,13 +178,15 @@ def _predict_and_score(accelerator, model, loader, postprocessor, evaluator, cri
     bar.close()
     if stop is not None and _anyone(accelerator, stop()):
         raise ValidationStopped("validation stopped by a signal")
-    predictions = gather_predictions(accelerator, per_image)
     losses = None
     if criterion is not None:  # the mean over all processes' batches, whatever each one's count
         totals = accelerator.reduce(torch.cat([loss_sum, loss_sum.new_tensor([batches_run])]), reduction="sum")
         losses = totals[:3] / totals[3].clamp(min=1)
 
     def score() -> EvaluationResult:
+        for done, _ in deferred:  # run before this on the one scoring thread: raises their errors here
+            done.result()
+        predictions = gather_predictions(accelerator, per_image)
         started = time.perf_counter()
         metrics = evaluator.compute(predictions, accelerator, plot_data=plot_data, all_stats=all_stats)
         return EvaluationResult(metrics, predictions, losses, samples, time.perf_counter() - started)
@@ -183,9 +222,10 @@ class ValStep:
 
 
 @functools.cache
-def _side_stream(device: torch.device) -> torch.cuda.Stream:
-    """One post-processing stream per device for the process: the caching allocator keeps each stream's freed
-    memory for that stream, so a new one per validation would strand what the last one held."""
+def _side_stream(device: torch.device, role: str = "post-processing") -> torch.cuda.Stream:
+    """One stream per device and role for the process (post-processing beside the forwards, the scoring
+    thread's suppressions): the caching allocator keeps each stream's freed memory for that stream, so a new
+    one per validation would strand what the last one held."""
     return torch.cuda.Stream(device)
 
 
