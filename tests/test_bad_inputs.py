@@ -33,8 +33,9 @@ NAMES = ["a", "b", "c"]
     ("-1 0.5 0.5 0.2 0.2", r"bad\.txt:2: class -1 is not in 0\.\.2"),
     ("1.5 0.5 0.5 0.2 0.2", r"bad\.txt:2: class 1\.5 is not in 0\.\.2"),
     ("0 x 0.5 0.2 0.2", r"bad\.txt:2: non-numeric field"),
-    ("0 1.4 0.5 0.2 0.2", r"bad\.txt:2: box .* lies outside the 80x60 image, line skipped"),
-    ("0 0.5 -0.3 0.2 0.2", r"bad\.txt:2: box .* lies outside the 80x60 image, line skipped"),
+    ("0 1.4 0.5 0.2 0.2", r"bad\.txt:2: box 1\.4 0\.5 0\.2 0\.2 \(cx cy w h\) is not within -0\.01\.\.1\.01 of the "
+                          r"image, line skipped"),
+    ("0 0.5 -0.3 0.2 0.2", r"bad\.txt:2: box .* is not within -0\.01\.\.1\.01 of the image, line skipped"),
     ("0 0.5 0.5 0 0.2", r"bad\.txt:2: zero-area box, line skipped"),
     ("0 0.5 0.5 -0.1 0.2", r"bad\.txt:2: negative width or height"),
     ("0 nan 0.5 0.1 0.2", r"bad\.txt:2: non-finite value"),

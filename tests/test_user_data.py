@@ -311,18 +311,63 @@ def test_a_data_yaml_path_that_yaml_reads_as_a_number_names_its_folder(tmp_path:
 
 def test_an_image_with_more_objects_than_one_image_may_have_is_skipped_named(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A label file longer than ``MAX_BOXES_PER_IMAGE`` lines (lowered here to 3) is refused before its lines are
-    parsed, its image skipped and named: a million-line file once reached training and ran it out of memory."""
+    """A label file of more than ``MAX_BOXES_PER_IMAGE`` objects (lowered here to 3) skips its image, named;
+    duplicates do not count (Ultralytics drops them first). One of more than ``MAX_LABEL_LINES`` rows (lowered to 6)
+    is refused before its lines are parsed: a million-line file once reached training and ran it out of memory."""
     from yolo11.data.sources import yolo
 
     monkeypatch.setattr(yolo, "MAX_BOXES_PER_IMAGE", 3)
+    monkeypatch.setattr(yolo, "MAX_LABEL_LINES", 6)
     folder = user_data.roboflow_yolo(tmp_path / "export")
-    label = sorted((folder / "train" / "labels").glob("*.txt"))[0]
-    label.write_text("0 0.5 0.5 0.1 0.1\n" * 2 + "\n".join(f"1 0.{k} 0.5 0.1 0.1" for k in range(2, 4)) + "\n")
+    first, second, third = sorted((folder / "train" / "labels").glob("*.txt"))[:3]
+    first.write_text("\n".join(f"1 0.{k} 0.5 0.1 0.1" for k in range(2, 6)) + "\n")  # 4 objects
+    second.write_text("0 0.5 0.5 0.1 0.1\n0 0.50 0.500 0.1 1e-1\n1 0.2 0.5 0.1 0.1\n1 0.3 0.5 0.1 0.1\n")  # 3 + 1
+    third.write_text("0 0.5 0.5 0.1 0.1\n" * 7)
     source = load_source(os.fspath(folder), "train", cache_dir=tmp_path / "cache", workers=1)
-    assert len(source.dataset) == 3
-    assert source.summary.skipped_images == [f"{label}: 4 label lines, more than the 3 objects one image may have, "
-                                             "image skipped"]
+    assert len(source.dataset) == 2
+    assert source.summary.skipped_images == [
+        f"{first}: 4 objects, more than the 3 one image may have, image skipped",
+        f"{third}: 7 label lines, more than the 6 a label file may have, image skipped"]
+    assert f"{second}: 1 duplicate line dropped" in source.summary.skipped_lines
+
+
+def test_label_lines_keep_boxes_cut_by_the_frame_and_drop_duplicate_values(tmp_path: Path) -> None:
+    """Boxes Ultralytics keeps (``cx cy w h`` within -0.01..1.01) though they stick out of the image, an object cut
+    by the frame, are kept and clipped to it, not dropped (the image would train the object as background); rows
+    equal in value however written are one box; a megabyte-long bad line is quoted by its start only."""
+    from yolo11.data.schema import BadSampleSummary
+    from yolo11.data.sources.yolo import parse_label_file
+
+    label = tmp_path / "a.txt"
+    label.write_text("0 0.95 0.5 0.2 0.2\n0 0.1 0.5 0.4 0.2\n0 0.5 0.93 0.3 0.2\n"
+                     "1 0.5 0.5 0.2 0.25\n1 0.50 0.500 0.20 0.250\n1.0 5e-1 5e-1 2e-1 2.5e-1\n"
+                     "0 0.5 0.5 1.01 0.2\n" + "0 x " + "1 " * 300_001 + "\n")
+    summary = BadSampleSummary()
+    boxes, classes = parse_label_file(label, 100, 80, 2, summary)
+    assert classes == [0, 0, 0, 1, 0]
+    assert [box.round(3).tolist() for box in boxes] == [[85.0, 32.0, 100.0, 48.0], [0.0, 32.0, 30.0, 48.0],
+                                                        [35.0, 66.4, 65.0, 80.0], [40.0, 30.0, 60.0, 50.0],
+                                                        [0.0, 32.0, 100.0, 48.0]]
+    assert summary.clipped_boxes == 4
+    assert summary.skipped_lines[-1] == f"{label}: 2 duplicate lines dropped"
+    (bad,) = summary.skipped_lines[:-1]
+    assert bad.startswith(f"{label}:8: non-numeric field in '0 x 1 1 1") and bad.endswith("(600,005 characters)")
+    assert len(bad) < 200 + len(str(label))
+
+
+def test_a_label_line_longer_than_a_label_line_may_be_is_skipped_unparsed(tmp_path: Path, monkeypatch) -> None:
+    """A line over ``MAX_LABEL_LINE_CHARS`` (lowered to 100 here; a polygon of ~100,000 points) is skipped before it
+    is split: a 60 MB polygon line once took 2.6 GB to parse."""
+    from yolo11.data.schema import BadSampleSummary
+    from yolo11.data.sources import yolo
+
+    monkeypatch.setattr(yolo, "MAX_LABEL_LINE_CHARS", 100)
+    label = tmp_path / "a.txt"
+    label.write_text("0 0.5 0.5 0.2 0.2\n1 " + "0.1 0.2 0.3 0.2 0.3 0.4 " * 10 + "\n")
+    summary = BadSampleSummary()
+    boxes, classes = yolo.parse_label_file(label, 100, 80, 2, summary)
+    assert classes == [0]
+    assert summary.skipped_lines == [f"{label}:2: a line of 242 characters, more than the 100 a label line may have"]
 
 
 def test_an_export_unzipped_into_a_folder_of_its_own_is_read_one_folder_down(

@@ -75,7 +75,7 @@ def check_box(box: np.ndarray, width: int, height: int) -> tuple[np.ndarray | No
     x1, y1, x2, y2 = (float(v) for v in box)
     if not np.isfinite(box).all():
         return None, False, "non-finite coordinates"
-    tol_x, tol_y = OUT_OF_IMAGE_TOLERANCE * width, OUT_OF_IMAGE_TOLERANCE * height
+    tol_x, tol_y = _slack(width), _slack(height)
     if x1 < -tol_x or y1 < -tol_y or x2 > width + tol_x or y2 > height + tol_y:
         return None, False, f"box {x1:.1f},{y1:.1f},{x2:.1f},{y2:.1f} lies outside the {width}x{height} image"
     clipped_box = np.array([min(max(x1, 0.0), width), min(max(y1, 0.0), height),
@@ -88,6 +88,12 @@ def check_box(box: np.ndarray, width: int, height: int) -> tuple[np.ndarray | No
     return clipped_box, bool(np.abs(clipped_box - [x1, y1, x2, y2]).max() > 0.5), ""
 
 
+def _slack(size):
+    """Pixels a box may stick out of an image of ``size``: ``OUT_OF_IMAGE_TOLERANCE`` of it, and a millionth of a
+    pixel more, so that a box exactly at the tolerance is not refused by float rounding."""
+    return OUT_OF_IMAGE_TOLERANCE * size + 1e-6
+
+
 def check_boxes(boxes: np.ndarray, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[int, str]]:
     """``check_box`` for many ``xyxy`` pixel boxes ``(N, 4)`` at once, each in its image of ``sizes`` ``(N, 2)``
     (width, height): ``(boxes clipped to their image (N, 4), usable (N,), clipped (N,), {index: reason})``, the
@@ -97,7 +103,7 @@ def check_boxes(boxes: np.ndarray, sizes: np.ndarray) -> tuple[np.ndarray, np.nd
     width, height = (np.asarray(sizes, np.float64).reshape(-1, 2)[:, k] for k in (0, 1))
     finite = np.isfinite(boxes).all(1)
     x1, y1, x2, y2 = boxes.T
-    tol_x, tol_y = OUT_OF_IMAGE_TOLERANCE * width, OUT_OF_IMAGE_TOLERANCE * height
+    tol_x, tol_y = _slack(width), _slack(height)
     with np.errstate(invalid="ignore"):  # NaN boxes compare False here; ``finite`` rejects them first
         outside = finite & ((x1 < -tol_x) | (y1 < -tol_y) | (x2 > width + tol_x) | (y2 > height + tol_y))
         clipped_boxes = np.stack([np.clip(x1, 0.0, width), np.clip(y1, 0.0, height), np.clip(x2, 0.0, width),

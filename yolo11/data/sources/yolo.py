@@ -28,6 +28,9 @@ from yolo11.gate import MAX_CLASSES, FileRefusedError, check_class_names, read_j
 
 SPLIT_KEYS = ("train", "val", "test")
 MAX_LABEL_BYTES = 64 << 20  # a label file of a million boxes is ~40 MB; more is not a label file
+MAX_LABEL_LINES = 100_000  # rows parsed at most (duplicates, dropped after parsing, count): ~0.3 s of parsing
+MAX_LABEL_LINE_CHARS = 1 << 20  # a polygon of ~100,000 points
+BOX_RANGE_SLACK = 0.01  # Ultralytics' tolerance on normalised cx, cy, w, h (1.01 at most, -0.01 at least)
 MAX_LIST_BYTES = 256 << 20  # a txt list of image paths: COCO train2017's 118k paths are 5 MB
 
 
@@ -257,65 +260,88 @@ def parse_label_file(path: Path, width: int, height: int, num_classes: int, summ
 
     A line is ``class cx cy w h`` or, for segment labels, ``class x1 y1 x2 y2 ...`` (the polygon's extent is the
     box, as Ultralytics does); with ``keypoint_fields`` (a pose dataset's ``kpt_shape`` product) a line of
-    ``5 + keypoint_fields`` fields is a box followed by keypoints, and the keypoints are dropped. Exact duplicate
-    lines are dropped, counted in one message (Ultralytics' "duplicate labels removed"). ``ValueError`` when the
-    file has lines but none is usable: its image has objects, so it is skipped rather than trained as a
-    background (Ultralytics drops it too).
+    ``5 + keypoint_fields`` fields is a box followed by keypoints, and the keypoints are dropped. The box is taken
+    where Ultralytics takes it (``cx cy w h`` each within -0.01..1.01: a box may stick out of the image, as objects
+    cut by the frame are labelled) and clipped to the image. Duplicate rows (equal values, however written) are
+    dropped, counted in one message (Ultralytics' "duplicate labels removed"). ``ValueError`` when the file has
+    lines but none is usable: its image has objects, so it is skipped rather than trained as a background
+    (Ultralytics drops it too).
     """
     boxes, classes, seen, duplicates = [], [], set(), 0
     problems_before = len(summary.skipped_lines)
     lines = read_label_text(path).splitlines()
-    objects = sum(1 for line in lines if line.strip())
-    if objects > MAX_BOXES_PER_IMAGE:  # before any line is parsed: bounded time, and no flood of messages
-        raise ValueError(f"{objects:,} label lines, more than the {MAX_BOXES_PER_IMAGE:,} objects one image may have")
+    rows = sum(1 for line in lines if line.strip())
+    if rows > MAX_LABEL_LINES:  # before any line is parsed: bounded time, and no flood of messages
+        raise ValueError(f"{rows:,} label lines, more than the {MAX_LABEL_LINES:,} a label file may have")
     for number, line in enumerate(lines, start=1):
+        where = f"{path}:{number}"
+        if len(line) > MAX_LABEL_LINE_CHARS:  # a polygon of ~100,000 points; split() would hold ~30x the line
+            summary.skipped_lines.append(f"{where}: a line of {len(line):,} characters, more than the "
+                                         f"{MAX_LABEL_LINE_CHARS:,} a label line may have")
+            continue
         fields = line.split()
         if keypoint_fields and len(fields) == 5 + keypoint_fields:
             fields = fields[:5]
         if not fields:
             continue
-        if tuple(fields) in seen:
-            duplicates += 1
-            continue
-        seen.add(tuple(fields))
-        where = f"{path}:{number}"
         if len(fields) != 5 and (len(fields) < 7 or len(fields) % 2 == 0):
             summary.skipped_lines.append(f"{where}: expected 5 fields (class cx cy w h), got {len(fields)}")
             continue
         try:
             values = np.array([float(v) for v in fields], dtype=np.float64)
         except ValueError:
-            summary.skipped_lines.append(f"{where}: non-numeric field in {line.strip()!r}")
+            summary.skipped_lines.append(f"{where}: non-numeric field in {_preview(line)}")
             continue
+        key = values.astype(np.float32).tobytes()  # as Ultralytics compares rows: float32 values, not their text
+        if key in seen:
+            duplicates += 1
+            continue
+        seen.add(key)
         if not np.isfinite(values).all():
-            summary.skipped_lines.append(f"{where}: non-finite value (nan or inf) in {line.strip()!r}")
+            summary.skipped_lines.append(f"{where}: non-finite value (nan or inf) in {_preview(line)}")
             continue
         cls = values[0]
         if cls != int(cls) or not 0 <= cls < num_classes:
-            summary.skipped_lines.append(f"{where}: class {fields[0]} is not in 0..{num_classes - 1}")
+            summary.skipped_lines.append(f"{where}: class {fields[0][:20]} is not in 0..{num_classes - 1}")
             continue
         if len(fields) == 5:
-            cx, cy, w, h = values[1:]
-            if w < 0 or h < 0:
-                summary.skipped_lines.append(f"{where}: negative width or height")
-                continue
-            box = np.array([cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2])
+            xywh = values[1:]
         else:
             xy = values[1:].reshape(-1, 2)
-            box = np.concatenate([xy.min(0), xy.max(0)])
-        box, clipped, reason = check_box(box * [width, height, width, height], width, height)
+            low, high = xy.min(0), xy.max(0)
+            xywh = np.concatenate([(low + high) / 2, high - low])
+        if xywh[2] < 0 or xywh[3] < 0:
+            summary.skipped_lines.append(f"{where}: negative width or height")
+            continue
+        as_read = xywh.astype(np.float32)  # Ultralytics' bounds (utils.verify_image_label) on its float32 values
+        if as_read.min() < -BOX_RANGE_SLACK or as_read.max() > 1 + BOX_RANGE_SLACK:
+            summary.skipped_lines.append(f"{where}: box {' '.join(f'{v:g}' for v in xywh)} (cx cy w h) is not within "
+                                         f"-{BOX_RANGE_SLACK}..{1 + BOX_RANGE_SLACK} of the image, line skipped")
+            continue
+        (cx, cy, w, h), scale = xywh, np.array([width, height, width, height], np.float64)
+        corners = np.array([cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2]) * scale
+        inside = np.clip(corners, 0.0, scale)  # the part in the frame (Ultralytics clips it when it augments)
+        box, clipped, reason = check_box(inside, width, height)
         if box is None:
             summary.skipped_lines.append(f"{where}: {reason}, line skipped")
             continue
-        summary.clipped_boxes += clipped
+        summary.clipped_boxes += bool(np.abs(inside - corners).max() > 0.5)
         boxes.append(box)
         classes.append(int(cls))
+    if len(boxes) > MAX_BOXES_PER_IMAGE:
+        raise ValueError(f"{len(boxes):,} objects, more than the {MAX_BOXES_PER_IMAGE:,} one image may have")
     if not boxes and len(summary.skipped_lines) > problems_before:
         bad = len(summary.skipped_lines) - problems_before
         raise ValueError("its only label line is unusable" if bad == 1 else f"none of its {bad} label lines is usable")
     if duplicates:
         summary.skipped_lines.append(f"{path}: {duplicates} duplicate line{'s' * (duplicates > 1)} dropped")
     return boxes, classes
+
+
+def _preview(line: str, chars: int = 80) -> str:
+    """A label line as a message quotes it: its first ``chars`` characters (a line may be megabytes long)."""
+    line = line.strip()
+    return repr(line) if len(line) <= chars else f"{line[:chars]!r}... ({len(line):,} characters)"
 
 
 def keypoint_fields(data: dict) -> int:
