@@ -48,7 +48,7 @@ from yolo11.data.sources.yolo import (
 __all__ = ["BBOX_FORMATS", "CONVERSIONS", "VAL_FALLBACKS", "default_cache_dir", "load_source", "report_same_data",
            "same_data_warning"]
 
-CACHE_VERSION = 4  # bump when the conversion output changes, so old caches are not reused
+CACHE_VERSION = 5  # bump when the conversion output changes, so old caches are not reused
 CONVERSIONS: Counter = Counter()  # conversions done by this process, by source kind (tests check cache reuse)
 
 
