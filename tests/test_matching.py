@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib.util
+
 import numpy as np
 import pytest
 import torch
@@ -11,23 +13,22 @@ from yolo11.evaluation import matching
 from yolo11.evaluation.matching import Boxes, confusion_matrix, match_predictions
 
 
-def _greedy_pairs(iou: np.ndarray, allowed: np.ndarray, resort: bool) -> tuple[np.ndarray, np.ndarray]:
-    """Per-image reference: Ultralytics' pair selection on a (G, N) IoU matrix."""
-    gt_idx, pred_idx = np.nonzero(allowed)
-    if gt_idx.size == 0:
-        return gt_idx, pred_idx
-    order = np.argsort(-iou[gt_idx, pred_idx], kind="stable")
-    gt_idx, pred_idx = gt_idx[order], pred_idx[order]
-    _, first = np.unique(pred_idx, return_index=True)
-    if resort:
-        first.sort()
-    gt_idx, pred_idx = gt_idx[first], pred_idx[first]
-    _, first = np.unique(gt_idx, return_index=True)
-    return gt_idx[first], pred_idx[first]
+def _claims(iou: np.ndarray, visit: np.ndarray, threshold: float, strict: bool) -> np.ndarray:
+    """Per-image reference of Ultralytics 8.4.190's greedy matching on a (G, N) IoU matrix: the predictions in
+    ``visit`` order each take their best box not taken yet (argmax: the lowest index on ties) when its IoU reaches
+    (passes) the threshold. Returns the box each prediction took, -1 where none."""
+    taken, took = np.zeros(iou.shape[0], dtype=bool), np.full(iou.shape[1], -1)
+    for j in visit:
+        available = np.where(taken, 0.0, iou[:, j])
+        k = int(available.argmax())
+        if available[k] > threshold if strict else available[k] >= threshold:
+            taken[k], took[j] = True, k
+    return took
 
 
 def reference(pred: Boxes, gt: Boxes, num_images: int, num_classes: int) -> tuple[np.ndarray, np.ndarray]:
-    """Per-image loop: true-positive flags (N, T) and confusion matrix."""
+    """Per-image loop: true-positive flags (N, T) (predictions visited in index order, boxes of their class) and
+    the confusion matrix (predictions above 0.25 visited by decreasing score, any class, IoU above 0.45)."""
     correct = np.zeros((len(pred), matching.IOU_THRESHOLDS.shape[0]), dtype=bool)
     matrix = np.zeros((num_classes + 1, num_classes + 1), dtype=np.int64)
     for i in range(num_images):
@@ -37,18 +38,16 @@ def reference(pred: Boxes, gt: Boxes, num_images: int, num_classes: int) -> tupl
         if iou.size:
             same_class = g.classes[:, None] == p.classes[None, :]
             for t, threshold in enumerate(matching.IOU_THRESHOLDS):
-                _, pred_idx = _greedy_pairs(iou * same_class, (iou * same_class >= threshold) & same_class, False)
-                correct[p_rows[pred_idx], t] = True
+                correct[p_rows, t] = _claims(np.nan_to_num(iou * same_class), np.arange(len(p)), threshold,
+                                             False) >= 0
         above = p.scores > 0.25
         p, iou = p[above], iou[:, above]
-        if len(g) == 0 or len(p) == 0:
-            np.add.at(matrix, (p.classes, num_classes), 1)
-            np.add.at(matrix, (num_classes, g.classes), 1)
-            continue
-        gt_idx, pred_idx = _greedy_pairs(iou, iou > 0.45, resort=True)
-        np.add.at(matrix, (p.classes[pred_idx], g.classes[gt_idx]), 1)
-        np.add.at(matrix, (num_classes, g.classes[np.setdiff1d(np.arange(len(g)), gt_idx)]), 1)
-        np.add.at(matrix, (p.classes[np.setdiff1d(np.arange(len(p)), pred_idx)], num_classes), 1)
+        took = _claims(np.nan_to_num(iou), np.argsort(-p.scores, kind="stable"), 0.45, True) if iou.size \
+            else np.full(len(p), -1)
+        matched = took >= 0
+        np.add.at(matrix, (p.classes[matched], g.classes[took[matched]]), 1)
+        np.add.at(matrix, (num_classes, g.classes[np.setdiff1d(np.arange(len(g)), took[matched])]), 1)
+        np.add.at(matrix, (p.classes[~matched], num_classes), 1)
     return correct, matrix
 
 
@@ -162,3 +161,35 @@ def test_class_curves_equal_the_per_class_loop_to_the_bit(seed, num_classes):
     assert lean.pr_precision is None
     np.testing.assert_array_equal(lean.precision, curves.precision)
     np.testing.assert_array_equal(lean.recall, curves.recall)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("ultralytics") is None,
+                    reason="ultralytics 8.4.190 is not importable (PYTHONPATH=/work/ultra)")
+@pytest.mark.parametrize(("seed", "num_classes"), [(3, 3), (4, 1)])
+def test_matching_and_confusion_equal_live_ultralytics(seed, num_classes):
+    """Ultralytics 8.4.190 itself, image by image: ``BaseValidator.match_predictions`` on the image's predictions
+    by decreasing score (its NMS's order) and ``ConfusionMatrix.process_batch``. Crowded images, where a second
+    prediction's best box is already taken, are where its greedy matching and the older one differ."""
+    from types import SimpleNamespace
+
+    from ultralytics.engine.validator import BaseValidator
+    from ultralytics.utils.metrics import ConfusionMatrix
+
+    pred, gt = random_boxes(np.random.default_rng(seed), 40, num_classes)
+    order = np.lexsort((-pred.scores, pred.image))  # each image's predictions by decreasing score
+    pred = pred[order]
+    validator = SimpleNamespace(iouv=torch.linspace(0.5, 0.95, 10))
+    confusion = ConfusionMatrix(names={k: str(k) for k in range(num_classes)})
+    expected = []
+    for i in range(40):
+        p, g = pred[pred.image == i], gt[gt.image == i]
+        iou = box_iou(torch.from_numpy(g.xyxy).float(), torch.from_numpy(p.xyxy).float())
+        expected.append(BaseValidator.match_predictions(validator, torch.from_numpy(p.classes),
+                                                        torch.from_numpy(g.classes), iou).numpy())
+        confusion.process_batch({"cls": torch.from_numpy(p.classes).float(), "conf": torch.from_numpy(p.scores),
+                                 "bboxes": torch.from_numpy(p.xyxy)},
+                                {"cls": torch.from_numpy(g.classes).float(), "bboxes": torch.from_numpy(g.xyxy)})
+    correct = match_predictions(pred, gt)
+    assert correct[:, 0].sum() > 0
+    np.testing.assert_array_equal(correct, np.concatenate(expected))
+    np.testing.assert_array_equal(confusion_matrix(pred, gt, num_classes), confusion.matrix.astype(np.int64))

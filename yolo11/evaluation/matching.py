@@ -5,8 +5,8 @@ COCOeval gives the mAP figures; Ultralytics reports its ``metrics/precision(B)``
 own matching, reproduced here:
 
 1. per image and IoU threshold (0.50:0.95), a prediction is a true positive when it overlaps a ground-truth box of
-   the same class with IoU >= threshold; each prediction takes its best-IoU box, then each box keeps one of the
-   predictions that took it (``match_predictions``);
+   the same class with IoU >= threshold; the image's predictions, by decreasing score, each take the best-IoU box
+   not yet taken (``match_predictions``, Ultralytics 8.4.190's greedy matching);
 2. per class present in the ground truth, predictions sorted by decreasing score give cumulative precision and
    recall, interpolated on a grid of 1000 confidences in [0, 1] (``class_curves``);
 3. the confidence where the mean F1 over classes (smoothed by a 10 % box filter) peaks picks the reported mean
@@ -68,46 +68,66 @@ def _pair_iou(gt: Boxes, pred: Boxes, gt_idx: np.ndarray, pred_idx: np.ndarray) 
         return inter / (area_a + area_b - inter)
 
 
-def _first_in_runs(run_ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
-    """Of the ``mask`` positions, the first of each run of equal ``run_ids`` (runs are contiguous)."""
-    index = np.flatnonzero(mask)
-    first = np.ones(index.shape[0], dtype=bool)
-    first[1:] = run_ids[index[1:]] != run_ids[index[:-1]]
-    out = np.zeros_like(mask)
-    out[index[first]] = True
-    return out
+def _greedy_claims(gt_idx: np.ndarray, pred_idx: np.ndarray, iou: np.ndarray, group: np.ndarray,
+                   visit: np.ndarray, thresholds: np.ndarray, strict: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """Ultralytics 8.4's greedy matching over candidate pairs (gt, pred, IoU): within each group of boxes (an image,
+    or an image and class), the predictions in ``visit`` order each take, at each threshold, the best-IoU box not
+    yet taken at that threshold (the lowest box index on ties) when its IoU reaches the threshold (passes it,
+    ``strict``).
 
-
-def _best_pair_per_prediction(gt_idx: np.ndarray, pred_idx: np.ndarray, iou: np.ndarray) -> np.ndarray:
-    """Pair order in which the first allowed pair of each prediction is its best: highest IoU, the lowest gt index
-    on ties (np.unique's first occurrence after Ultralytics' stable sort of pairs in (gt, pred) order)."""
-    return np.lexsort((gt_idx, -iou, pred_idx))
-
-
-def _chosen(order: np.ndarray, pred_idx: np.ndarray, allowed: np.ndarray) -> np.ndarray:
-    """Mask of each prediction's best allowed pair, given ``_best_pair_per_prediction``'s order."""
-    chosen = np.zeros_like(allowed)
-    chosen[order] = _first_in_runs(pred_idx[order], allowed[order])
-    return chosen
+    ``group`` and ``visit`` (N,) give each prediction's group and its place in the order (ascending; ties by
+    index); a pair's box must be in its prediction's group. Runs one round
+    per rank of a prediction within its group, all groups at once (the predictions of one rank are in different
+    groups, whose boxes are apart). Returns ``(claimed (P, T) bool, box (P, T))`` for the predictions
+    ``P = np.unique(pred_idx)``, in that order, with the box each one took (meaningless where not claimed).
+    """
+    order = np.lexsort((gt_idx, pred_idx))  # each prediction's pairs one run, by box index
+    gt_idx, pred_idx, iou = gt_idx[order], pred_idx[order], iou[order]
+    preds, starts, lengths = np.unique(pred_idx, return_index=True, return_counts=True)
+    by_group = np.lexsort((preds, visit[preds], group[preds]))  # a group's predictions in visiting order
+    sorted_groups = group[preds][by_group]
+    first_of_group = np.searchsorted(sorted_groups, sorted_groups, "left")
+    rank = np.empty(preds.shape[0], dtype=np.int64)
+    rank[by_group] = np.arange(preds.shape[0]) - first_of_group
+    claimed = np.zeros((preds.shape[0], thresholds.shape[0]), dtype=bool)
+    box = np.zeros((preds.shape[0], thresholds.shape[0]), dtype=np.int64)
+    taken = np.zeros((int(gt_idx.max(initial=-1)) + 1, thresholds.shape[0]), dtype=bool)
+    columns = np.arange(thresholds.shape[0])
+    for r in range(int(rank.max(initial=-1)) + 1):
+        now = np.flatnonzero(rank == r)  # one prediction per group
+        runs = lengths[now]
+        at = np.repeat(starts[now] - (np.cumsum(runs) - runs), runs) + np.arange(runs.sum())  # their pairs
+        seg = np.cumsum(runs) - runs
+        boxes = gt_idx[at]
+        available = np.where(taken[boxes], 0.0, iou[at, None])  # (pairs, T)
+        best = np.maximum.reduceat(available, seg, axis=0)  # (predictions, T)
+        where = np.where(available == np.repeat(best, runs, axis=0), np.arange(at.shape[0])[:, None], at.shape[0])
+        choice = boxes[np.minimum.reduceat(where, seg, axis=0)]  # the lowest box index among the best
+        won = best > thresholds if strict else best >= thresholds
+        claimed[now], box[now] = won, choice
+        rows, cols = np.nonzero(won)
+        taken[choice[rows, cols], columns[cols]] = True
+    return claimed, box
 
 
 def match_predictions(pred: Boxes, gt: Boxes, thresholds: np.ndarray = IOU_THRESHOLDS) -> np.ndarray:
-    """True-positive flags ``(N, T)`` of the predictions. Each gt box keeps the lowest-index prediction among those
-    that chose it (Ultralytics' ``np.unique`` leaves the pairs ordered by prediction index; kept so figures agree).
-    """
+    """True-positive flags ``(N, T)`` of the predictions, as Ultralytics 8.4.190's ``match_predictions``: in each
+    image, the predictions by decreasing score each take the best-IoU box of their class not yet taken at that
+    threshold, a true positive when the IoU reaches the threshold (``_greedy_claims``)."""
     correct = np.zeros((len(pred), thresholds.shape[0]), dtype=bool)
     num_classes = int(max(gt.classes.max(initial=0), pred.classes.max(initial=0))) + 1
-    gt_idx, pred_idx = _pairs(gt.image * num_classes + gt.classes, pred.image * num_classes + pred.classes)
+    gt_key, pred_key = gt.image * num_classes + gt.classes, pred.image * num_classes + pred.classes
+    gt_idx, pred_idx = _pairs(gt_key, pred_key)
     if gt_idx.size == 0:
         return correct
     iou = _pair_iou(gt, pred, gt_idx, pred_idx)
-    candidate = iou >= thresholds.min()  # the only pairs any threshold allows: fewer to sort
+    candidate = iou >= thresholds.min()  # Ultralytics visits only these predictions; no other pair is ever taken
     gt_idx, pred_idx, iou = gt_idx[candidate], pred_idx[candidate], iou[candidate]
-    order = _best_pair_per_prediction(gt_idx, pred_idx, iou)
-    for t, threshold in enumerate(thresholds):
-        chosen = _chosen(order, pred_idx, iou >= threshold)
-        kept = _first_in_runs(gt_idx, chosen)  # pairs are in (gt, pred) order: the lowest prediction index
-        correct[pred_idx[kept], t] = True
+    if gt_idx.size == 0:
+        return correct
+    # in index order, as Ultralytics visits them (its NMS leaves each image's predictions by decreasing score)
+    claimed, _ = _greedy_claims(gt_idx, pred_idx, iou, pred_key, np.arange(len(pred)), thresholds)
+    correct[np.unique(pred_idx)] = claimed
     return correct
 
 
@@ -203,9 +223,9 @@ def _best_f1_index(curves: ClassCurves) -> int:
 def confusion_matrix(pred: Boxes, gt: Boxes, num_classes: int, conf: float = 0.25,
                      iou_threshold: float = 0.45) -> np.ndarray:
     """Counts ``(nc + 1, nc + 1)``, rows = predicted class, columns = true class, index ``nc`` = background
-    (Ultralytics' layout), of predictions scoring above ``conf``. Matching is class-agnostic so confusions between
-    classes show: each prediction takes its best-IoU box, then each box keeps the best-IoU prediction among those
-    (the lowest index on ties)."""
+    (Ultralytics' layout), of predictions scoring above ``conf``. Matching is Ultralytics 8.4.190's
+    (``ConfusionMatrix.process_batch``): class-agnostic, so confusions between classes show; in each image the
+    predictions by decreasing score each take the best-IoU box not yet taken, when the IoU passes the threshold."""
     matrix = np.zeros((num_classes + 1, num_classes + 1), dtype=np.int64)
     background = num_classes
     pred = pred[pred.scores > conf]
@@ -213,14 +233,16 @@ def confusion_matrix(pred: Boxes, gt: Boxes, num_classes: int, conf: float = 0.2
     iou = _pair_iou(gt, pred, gt_idx, pred_idx)
     allowed = iou > iou_threshold
     gt_idx, pred_idx, iou = gt_idx[allowed], pred_idx[allowed], iou[allowed]
-    chosen = _chosen(_best_pair_per_prediction(gt_idx, pred_idx, iou), pred_idx, np.ones(iou.shape[0], dtype=bool))
-    gt_idx, pred_idx, iou = gt_idx[chosen], pred_idx[chosen], iou[chosen]
-    order = np.lexsort((pred_idx, -iou, gt_idx))
-    kept = order[_first_in_runs(gt_idx[order], np.ones(order.shape[0], dtype=bool))]
-    gt_idx, pred_idx = gt_idx[kept], pred_idx[kept]
-    np.add.at(matrix, (pred.classes[pred_idx], gt.classes[gt_idx]), 1)
     missed, extra = np.ones(len(gt), dtype=bool), np.ones(len(pred), dtype=bool)
-    missed[gt_idx], extra[pred_idx] = False, False
+    if gt_idx.size:
+        visit = np.empty(len(pred), dtype=np.int64)
+        visit[np.argsort(-pred.scores, kind="stable")] = np.arange(len(pred))  # by decreasing score, as Ultralytics
+        claimed, box = _greedy_claims(gt_idx, pred_idx, iou, pred.image, visit, np.array([iou_threshold]),
+                                      strict=True)
+        preds = np.unique(pred_idx)[claimed[:, 0]]
+        boxes = box[claimed[:, 0], 0]
+        np.add.at(matrix, (pred.classes[preds], gt.classes[boxes]), 1)
+        missed[boxes], extra[preds] = False, False
     np.add.at(matrix, (background, gt.classes[missed]), 1)
     np.add.at(matrix, (pred.classes[extra], background), 1)
     return matrix
