@@ -250,3 +250,14 @@ def test_batched_nms_takes_runs_of_several_images_on_cuda_within_its_bounds(monk
     assert not _batchable(cuda, [10, 301], 300)
     assert not _batchable(cuda, [10, 101], 300)
     assert not _batchable(cpu, [10, 20], 300)
+
+
+def test_max_det_for_data_raises_only_the_default():
+    from yolo11.postprocess import max_det_for_data
+
+    assert max_det_for_data(300, {"train": 120, "val": 300}) == (300, None)
+    raised, line = max_det_for_data(300, {"train": 412, "val": 390})
+    assert raised == 412 and line.startswith("images of the data hold up to 412 objects (train 412, val 390)")
+    kept, line = max_det_for_data(200, {"val": 250}, flag="max_det")
+    assert kept == 200 and line.endswith("more than max_det 200: kept as chosen; recall is capped at 200 detections "
+                                         "an image")

@@ -352,3 +352,34 @@ def test_val_tells_weights_and_data_that_name_the_classes_differently():
     assert names_differ(["cat", "dog"], ["cat", "dog"]) == ""
     assert names_differ(["0", "1"], ["cat", "dog"]) == names_differ(["class_0", "class_1"], ["a", "b"]) == ""
     assert names_differ(None, ["cat"]) == ""
+
+
+def test_val_raises_the_default_max_det_to_the_most_objects_of_an_image(tmp_path, capsys, monkeypatch):
+    """An image of 320 labelled objects: ``--max-det`` left at 300 is raised to 320 (Ultralytics 8.4.190's
+    ``_check_max_det``), one line says so; a value the user chose is kept, and the line says recall is capped."""
+    import cv2
+    import numpy as np
+
+    from yolo11.tools import val as val_tool
+
+    monkeypatch.chdir(tmp_path)
+    for split in ("train", "val"):
+        (tmp_path / "images" / split).mkdir(parents=True)
+        (tmp_path / "labels" / split).mkdir(parents=True)
+        cv2.imwrite(str(tmp_path / "images" / split / "a.png"), np.full((64, 64, 3), 90, np.uint8))
+        rows = [f"0 {(k % 20 + 0.5) / 20:.4f} {(k // 20 + 0.5) / 20:.4f} 0.02 0.02" for k in range(320)]
+        (tmp_path / "labels" / split / "a.txt").write_text("\n".join(rows) + "\n")
+    (tmp_path / "data.yaml").write_text(f"path: {tmp_path}\ntrain: images/train\nval: images/val\nnames: [x]\n")
+    weights = save_weights(create_model("yolo11n", num_classes=1), tmp_path / "w.safetensors")
+    seen = []
+    real = val_tool.evaluate_weights
+    monkeypatch.setattr(val_tool, "evaluate_weights", lambda *a, **k: seen.append(k["max_det"]) or real(*a, **k))
+    flags = [str(weights), "--data", str(tmp_path / "data.yaml"), "--imgsz", "64", "--workers", "0", "--cache-dir",
+             str(tmp_path / "cache")]
+    assert val.main(flags) == 0
+    assert val.main([*flags, "--max-det", "100"]) == 0
+    assert seen == [320, 100]
+    err = capsys.readouterr().err
+    assert ("images of the data hold up to 320 objects (val 320), more than --max-det 300: --max-det raised to 320, "
+            "as Ultralytics does") in err
+    assert "more than --max-det 100: kept as chosen; recall is capped at 100 detections an image" in err

@@ -195,6 +195,23 @@ def end2end_detections(topk: Tensor, conf: float = 0.001, max_det: int = 300) ->
     return [rows[rows[:, 4] > conf][:max_det] for rows in topk]
 
 
+DEFAULT_MAX_DET = 300  # Ultralytics' max_det
+
+
+def max_det_for_data(max_det: int, most: dict[str, int], flag: str = "--max-det") -> tuple[int, str | None]:
+    """The detections kept per image where the data's images hold up to ``most`` objects (per split), as
+    Ultralytics 8.4.190 (``DetectionValidator._check_max_det``): the default raised to the largest count, a value
+    the user chose kept; either way a line saying so, else None. Fewer detections than objects cap recall."""
+    observed = max(most.values(), default=0)
+    if observed <= max_det:
+        return max_det, None
+    counts = ", ".join(f"{split} {count}" for split, count in most.items())
+    line = f"images of the data hold up to {observed} objects ({counts}), more than {flag} {max_det}: "
+    if max_det == DEFAULT_MAX_DET:
+        return observed, line + f"{flag} raised to {observed}, as Ultralytics does (a smaller cap would cap recall)"
+    return max_det, line + f"kept as chosen; recall is capped at {max_det} detections an image"
+
+
 # How the NMS-free choice is spelled on our command lines and in Python (and in Ultralytics: nms=False).
 NMS_FREE_FLAG = "--nms false / nms=False"
 

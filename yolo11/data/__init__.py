@@ -17,7 +17,7 @@ _MODULE_OF = {
     "build_val_stream": "loader", "first_batches": "loader",
     "save_batch_preview": "preview",
     "BadSampleSummary": "schema", "DataSourceError": "schema", "DetectionSource": "schema",
-    "class_names_of": "schema",
+    "class_names_of": "schema", "most_objects": "schema",
     "load_source": "sources",
     "PRESETS": "augment_params", "AugmentParams": "augment_params", "augment_preset": "augment_params",
 }

@@ -38,6 +38,17 @@ def class_names_of(dataset: datasets.Dataset) -> list[str]:
     return list(dataset.features["objects"]["category"].feature.names)
 
 
+def most_objects(dataset: datasets.Dataset) -> int:
+    """The most objects any one image of ``dataset`` has (0 for none), read through Arrow: no image decoded."""
+    import pyarrow.compute as pc
+
+    if len(dataset) == 0:
+        return 0
+    column = dataset.select_columns(["objects"]).with_format("arrow")[:].column("objects").combine_chunks()
+    counts = pc.list_value_length(pc.struct_field(column, "category"))  # a struct of lists (datasets' Sequence)
+    return int(pc.max(pc.fill_null(counts, 0)).as_py() or 0)
+
+
 @dataclass
 class BadSampleSummary:
     """What conversion skipped or repaired, one human-readable message per item (file and line named)."""

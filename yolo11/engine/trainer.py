@@ -29,6 +29,7 @@ from yolo11.data import (
     LoaderConfig,
     first_batches,
     load_source,
+    most_objects,
     save_batch_preview,
 )
 from yolo11.data.dataset import available_memory, cache_bytes
@@ -87,6 +88,7 @@ from yolo11.engine.weight_trace import WeightTrace
 from yolo11.evaluation import ValidationStopped
 from yolo11.evaluation.plots import plot_labels
 from yolo11.output_errors import FULL_ERRNOS, WRITE_ERRNOS, replaced, write_error_message, writing
+from yolo11.postprocess import max_det_for_data
 from yolo11.weights import UnsafeCheckpointError, resolve_weights
 
 # --save-period auto: a checkpoint at the end of the first epoch that ends this long after the last one. Writing
@@ -196,6 +198,11 @@ def _train(config: TrainConfig, typed: frozenset[str] | None, launch: PartialSta
         mark_startup("process group")
         stop.enter("conversion", launch.process_index)
         run_dir, train_source, val_source = locate_inputs(config, launch, resume, made)
+        max_det, note = max_det_for_data(config.run.max_det, {"train": most_objects(train_source.dataset),
+                                                              "val": most_objects(val_source.dataset)})
+        if note and launch.is_main_process:
+            print(note, flush=True)
+        config = dataclasses.replace(config, run=dataclasses.replace(config.run, max_det=max_det))
         mark_startup("data")
         lock = hold_run_dir(run_dir, launch, made)
         if lock is not None:

@@ -236,13 +236,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     settings, record_line = resolve_settings(args)
     from accelerate import Accelerator, DataLoaderConfiguration
 
-    from yolo11.data import load_source
+    from yolo11.data import load_source, most_objects
     from yolo11.data.sources import VAL_FALLBACKS
     from yolo11.engine.process_group import launch_state, share_gpu_note
     from yolo11.evaluation import plots
     from yolo11.evaluation.coco import coco_results
     from yolo11.evaluation.table import format_table
-    from yolo11.postprocess import head_line
+    from yolo11.postprocess import head_line, max_det_for_data
 
     sharing = share_gpu_note(launch_state())  # the process group's timeout, YOLO11_SHARE_GPU
     # No even_batches padding: a rect batch padded with images of the first batch would mix letterbox shapes, and
@@ -267,10 +267,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"warning: {args.weights} and --data {settings['data']} name the classes differently ({renamed}); the "
               "scores pair the weights' class ids with the data's names: right for a renamed dataset, wrong for "
               "one whose classes are listed in another order", file=sys.stderr)
+    max_det, note = max_det_for_data(args.max_det, {settings["split"]: most_objects(source.dataset)})
+    if note and accelerator.is_main_process:
+        print(note, file=sys.stderr)
     start = time.perf_counter()
     metrics, predictions, ground_truth = evaluate_weights(
         accelerator, model, source, imgsz=imgsz, batch=args.batch, workers=args.workers, conf=args.conf,
-        iou=args.iou, max_det=args.max_det, rect=rect, backend=args.backend, end2end=end2end)
+        iou=args.iou, max_det=max_det, rect=rect, backend=args.backend, end2end=end2end)
     if accelerator.is_main_process:
         print(head_line(model.config["name"], model.end2end, end2end))
         print(format_table(metrics, source.class_names, ground_truth))
