@@ -230,3 +230,38 @@ def test_argparse_lists_its_actions_with_option_strings_and_dest():
     parser.add_argument("data")
     assert [(a.dest, a.option_strings) for a in parser._actions] == [("batch_size", ["--batch-size"]),
                                                                      ("data", [])]
+
+
+def test_a_worker_stuck_in_a_long_sample_does_not_hold_the_exit(tmp_path):
+    """A loader worker (SIGTERM ignored, as ``seed_worker`` sets) busy with a 120 s sample when the program ends:
+    the exit must not wait for it. The loader's own shutdown gives up after its joins (~10 s) and multiprocessing's
+    exit handler would then wait forever (``yolo11 val`` was seen hanging so); ``end_stray_workers`` kills it. The
+    worker is torch's ``_worker_loop`` (``multiprocessing.Process._target``), which is how it is told apart."""
+    import subprocess
+    import sys
+    import textwrap
+    import time
+
+    script = tmp_path / "stuck.py"
+    script.write_text(textwrap.dedent('''
+        import time
+        import torch
+        from yolo11.data.loader import DetectionDataLoader
+        from yolo11.data.workers import seed_worker
+
+        class Slow(torch.utils.data.Dataset):
+            def __len__(self):
+                return 4
+
+            def __getitem__(self, index):
+                time.sleep(120 if index == 0 else 0)
+                return index
+
+        iterator = iter(DetectionDataLoader(Slow(), batch_size=1, num_workers=2, worker_init_fn=seed_worker))
+        time.sleep(1.0)  # worker 0 is in its long sample
+        print("ending", flush=True)
+    '''))
+    started = time.monotonic()
+    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert "ending" in result.stdout and time.monotonic() - started < 40

@@ -10,6 +10,7 @@ import os
 import random
 import signal
 import sys
+import time
 import weakref
 
 import cv2
@@ -18,6 +19,7 @@ import torch
 
 WORKER_NICENESS = 10
 _live_iterators: weakref.WeakSet = weakref.WeakSet()
+_loader_workers: weakref.WeakSet = weakref.WeakSet()  # their worker processes (multiprocessing keeps them)
 # glibc mallopt parameters (malloc.h)
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
 
@@ -81,9 +83,30 @@ def stop_workers_at_exit(iterator) -> None:
     if not hasattr(iterator, "_shutdown_workers"):  # no workers: nothing to stop
         return
     _live_iterators.add(iterator)
+    _loader_workers.update(getattr(iterator, "_workers", ()))
 
 
 @atexit.register  # at import: after multiprocessing's own handler, so it runs before it
 def _stop_live_iterators() -> None:
     for iterator in list(_live_iterators):
         iterator._shutdown_workers()
+    end_stray_workers()
+
+
+EXIT_GRACE_SECONDS = 1.0
+
+
+def end_stray_workers(grace: float = EXIT_GRACE_SECONDS) -> int:
+    """Kill the loader workers of this process still alive, after ``grace`` seconds to end by themselves; returns
+    how many were killed. At exit only: a worker busy with a long sample on a loaded machine misses its loader's
+    stop (``_shutdown_workers`` waits a few seconds, then sends the SIGTERM the worker ignores), and
+    multiprocessing's exit handler would wait for it forever after its own SIGTERM."""
+    deadline = time.monotonic() + grace
+    killed = 0
+    for worker in list(_loader_workers):
+        worker.join(timeout=max(deadline - time.monotonic(), 0.0))
+        if worker.is_alive():
+            worker.kill()
+            worker.join()
+            killed += 1
+    return killed
