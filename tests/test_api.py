@@ -167,8 +167,10 @@ def test_val_predict_export_and_info_use_the_trained_model(trained, tmp_path, ca
     assert [line.split(" -> ")[0] for line in said.splitlines() if " -> " in line] == [str(metrics.best)], said
     copy = model.export(format="safetensors", output=tmp_path / "copy.safetensors")
     assert YOLO(copy).names == model.names
-    with pytest.raises(UsageError, match="is the weights file this model was loaded from"):
-        model.export(format="safetensors")
+    beside = model.export(format="safetensors")  # the default beside the weights would be the weights themselves
+    assert beside == metrics.best.with_name("best_export.safetensors") and YOLO(beside).names == model.names
+    with pytest.raises(UsageError, match="is the weights file this model was loaded from; pass another output="):
+        model.export(format="safetensors", output=metrics.best)
     layers, parameters, gradients, gflops = model.info(verbose=False, imgsz=64)
     assert parameters == sum(p.numel() for p in model.model.parameters()) >= gradients and 0 < gflops < 1
     from_run = YOLO(metrics.run_dir)

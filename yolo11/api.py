@@ -447,7 +447,8 @@ class YOLO:
     def export(self, format: str = "onnx", **kwargs: Any) -> Path:  # noqa: A002 - Ultralytics' keyword
         """Write the model as ``onnx`` (``yolo11 export``'s keys: ``imgsz``, ``batch``, ``dynamic``, ``half``,
         ``opset``, ``nms``, ``check``...), ``pt`` (an Ultralytics checkpoint; needs ultralytics) or ``safetensors``
-        (ours); ``output=`` names the file (default: beside the weights, as Ultralytics). Returns its path."""
+        (ours); ``output=`` names the file (default: beside the weights, as Ultralytics; ``<stem>_export.safetensors``
+        where that would be the file the model was loaded from). Returns its path."""
         from yolo11.tools import export as export_tool
         from yolo11.weights import save_weights
 
@@ -456,9 +457,14 @@ class YOLO:
         if fmt not in ("onnx", "pt", "safetensors"):
             raise UsageError(f"export: format={format!r}: expected onnx, pt or safetensors")
         kwargs = {**{k: v for k, v in self.overrides.items() if k == "imgsz" and fmt != "safetensors"}, **kwargs}
-        output = Path(kwargs.pop("output", None) or export_tool.default_output(self._weights_name(), f".{fmt}"))
-        if self.ckpt_path and Path(self.ckpt_path).exists() and output.resolve() == Path(self.ckpt_path).resolve():
-            raise UsageError(f"export: {output} is the weights file this model was loaded from; pass output=")
+        chosen = kwargs.pop("output", None)
+        output = Path(chosen or export_tool.default_output(self._weights_name(), f".{fmt}"))
+        loaded_from = Path(self.ckpt_path) if self.ckpt_path and Path(self.ckpt_path).exists() else None
+        if loaded_from is not None and output.resolve() == loaded_from.resolve():
+            if chosen:
+                raise UsageError(f"export: {output} is the weights file this model was loaded from; pass another "
+                                 "output=")
+            output = output.with_name(f"{output.stem}_export{output.suffix}")  # beside it, never over it
         if fmt == "safetensors":
             if kwargs:
                 raise UsageError(f"export: format=safetensors takes no {', '.join(kwargs)}")
