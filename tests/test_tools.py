@@ -19,7 +19,7 @@ from yolo11 import create_model, predictor
 from yolo11.data.sources.synthetic import SHAPES
 from yolo11.geometry import letterbox_params, scale_boxes
 from yolo11.tools import export, predict, val
-from yolo11.weights import save_weights
+from yolo11.weights import load_weights, save_weights
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data"
@@ -265,6 +265,32 @@ def test_export_with_nms_is_ultralytics_nms_layout_and_reads_back(tmp_path):
     assert graph.metadata.nms and graph.select_head(None) and graph.select_head(True)
     with pytest.raises(ValueError, match="ends in NMS .*nms=false asks for the NMS-free head"):
         graph.select_head(False)
+
+
+def test_export_check_compares_the_nms_graph_rows(tmp_path, capsys, monkeypatch):
+    """``--check`` with ``--nms`` compares the graph's rows with ``NmsDetector`` run by PyTorch (it was skipped
+    without a word); a graph whose rows differ is reported as such (infinite), not as equal."""
+    pytest.importorskip("onnxruntime")
+    from yolo11.tools import onnx_export
+
+    model = create_model("yolo11n", num_classes=3)
+    with torch.no_grad():  # every anchor above --conf: many rows for NMS to keep and the check to compare
+        for branch in model.head.cv3:
+            branch[-1].bias.fill_(5.0)
+    weights = save_weights(model, tmp_path / "w.safetensors")
+    assert export.main([str(weights), "--imgsz", "64", "--nms", "--check", "--output", str(tmp_path / "n.onnx")]) == 0
+    line = capsys.readouterr().out.splitlines()[-1]
+    assert line.startswith("onnxruntime vs PyTorch (the rows after NMS, on random images): max |difference| boxes")
+    boxes, scores = (float(v.split()[0]) for v in line.split("boxes ")[1].split(", scores "))
+    assert boxes < 1e-2 and scores < 1e-4
+    loaded = load_weights(weights).eval()
+    rows = onnx_export.NmsDetector(loaded, 0.25, 0.7, 300)(torch.rand(1, 3, 64, 64))
+    assert (rows[..., 4] > 0).sum() > 10  # the comparison had rows to compare
+    real = onnx_export.NmsDetector
+    monkeypatch.setattr(onnx_export, "NmsDetector", lambda model, conf, iou, max_det, **kw: real(
+        model, conf, 0.1, max_det, **kw))  # PyTorch's side suppressing far more: other rows
+    assert onnx_export.check_onnx(loaded, tmp_path / "n.onnx", 64, batch=1, nms=(0.25, 0.7, 300)) == (
+        float("inf"), float("inf"))
 
 
 @pytest.mark.parametrize("detected_classes", [(), (0,)], ids=["nothing", "one-class-only"])

@@ -152,10 +152,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         shapes = f"output0 ({batch}, {4 + model.num_classes}, {anchors if not args.dynamic else 'anchors'})"
     print(head_line(name, model.end2end, end2end))
     print(f"{args.weights} -> {path}: images ({batch}, 3, {side}, {side if not args.dynamic else 'W'}) -> {shapes}")
-    if args.check and not args.nms:
+    if args.check:
         boxes, scores = check_onnx(model, path, args.imgsz, batch=2 if args.dynamic else args.batch,
-                                   end2end=end2end, max_det=args.max_det)
-        print(f"onnxruntime vs PyTorch: max |difference| boxes {boxes:.2e} px, scores {scores:.2e}")
+                                   end2end=end2end, max_det=args.max_det, nms=nms_settings, dynamic=args.dynamic)
+        what = " (the rows after NMS, on random images)" if args.nms else ""
+        print(f"onnxruntime vs PyTorch{what}: max |difference| boxes {boxes:.2e} px, scores {scores:.2e}")
     return 0
 
 

@@ -184,9 +184,11 @@ def _to_float16(graph: onnx.ModelProto) -> onnx.ModelProto:
 
 
 def check_onnx(model: nn.Module, path: Path, imgsz: int, batch: int = 2, seed: int = 0, *, end2end: bool = False,
-               max_det: int = 300) -> tuple[float, float]:
+               max_det: int = 300, nms: tuple[float, float, int] | None = None,
+               dynamic: bool = False) -> tuple[float, float]:
     """Largest absolute onnxruntime-vs-PyTorch differences on a random batch: (boxes in pixels, class scores; with
-    ``end2end`` scores and class ids of the top-k rows).
+    ``end2end`` or ``nms`` (the ``--nms`` graph's ``(conf, iou, max_det)``, against ``NmsDetector`` run by PyTorch)
+    those of the rows, matched as ``_row_differences`` matches them).
 
     Boxes are pixel coordinates up to ``imgsz``: float32 rounding through the network leaves differences of a few
     1e-4 pixels at 320-640 px, about 1e-6 of the value, so compare them relative to ``imgsz``.
@@ -194,12 +196,17 @@ def check_onnx(model: nn.Module, path: Path, imgsz: int, batch: int = 2, seed: i
     import onnxruntime
 
     images = torch.rand(batch, 3, imgsz, imgsz, generator=torch.Generator().manual_seed(seed))
-    wrapped = End2EndDetector(model, max_det) if end2end else DecodedDetector(model)
+    if nms is not None:
+        wrapped = NmsDetector(model, *nms, batch=batch, dynamic=dynamic)
+    else:
+        wrapped = End2EndDetector(model, max_det) if end2end else DecodedDetector(model)
     with torch.no_grad():
         expected = wrapped.eval()(images).numpy()
     session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     (got,) = session.run(["output0"], {"images": images.numpy()})
-    if end2end:
+    if end2end or nms is not None:
+        if got.shape != expected.shape or (got[..., 4] > 0).sum() != (expected[..., 4] > 0).sum():
+            return float("inf"), float("inf")  # not the same rows
         return _row_differences(got, expected)
     difference = np.abs(got - expected)
     return float(difference[:, :4].max()), float(difference[:, 4:].max())
