@@ -452,3 +452,18 @@ def test_save_false_writes_no_drawn_image_and_formats_take_any_case(weights, loa
                 f"project={tmp_path}"]) == 0
     assert (tmp_path / "exp" / "predictions.json").is_file() and not (tmp_path / "exp" / "a.jpg").exists()
     assert export.parse_args([str(weights), "--format", "ONNX"]).format == "onnx"
+
+
+def test_detector_from_a_run_predicts_at_its_training_size(tiny_trained_run):
+    """``Detector.from_pretrained(<run>/weights/best.safetensors)`` takes the size the run trained at (64 here), as
+    ``yolo11-predict`` and Ultralytics' ``YOLO(...).predict`` do; it took 640 whatever the run, and so detected
+    other things than the command on the same weights. A size given wins; weights without a run record get 640."""
+    from yolo11 import Detector
+    from yolo11.models import create_model
+    from yolo11.weights import save_weights
+
+    best = tiny_trained_run / "weights" / "best.safetensors"
+    assert Detector.from_pretrained(best).imgsz == 64
+    assert Detector.from_pretrained(best, imgsz=96).imgsz == 96
+    bare = save_weights(create_model("yolo11n", num_classes=2), tiny_trained_run.parent / "bare.safetensors")
+    assert Detector.from_pretrained(bare).imgsz == 640

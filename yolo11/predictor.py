@@ -388,15 +388,20 @@ class Detector:
 
     @classmethod
     def from_pretrained(cls, ref: str | Path, *, names: str | Sequence[str] | None = None,
-                        device: str | torch.device | None = None, imgsz: int = 640, conf: float = 0.25,
+                        device: str | torch.device | None = None, imgsz: int | None = None, conf: float = 0.25,
                         iou: float = 0.7, max_det: int = 300, rect: bool = True, batch: int = 8,
                         nms: bool | None = None, classes: Sequence[int] | int | None = None) -> Detector:
         """Load weights through ``yolo11.weights.load_weights(ref)`` (a ``.safetensors`` file, a
         ``save_pretrained`` folder, an Ultralytics ``.pt``..., YOLO11 or YOLO26; an ``.onnx`` export runs in
         onnxruntime, ``yolo11.tools.onnx_model``), fuse them, and take the class
-        names from ``names``, else the model, else the Ultralytics checkpoint, else the class ids; ``nms`` and
-        ``classes``: see ``Detector``."""
+        names from ``names``, else the model, else the Ultralytics checkpoint, else the class ids; ``imgsz``
+        default: the size the weights were trained at where their run recorded it (as ``yolo11-predict`` and
+        Ultralytics' ``YOLO(...).predict``), else 640; ``nms`` and ``classes``: see ``Detector``."""
         from yolo11.tools.onnx_model import OnnxModel, is_onnx
+        from yolo11.tools.run_record import trained_with
+
+        if imgsz is None:
+            imgsz = trained_with(ref).imgsz or 640
 
         if is_onnx(ref):  # an export: onnxruntime runs it; a static graph at its own size, square
             model = OnnxModel(ref, device)
