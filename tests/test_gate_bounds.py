@@ -396,7 +396,8 @@ def test_yaml_bomb_is_refused_in_a_blink(tmp_path: Path, text: str, message: str
     finally:
         tracemalloc.stop()
     assert str(refused.value).startswith(f"{path}: ") and message in str(refused.value), str(refused.value)
-    assert seconds < 5 and peak < 300 << 20, (seconds, peak)
+    # seconds against minutes unbounded: a generous bound, since a loaded 2-core machine took 5.8 s for 0.5 s work
+    assert seconds < 30 and peak < 300 << 20, (seconds, peak)
 
 
 def test_yaml_of_100k_class_names_still_reads(tmp_path: Path) -> None:
