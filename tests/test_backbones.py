@@ -86,6 +86,25 @@ def test_pretrained_offline_gives_a_clear_error(monkeypatch, tmp_path):
         yolo11.create_model("yolo11n", backbone="resnet18", pretrained=True)
 
 
+def test_pretrained_with_an_unanswering_hub_fails_at_once_from_the_cache(monkeypatch, tmp_path):
+    """No HF_HUB_OFFLINE, but the Hub does not answer its probe: the weights come from the cache only, at once,
+    instead of huggingface_hub's minute of retries; the flag is left as it was."""
+    import time
+
+    import huggingface_hub.constants as hub_constants
+
+    from yolo11.weights import resolve
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setattr(hub_constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(hub_constants, "HF_HUB_CACHE", str(tmp_path))
+    monkeypatch.setattr(resolve, "hub_reachable", lambda timeout=None: False)
+    started = time.monotonic()
+    with pytest.raises(BackboneError, match=r"resnet18.*\(the Hub did not answer within 5 s\)"):
+        yolo11.create_model("yolo11n", backbone="resnet18", pretrained=True)
+    assert time.monotonic() - started < 20 and hub_constants.HF_HUB_OFFLINE is False
+
+
 def test_timm_registration_follows_either_import_order() -> None:
     """``import yolo11.models`` before timm: the backbones are registered when timm loads; a run with the native
     backbone loads neither timm nor torchvision (their import costs ~2.7 s of a run's start on 2 cores)."""
