@@ -70,12 +70,12 @@ def test_predict_saves_where_yolo11_predict_does(tmp_path, monkeypatch):
     image = str(COCO8_IMAGES / "000000000036.jpg")
     for _ in range(2):
         model.predict(image, imgsz=64, save=True)
-    model.predict(image, imgsz=64, save_txt=True, name="x")
+    found = model.predict(image, imgsz=64, conf=0.0, save_txt=True, name="x")  # conf 0: something to write
     model.predict(image, imgsz=64, save=True, project="elsewhere", name="y")
     assert sorted(path.name for path in (tmp_path / "runs").iterdir()) == ["predict"]
     assert sorted(path.name for path in (tmp_path / "runs" / "predict").iterdir()) == ["exp", "exp2", "x"]
     assert (tmp_path / "runs" / "predict" / "exp2" / "000000000036.jpg").is_file()
-    assert (tmp_path / "runs" / "predict" / "x" / "labels").is_dir()
+    assert len(found[0]) and (tmp_path / "runs" / "predict" / "x" / "labels" / "000000000036.txt").is_file()
     assert (tmp_path / "elsewhere" / "y" / "predictions.json").is_file()
 
 

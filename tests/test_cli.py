@@ -265,3 +265,20 @@ def test_readme_quick_start_runs_on_the_shipped_sample(tmp_path):
     val = subprocess.run([*env_cmd, "val", str(weights), "data=coco8.yaml", "imgsz=64", "workers=0"], **run)
     assert val.returncode == 0, val.stderr[-2000:]
     assert "mAP50-95" in val.stdout
+
+
+def test_save_txt_writes_no_file_for_an_image_without_detections(tmp_path):
+    """As Ultralytics' ``Results.save_txt``: an image without detections gets no label file (they were written
+    empty, and counted among the labels saved)."""
+    from yolo11.predictor import Detections
+    from yolo11.tools.predict import PredictionWriter
+
+    none = Detections(boxes=np.zeros((0, 4), np.float32), scores=np.zeros(0, np.float32),
+                      class_ids=np.zeros(0, np.int64), names={0: "cat"}, image_size=(40, 60))
+    one = Detections(boxes=np.array([[5, 5, 30, 30]], np.float32), scores=np.array([0.9], np.float32),
+                     class_ids=np.array([0]), names={0: "cat"}, image_size=(40, 60))
+    writer = PredictionWriter(tmp_path, draw=False, save_txt=True)
+    writer.add(none, "a.jpg", "a")
+    writer.add(one, "b.jpg", "b")
+    assert sorted(path.name for path in (tmp_path / "labels").iterdir()) == ["b.txt"]
+    assert none.save_txt(tmp_path / "r.txt") == tmp_path / "r.txt" and not (tmp_path / "r.txt").exists()

@@ -300,11 +300,13 @@ class Detections:
 
     def save_txt(self, txt_file: str | Path, save_conf: bool = False) -> Path:
         """Append ``txt_lines`` to ``txt_file``, as Ultralytics' ``Results.save_txt`` does and ``yolo11 predict
-        --save-txt`` writes them."""
+        --save-txt`` writes them: nothing (no file) without detections."""
         path = Path(txt_file)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "a") as fh:
-            fh.writelines(line + "\n" for line in self.txt_lines(save_conf))
+        lines = self.txt_lines(save_conf)
+        if lines:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with open(path, "a") as fh:
+                fh.writelines(line + "\n" for line in lines)
         return path
 
     def summary(self, normalize: bool = False, decimals: int = 5) -> list[dict]:

@@ -110,10 +110,10 @@ class PredictionWriter:
             self.images += 1
         else:
             self.frames += 1
-        if self.save_txt:
+        lines = detections.txt_lines(self.save_conf) if self.save_txt else []
+        if lines:  # none for an image without detections, as Ultralytics
             name = stem if frame is None else f"{stem}_{frame}"
-            (self._folder("labels") / f"{name}.txt").write_text("".join(f"{line}\n" for line in
-                                                                        detections.txt_lines(self.save_conf)))
+            (self._folder("labels") / f"{name}.txt").write_text("".join(f"{line}\n" for line in lines))
 
     def write_image(self, detections: Detections, stem: str, suffix: str) -> None:
         if self.draw:
