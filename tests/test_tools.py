@@ -90,8 +90,9 @@ def test_predict_cli_outputs_match_ultralytics_detections(tmp_path):
         assert torch.allclose(got[:, 4], expected[:, 4], atol=1e-4)
         assert torch.equal(got[:, 5], expected[:, 5])
         assert (out / path.name).is_file()  # drawn, in the input's format
-        lines = (out / "labels" / f"{path.stem}.txt").read_text().splitlines()
-        assert len(lines) == len(record["detections"])
+        label = out / "labels" / f"{path.stem}.txt"
+        lines = label.read_text().splitlines() if record["detections"] else []
+        assert len(lines) == len(record["detections"]) and label.is_file() == bool(record["detections"])
         for line, det in zip(lines, record["detections"], strict=True):
             cls, xc, _, w, _, _ = line.split()
             assert int(cls) == det["class"]

@@ -150,7 +150,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         shapes = f"output0 ({batch}, {min(args.max_det, anchors)}, 6) {what}: x1 y1 x2 y2 score class"
     else:
         shapes = f"output0 ({batch}, {4 + model.num_classes}, {anchors if not args.dynamic else 'anchors'})"
-    print(head_line(name, model.end2end, end2end))
+    where_nms = "" if end2end else " (in the graph)" if args.nms else " (after the graph, by its runtime; --nms: in it)"
+    print(head_line(name, model.end2end, end2end) + where_nms)
     print(f"{args.weights} -> {path}: images ({batch}, 3, {side}, {side if not args.dynamic else 'W'}) -> {shapes}")
     if args.check:
         boxes, scores = check_onnx(model, path, args.imgsz, batch=2 if args.dynamic else args.batch,
