@@ -298,3 +298,44 @@ def test_a_torch_tensor_source_predicts_as_its_array(capsys):
     np.testing.assert_array_equal(single.boxes, expected.boxes)
     with pytest.raises(UsageError, match=r"values in \[0, 1\]"):
         model.predict(tensor * 255, **settings)
+
+
+def test_ultralytics_results_habits_on_boxes_and_the_model(tmp_path, capsys):
+    """What an Ultralytics script does with a model and its results: ``model.model`` in eval mode (a raw forward in
+    train mode moved the BatchNorm statistics, and every later prediction), ``r.boxes.cpu().numpy().xyxy`` as a
+    NumPy array, ``r.boxes.id`` None, ``verbose=False`` without a note; the boxes' values unchanged."""
+    import torch
+
+    from yolo11.models import create_model
+    from yolo11.weights import save_weights
+
+    weights = save_weights(create_model("yolo11n", num_classes=80), tmp_path / "w.safetensors")
+    model = YOLO(weights)
+    assert model.model.training is False
+    image = str(COCO8_IMAGES / "000000000036.jpg")
+    before = model.predict(image, imgsz=64, conf=0.0, verbose=False)[0]
+    with torch.no_grad():
+        model.model(torch.rand(2, 3, 64, 64))  # as a user's hook or benchmark would
+    after = model(image, imgsz=64, conf=0.0, verbose=False)[0]
+    assert "ignored" not in capsys.readouterr().err
+    boxes = after.boxes
+    assert len(boxes) > 0 and torch.equal(before.boxes.data, boxes.data)
+    as_numpy = boxes.cpu().numpy()
+    assert isinstance(as_numpy.xyxy, np.ndarray) and as_numpy.xyxy.shape == (len(boxes), 4)
+    np.testing.assert_array_equal(as_numpy.xyxy, boxes.xyxy.numpy())
+    np.testing.assert_array_equal(as_numpy[0].conf, boxes.conf.numpy()[:1])
+    assert isinstance(boxes.to("cpu").xyxy, torch.Tensor) and boxes.data.shape == (len(boxes), 6)
+    assert boxes.id is None and boxes.is_track is False and boxes.orig_shape == after.image_size
+
+
+@pytest.mark.skipif(not (ROOT.parent / "shared" / "data" / "reference" / "yolo11n_coco128.pt").is_file(),
+                    reason="shared/data/reference absent")
+def test_an_ultralytics_checkpoint_brings_its_training_data_and_size():
+    """``YOLO("best.pt")`` of Ultralytics keeps its ``train_args``' data and size, as Ultralytics' ``overrides``
+    (``val()`` without ``data=`` validates on it, ``predict`` runs at that size), as ``yolo11 val best.pt`` does."""
+    import torch
+
+    model = YOLO(ROOT.parent / "shared" / "data" / "reference" / "yolo11n_coco128.pt")
+    assert set(model.overrides) == {"data", "imgsz"} and model.overrides["imgsz"] == 640
+    assert str(model.overrides["data"]).endswith(".yaml")
+    assert model.model.training is False and isinstance(model.model, torch.nn.Module)

@@ -172,7 +172,11 @@ class YOLO:
             self._model, self.ckpt_path = OnnxModel(ref), ref
         else:
             check_weights(ref)  # a missing path in one line, before torch loads
-            self._model, self.ckpt_path = load_weights(ref), ref
+            # in eval mode, as Ultralytics' YOLO(...).model: a forward of model.model in train mode would move the
+            # BatchNorm statistics, and every later prediction with them
+            self._model, self.ckpt_path = load_weights(ref).eval(), ref
+            if not self.overrides:  # an Ultralytics .pt's train_args: its data and size, as Ultralytics keeps them
+                self.overrides = _recorded_overrides(ref)
         self._names = self._fused = self._detector = None
         self.architecture = self._model.config["name"]
 
@@ -375,6 +379,8 @@ class YOLO:
                 settings[key] = value
             elif key in SAVE_KEYS:
                 saving[key] = value
+            elif key == "verbose":  # predict prints no per-image lines here: nothing for it to silence, no note
+                continue
             elif key in ULTRALYTICS_DEFAULTS:
                 ignored.append(f"{key}={value}")
             else:
@@ -517,6 +523,15 @@ class YOLO:
 
 
 # -- helpers -----------------------------------------------------------------------------------------------------
+
+
+def _recorded_overrides(ref: str) -> dict[str, Any]:
+    """The data and image size that weights record of their training (an Ultralytics ``.pt``'s ``train_args``), as
+    ``yolo11 val`` and ``predict`` read them; empty where nothing is recorded."""
+    from yolo11.tools.run_record import trained_with
+
+    recorded = trained_with(ref)
+    return {key: value for key, value in (("data", recorded.data), ("imgsz", recorded.imgsz)) if value is not None}
 
 
 def _run_overrides(run_dir: Path) -> dict[str, Any]:

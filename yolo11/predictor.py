@@ -130,10 +130,44 @@ class Boxes(np.ndarray):
         # (__getitem__) and copies (copy) set theirs
         self._scores = self._class_ids = None
         self._image_size = getattr(parent, "_image_size", None)
+        self._numpy = getattr(parent, "_numpy", False)  # .numpy(): the views below as NumPy arrays
+
+    # Ultralytics' Boxes moves between devices and array kinds: these boxes live on the CPU already
+    def cpu(self) -> Boxes:
+        return self
+
+    def cuda(self, *args, **kwargs) -> Boxes:
+        return self
+
+    def to(self, *args, **kwargs) -> Boxes:
+        return self
+
+    def numpy(self) -> Boxes:
+        """These boxes with ``xyxy``, ``conf``, ``cls``... as NumPy arrays (``r.boxes.cpu().numpy().xyxy``)."""
+        out = self.copy()
+        out._numpy = True
+        return out
+
+    @property
+    def id(self) -> None:
+        """Track ids: none (no tracker here), as Ultralytics' ``boxes.id`` of a prediction."""
+        return None
+
+    @property
+    def is_track(self) -> bool:
+        return False
+
+    @property
+    def orig_shape(self) -> tuple[int, int]:
+        """``(height, width)`` of the image, as Ultralytics' ``boxes.orig_shape``."""
+        return self._image_size
+
+    def _out(self, values: torch.Tensor):
+        return values.numpy() if self._numpy else values
 
     def copy(self, order: str = "C") -> Boxes:
         out = super().copy(order)
-        out._scores, out._class_ids = self._scores, self._class_ids
+        out._scores, out._class_ids, out._numpy = self._scores, self._class_ids, self._numpy
         return out
 
     def __copy__(self) -> Boxes:
@@ -164,33 +198,38 @@ class Boxes(np.ndarray):
 
     @property
     def xyxy(self) -> torch.Tensor:
-        return torch.from_numpy(self._rows()[0].copy())
+        return self._out(torch.from_numpy(self._rows()[0].copy()))
 
     @property
     def conf(self) -> torch.Tensor:
-        return torch.from_numpy(np.asarray(self._rows()[1], dtype=np.float32).copy())
+        return self._out(torch.from_numpy(np.asarray(self._rows()[1], dtype=np.float32).copy()))
 
     @property
     def cls(self) -> torch.Tensor:
-        return torch.from_numpy(np.asarray(self._rows()[2], dtype=np.float32))
+        return self._out(torch.from_numpy(np.asarray(self._rows()[2], dtype=np.float32)))
 
     @property
     def data(self) -> torch.Tensor:
         """``(N, 6)`` rows ``x1, y1, x2, y2, conf, cls``."""
-        return torch.cat((self.xyxy, self.conf[:, None], self.cls[:, None]), 1)
+        return self._out(torch.cat((self._tensor("xyxy"), self._tensor("conf")[:, None],
+                                    self._tensor("cls")[:, None]), 1))
 
     @property
     def xywh(self) -> torch.Tensor:
-        x1, y1, x2, y2 = self.xyxy.unbind(1)
-        return torch.stack(((x1 + x2) / 2, (y1 + y2) / 2, x2 - x1, y2 - y1), 1)
+        x1, y1, x2, y2 = self._tensor("xyxy").unbind(1)
+        return self._out(torch.stack(((x1 + x2) / 2, (y1 + y2) / 2, x2 - x1, y2 - y1), 1))
 
     @property
     def xyxyn(self) -> torch.Tensor:
-        return self.xyxy / self._image_scale()
+        return self._out(self._tensor("xyxy") / self._image_scale())
 
     @property
     def xywhn(self) -> torch.Tensor:
-        return self.xywh / self._image_scale()
+        return self._out(self._tensor("xywh") / self._image_scale())
+
+    def _tensor(self, name: str) -> torch.Tensor:
+        """The view ``name`` as a tensor, whatever ``.numpy()`` made of this object."""
+        return torch.as_tensor(getattr(self, name))
 
     def _image_scale(self) -> torch.Tensor:
         height, width = self._image_size
