@@ -142,12 +142,19 @@ def test_the_run_args_yaml_has_ultralytics_keys_and_reads_back(trained):
     assert (back.run.epochs, back.run.batch_size, back.run.plots, back.run.name) == (1, 4, False, "run")
 
 
-def test_val_predict_export_and_info_use_the_trained_model(trained, tmp_path, capsys):
-    """val (the run's data and imgsz by default), predict and the call (arrays, a folder, a stream, saved
-    outputs), export (ONNX beside the weights, safetensors), info; a run folder loads as its best weights."""
+def test_val_predict_export_and_info_use_the_trained_model(trained, tmp_path, capsys, monkeypatch):
+    """val (the run's data and imgsz by default; its files where ``yolo11 val`` writes them, Ultralytics' output
+    keys read), predict and the call (arrays, a folder, a stream, saved outputs), export (ONNX beside the weights,
+    safetensors), info; a run folder loads as its best weights."""
     model, metrics, _, _ = trained
+    monkeypatch.chdir(tmp_path)
     again = model.val(batch=8)
     assert again.map50_95 == pytest.approx(metrics.map50_95, abs=1e-6) and list(again.per_class) == list(SHAPES)
+    assert again.save_dir.resolve() == tmp_path / "runs" / "val" / "exp" and (again.save_dir / "metrics.json").is_file()
+    named = model.val(batch=8, project=str(tmp_path / "vals"), name="v", save_json=True, plots=True)
+    assert named.save_dir == tmp_path / "vals" / "v"
+    assert {"metrics.json", "predictions.json"} <= {path.name for path in named.save_dir.iterdir()}
+    assert any(path.suffix == ".png" for path in named.save_dir.iterdir())
     image = np.full((48, 80, 3), 114, np.uint8)
     (result,) = model(image, conf=0.0, max_det=5)
     assert result.boxes.shape == (5, 4) and result.image_size == (48, 80) and result.source is None

@@ -124,7 +124,7 @@ def test_predict_and_val_cli_read_an_onnx_export(exported, tmp_path, capsys):
     assert metrics[0]["map50"] == pytest.approx(metrics[1]["map50"], abs=1e-3)
 
 
-def test_the_python_api_predicts_and_validates_with_an_onnx_export(exported, capsys):
+def test_the_python_api_predicts_and_validates_with_an_onnx_export(exported, capsys, tmp_path, monkeypatch):
     """``YOLO("best.onnx")`` as Ultralytics users write it: predict() gives the weights' detections, val() scores
     through it, and what needs the torch model (info, export, train) is refused by name."""
     from yolo11 import YOLO
@@ -146,6 +146,7 @@ def test_the_python_api_predicts_and_validates_with_an_onnx_export(exported, cap
     model.predict(images()[0], imgsz=2 * IMGSZ, device="cpu")
     assert f"static {IMGSZ}x{IMGSZ} input: running at imgsz {IMGSZ}, not {2 * IMGSZ}" in capsys.readouterr().err
     data = f"synthetic:num_images=8,num_val=8,imgsz={IMGSZ}"
+    monkeypatch.chdir(tmp_path)  # val writes runs/val/exp, as `yolo11 val` does
     scored = model.val(data=data, imgsz=IMGSZ, workers=0, rect=False)
     expected = reference.val(data=data, imgsz=IMGSZ, workers=0, rect=False)
     assert scored.box.map50 == pytest.approx(expected.box.map50, abs=1e-3)  # as the CLI test above

@@ -37,6 +37,7 @@ from yolo11.engine.ultralytics_args import ULTRALYTICS_DEFAULTS, did_you_mean, i
 from yolo11.gate import SCALE_NAMES
 
 if TYPE_CHECKING:
+    from yolo11.data import DetectionSource
     from yolo11.engine.config import TrainConfig
     from yolo11.models import YOLO11Detector
     from yolo11.predictor import Detections, Detector
@@ -298,27 +299,28 @@ class YOLO:
             settings, _ = val_tool.resolve_settings(args)
         except (ValueError, FileNotFoundError) as err:
             raise UsageError(str(err)) from None
-        metrics, predictions, class_names = self._validate(
+        metrics, predictions, source = self._validate(
             data=settings["data"], split=settings["split"], images=settings["images"],
             bbox_format=settings["bbox_format"], cache_dir=args.cache_dir, imgsz=settings["imgsz"], batch=args.batch,
             workers=args.workers, conf=args.conf, iou=args.iou, max_det=args.max_det, rect=args.rect,
             backend=args.backend, nms=settings["nms"])
-        if calls.is_main_process():
-            _write_val_outputs(args, metrics, predictions, class_names)
+        if calls.is_main_process():  # the files `yolo11 val` writes, where it writes them (project, name, plots...)
+            metrics = dataclasses.replace(metrics, run_dir=val_tool.write_outputs(args, metrics.raw, predictions,
+                                                                                 source))
         self.metrics = metrics
         return metrics
 
     def _validate(self, *, data: str, split: str, images: str | None, bbox_format: str, cache_dir: str | None,
                   imgsz: int, batch: int, workers: int, conf: float, iou: float, max_det: int, rect: bool,
-                  nms: bool | None, backend: str = "fast") -> tuple[Metrics, list, list[str]]:
+                  nms: bool | None, backend: str = "fast") -> tuple[Metrics, list, DetectionSource]:
         """``yolo11.tools.val.main`` on this object's model, returning what it prints: the metrics, the gathered
-        predictions and the dataset's class names."""
+        predictions and the data source."""
         from accelerate import Accelerator, DataLoaderConfiguration
 
-        from yolo11.data import load_source
+        from yolo11.data import load_source, most_objects
         from yolo11.data.sources import VAL_FALLBACKS
         from yolo11.evaluation.table import format_table
-        from yolo11.postprocess import head_line
+        from yolo11.postprocess import head_line, max_det_for_data
         from yolo11.tools.val import evaluate_weights, run_settings
 
         model = self._runnable()
@@ -327,6 +329,9 @@ class YOLO:
             print(note, file=sys.stderr)
         source = load_source(data, split=split, cache_dir=cache_dir, images=images, bbox_format=bbox_format,
                              fallback_splits=VAL_FALLBACKS, split_flag="split")
+        max_det, note = max_det_for_data(max_det, {split: most_objects(source.dataset)}, flag="max_det")
+        if note and calls.is_main_process():
+            print(note, file=sys.stderr)
         with calls.process_group():
             # as the val tool: no even_batches padding (rect batches of other shapes), a fused copy of the model
             accelerator = Accelerator(dataloader_config=DataLoaderConfiguration(even_batches=False))
@@ -336,7 +341,7 @@ class YOLO:
         if calls.is_main_process():
             print(head_line(model.config["name"], model.end2end, end2end))
             print(format_table(metrics, source.class_names, ground_truth))
-        return Metrics.from_evaluation(metrics, source.class_names, ground_truth), predictions, source.class_names
+        return Metrics.from_evaluation(metrics, source.class_names, ground_truth), predictions, source
 
     # -- prediction ----------------------------------------------------------------------------------------------
 
@@ -573,23 +578,6 @@ def _best_epoch(run_dir: Path) -> int | None:
         return None
     best = max(rows, key=lambda row: float(row["metrics/mAP50-95(B)"]))  # max() keeps the first of equals
     return int(best["epoch"])
-
-
-def _write_val_outputs(args: Any, metrics: Metrics, predictions: list, class_names: list[str]) -> None:
-    """The val tool's ``--json``, ``--plots-dir`` and ``--predictions-json`` files."""
-    import json
-
-    from yolo11.evaluation import plots
-    from yolo11.evaluation.coco import coco_results
-
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(metrics.raw) + "\n")
-    if args.plots_dir:
-        plots.save_validation_plots(args.plots_dir, metrics.raw, [], class_names)
-    if args.predictions_json:
-        args.predictions_json.parent.mkdir(parents=True, exist_ok=True)
-        args.predictions_json.write_text(json.dumps(coco_results(dict(predictions))) + "\n")
 
 
 def _inputs(source: Any) -> Iterator[tuple[str, Any, str | None]]:

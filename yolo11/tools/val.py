@@ -239,8 +239,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     from yolo11.data import load_source, most_objects
     from yolo11.data.sources import VAL_FALLBACKS
     from yolo11.engine.process_group import launch_state, share_gpu_note
-    from yolo11.evaluation import plots
-    from yolo11.evaluation.coco import coco_results
     from yolo11.evaluation.table import format_table
     from yolo11.postprocess import head_line, max_det_for_data
 
@@ -280,23 +278,34 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{len(predictions)} images in {time.perf_counter() - start:.1f} s on {accelerator.num_processes} "
               f"process(es); mAP50-95 {metrics['map50_95']:.5f} mAP50 {metrics['map50']:.5f}")
         print(METRICS_NOTE)
-        folder = output_folder(args)
-        folder.mkdir(parents=True, exist_ok=True)
-        results = coco_results(dict(predictions))
-        outputs = {folder / "metrics.json": metrics, args.json: metrics, args.predictions_json: results}
-        if args.save_json:
-            outputs[folder / "predictions.json"] = results
-        for path, content in outputs.items():
-            if path is not None:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_text(json.dumps(content) + "\n")
-        for plots_dir in ([folder] if args.plots else []) + ([args.plots_dir] if args.plots_dir else []):
-            plots.save_validation_plots(plots_dir, metrics, [], source.class_names)
-        labels = write_labels(folder, predictions, source.dataset, args.save_conf) if args.save_txt else 0
-        print(f"Results saved to {folder}" + (f"\n{labels} label{'s' * (labels != 1)} saved to {folder / 'labels'}"
-                                              if args.save_txt else ""))
+        write_outputs(args, metrics, predictions, source)
     accelerator.wait_for_everyone()
     return 0
+
+
+def write_outputs(args: argparse.Namespace, metrics: dict, predictions: list, source: DetectionSource) -> Path:
+    """The files of a validation, as Ultralytics' val writes them, and the line saying where: the ``--project/--name``
+    folder (metrics.json; the plots, predictions.json and labels/ as ``--plots``, ``--save-json`` and
+    ``--save-txt`` ask), ``--json``, ``--predictions-json`` and ``--plots-dir``. Returns the folder."""
+    from yolo11.evaluation import plots
+    from yolo11.evaluation.coco import coco_results
+
+    folder = output_folder(args)
+    folder.mkdir(parents=True, exist_ok=True)
+    results = coco_results(dict(predictions))
+    outputs = {folder / "metrics.json": metrics, args.json: metrics, args.predictions_json: results}
+    if args.save_json:
+        outputs[folder / "predictions.json"] = results
+    for path, content in outputs.items():
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(content) + "\n")
+    for plots_dir in ([folder] if args.plots else []) + ([args.plots_dir] if args.plots_dir else []):
+        plots.save_validation_plots(plots_dir, metrics, [], source.class_names)
+    labels = write_labels(folder, predictions, source.dataset, args.save_conf) if args.save_txt else 0
+    print(f"Results saved to {folder}" + (f"\n{labels} label{'s' * (labels != 1)} saved to {folder / 'labels'}"
+                                          if args.save_txt else ""))
+    return folder
 
 if __name__ == "__main__":
     from yolo11.program_exit import exit_process
