@@ -346,3 +346,18 @@ def test_an_ultralytics_checkpoint_brings_its_training_data_and_size():
     assert set(model.overrides) == {"data", "imgsz"} and model.overrides["imgsz"] == 640
     assert str(model.overrides["data"]).endswith(".yaml")
     assert model.model.training is False and isinstance(model.model, torch.nn.Module)
+
+
+def test_results_verbose_and_to_json_as_ultralytics():
+    """``r.verbose()`` (the predict line's counts) and ``r.to_json()`` (``summary()`` as JSON), as Ultralytics."""
+    from yolo11.predictor import Detections
+
+    r = Detections(boxes=np.array([[1, 2, 11, 12], [3, 4, 13, 14], [0, 0, 5, 5]], np.float32),
+                   scores=np.array([0.9, 0.8, 0.7], np.float32), class_ids=np.array([2, 2, 0]),
+                   names={0: "person", 2: "car"}, image_size=(20, 30))
+    assert r.verbose() == "1 person, 2 cars, "
+    assert json.loads(r.to_json()) == json.loads(json.dumps(r.summary()))
+    assert json.loads(r.to_json())[0]["name"] == "car"
+    empty = Detections(boxes=np.zeros((0, 4), np.float32), scores=np.zeros(0, np.float32),
+                       class_ids=np.zeros(0, np.int64), names={0: "person"}, image_size=(20, 30))
+    assert empty.verbose() == "(no detections), " and json.loads(empty.to_json()) == []

@@ -14,8 +14,10 @@ is built on this class: the model is called in one place, ``Detector.detect``.
 
 from __future__ import annotations
 
+import json
 import sys
 import time
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -347,6 +349,18 @@ class Detections:
             with open(path, "a") as fh:
                 fh.writelines(line + "\n" for line in lines)
         return path
+
+    def verbose(self) -> str:
+        """``1 person, 2 cars, `` (Ultralytics' ``Results.verbose``: by class id, an ``s`` for more than one) or
+        ``(no detections), ``: the counts of a predict line."""
+        if not len(self):
+            return "(no detections), "
+        counts = Counter(int(k) for k in self.class_ids)
+        return "".join(f"{counts[k]} {self.names.get(k, str(k))}{'s' * (counts[k] > 1)}, " for k in sorted(counts))
+
+    def to_json(self, normalize: bool = False, decimals: int = 5) -> str:
+        """``summary()`` as JSON text, as Ultralytics' ``Results.to_json``."""
+        return json.dumps(self.summary(normalize, decimals), indent=2)
 
     def summary(self, normalize: bool = False, decimals: int = 5) -> list[dict]:
         """Ultralytics' ``Results.summary()``: per box ``{"name", "class", "confidence", "box": {"x1", "y1", "x2",

@@ -44,7 +44,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -146,15 +145,6 @@ class PredictionWriter:
         return path
 
 
-def class_counts(detections: Detections) -> str:
-    """``1 person, 2 cars, `` (Ultralytics' ``Results.verbose``: by class id, an ``s`` for more than one) or
-    ``(no detections), ``."""
-    if not len(detections):
-        return "(no detections), "
-    counts = Counter(int(k) for k in detections.class_ids)
-    return "".join(f"{counts[k]} {detections.names.get(k, str(k))}{'s' * (counts[k] > 1)}, " for k in sorted(counts))
-
-
 class SpeedLog:
     """The console lines of Ultralytics' predict: one per image or frame (``verbose``), and the mean speeds per
     image at the end."""
@@ -174,7 +164,7 @@ class SpeedLog:
         self.last_shape = timing.input_shape
         if self.verbose:
             height, width = timing.input_shape
-            print(f"{prefix}{height}x{width} {class_counts(detections)}{timing.inference_ms:.1f}ms", flush=True)
+            print(f"{prefix}{height}x{width} {detections.verbose()}{timing.inference_ms:.1f}ms", flush=True)
 
     def speed_line(self) -> str | None:
         if not self.count:
