@@ -361,3 +361,31 @@ def test_results_verbose_and_to_json_as_ultralytics():
     empty = Detections(boxes=np.zeros((0, 4), np.float32), scores=np.zeros(0, np.float32),
                        class_ids=np.zeros(0, np.int64), names={0: "person"}, image_size=(20, 30))
     assert empty.verbose() == "(no detections), " and json.loads(empty.to_json()) == []
+
+
+def test_the_torch_model_habits_load_to_eval_fuse(tmp_path, capsys):
+    """``YOLO("yolo11n.yaml").load("w")`` transfers the tensors that fit (a 2-class file into an 80-class
+    architecture: all but the class branch), ``to``, ``device``, ``eval`` and ``fuse`` act on the model and return
+    the object, as Ultralytics' do; predictions after ``fuse`` equal those before."""
+    import torch
+
+    from yolo11.models import create_model
+    from yolo11.weights import save_weights
+
+    source = create_model("yolo11n", num_classes=2)
+    weights = save_weights(source, tmp_path / "w.safetensors")
+    model = YOLO("yolo11n.yaml")
+    assert model.load(weights) is model
+    said = capsys.readouterr().out
+    assert said.startswith("transferred ") and "re-initialised" in said
+    saved = dict(source.state_dict())
+    loaded = dict(model.model.state_dict())
+    same = [k for k in saved if k in loaded and saved[k].shape == loaded[k].shape]
+    assert len(same) > 100 and all(torch.equal(saved[k].to(loaded[k].dtype), loaded[k]) for k in same)
+    assert model.to("cpu") is model and model.device == torch.device("cpu") and model.eval() is model
+    assert model.model.training is False
+    image = str(COCO8_IMAGES / "000000000036.jpg")
+    before = model.predict(image, imgsz=64, conf=0.0)[0]
+    assert model.fuse() is model
+    after = model.predict(image, imgsz=64, conf=0.0)[0]
+    np.testing.assert_allclose(after.boxes, before.boxes, atol=1e-2)

@@ -37,6 +37,8 @@ from yolo11.engine.ultralytics_args import ULTRALYTICS_DEFAULTS, did_you_mean, i
 from yolo11.gate import SCALE_NAMES
 
 if TYPE_CHECKING:
+    import torch
+
     from yolo11.data import DetectionSource
     from yolo11.engine.config import TrainConfig
     from yolo11.models import YOLO11Detector
@@ -452,6 +454,45 @@ class YOLO:
         finally:
             if writer is not None and writer.records:
                 print(f"predictions saved to {writer.finish().parent}")
+
+    # -- the torch model, as Ultralytics' YOLO forwards it --------------------------------------------------------
+
+    def load(self, weights: str | Path) -> YOLO:
+        """Transfer ``weights`` into this model where their tensors fit (Ultralytics' ``YOLO("yolo11n.yaml")
+        .load("yolo11n.pt")``): every tensor of the same name and shape; the others keep this model's. Prints how
+        many were transferred; returns this object."""
+        from yolo11.weights import load_weights
+        from yolo11.weights.transfer import describe_transfer, transfer_weights
+
+        model = self._torch_model("load")
+        source = load_weights(str(weights))
+        report = transfer_weights(source, model, allow_partial=True)
+        if calls.is_main_process():
+            print("\n".join(line.removeprefix("--partial-weights: ") for line in describe_transfer(report, source,
+                                                                                                 model)))
+        self._names = self._fused = self._detector = None  # predict fuses the new weights
+        return self
+
+    def to(self, device: str | torch.device) -> YOLO:
+        """Move the model to ``device`` (``predict``'s ``device=`` chooses where it runs); returns this object."""
+        self._torch_model("to").to(device)
+        self._fused = self._detector = None
+        return self
+
+    @property
+    def device(self) -> torch.device:
+        """Where the model's parameters are."""
+        return next(self._torch_model("device").parameters()).device
+
+    def eval(self) -> YOLO:
+        self._torch_model("eval").eval()
+        return self
+
+    def fuse(self) -> YOLO:
+        """Fold each BatchNorm into its convolution (inference only), as Ultralytics' ``model.fuse()``."""
+        self._torch_model("fuse").fuse()
+        self._fused = self._detector = None
+        return self
 
     # -- export and summary --------------------------------------------------------------------------------------
 
