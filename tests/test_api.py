@@ -298,7 +298,7 @@ def test_a_torch_tensor_source_predicts_as_its_array(capsys):
     array = np.random.default_rng(0).integers(0, 256, (64, 64, 3), dtype=np.uint8)
     tensor = torch.from_numpy(array).permute(2, 0, 1).float() / 255
     settings = dict(imgsz=64, conf=0.0, max_det=5, device="cpu")
-    (expected,) = model.predict(array, **settings)
+    (expected,) = model.predict(array[..., ::-1], **settings)  # an array is BGR (Ultralytics' habit), a tensor RGB
     results = model.predict(tensor[None].repeat(2, 1, 1, 1), **settings)
     assert len(results) == 2 and all(np.array_equal(r.boxes, expected.boxes) for r in results)
     (single,) = model.predict(torch.from_numpy(array).permute(2, 0, 1), **settings)  # uint8 (3, H, W)
@@ -389,3 +389,19 @@ def test_the_torch_model_habits_load_to_eval_fuse(tmp_path, capsys):
     assert model.fuse() is model
     after = model.predict(image, imgsz=64, conf=0.0)[0]
     np.testing.assert_allclose(after.boxes, before.boxes, atol=1e-2)
+
+
+def test_arrays_are_bgr_as_ultralytics_reads_them(tmp_path):
+    """``model(cv2.imread(path))``, the commonest Ultralytics line, sees the image's own colours: the same
+    detections as the path itself (arrays were read as RGB, and found other objects, or none)."""
+    import cv2
+
+    model = YOLO("yolo11n.yaml")
+    path = COCO8_IMAGES / "000000000036.jpg"
+    settings = dict(imgsz=64, conf=0.0, max_det=20, device="cpu")
+    (from_path,) = model.predict(str(path), **settings)
+    (from_array,) = model.predict(cv2.imread(str(path)), **settings)
+    (from_rgb,) = model.predict(cv2.cvtColor(cv2.imread(str(path)), cv2.COLOR_BGR2RGB), **settings)
+    np.testing.assert_array_equal(from_array.boxes, from_path.boxes)
+    np.testing.assert_array_equal(from_array.image, from_path.image)  # kept RGB inside
+    np.testing.assert_array_equal(from_rgb.image, from_path.image[..., ::-1])  # an RGB array is read swapped

@@ -349,11 +349,12 @@ class YOLO:
 
     def predict(self, source: Any = None, stream: bool = False, **kwargs: Any) -> list[Detections] | Iterator:
         """Detect objects in ``source``: a path, folder, glob, URL, video or webcam index (as ``yolo11 predict``
-        reads them), an (H, W, 3) uint8 **RGB** array (Ultralytics takes BGR arrays), a PIL image, or a list of
-        these. Keywords: ``imgsz``, ``conf``, ``iou``, ``max_det``, ``rect``, ``batch``, ``device``, ``nms``,
-        ``names`` (``yolo11.Detector``), and ``save=True`` (drawn images, a drawn image per video frame, and
-        predictions.json under ``project``/``name``, default runs/predict/exp), ``save_txt``, ``save_conf``. Returns one
-        ``Detections`` per image or video frame, or with ``stream=True`` a generator of them."""
+        reads them), an (H, W, 3) uint8 **BGR** array (as Ultralytics: ``cv2.imread``, a video frame), a PIL image,
+        a torch tensor (RGB), or a list of these. Keywords: ``imgsz``, ``conf``, ``iou``, ``max_det``, ``rect``,
+        ``batch``, ``device``, ``nms``, ``names`` (``yolo11.Detector``), and ``save=True`` (drawn images, a drawn
+        image per video frame, and predictions.json under ``project``/``name``, default runs/predict/exp),
+        ``save_txt``, ``save_conf``. Returns one ``Detections`` per image or video frame, or with ``stream=True`` a
+        generator of them."""
         if source is None:
             raise UsageError("predict needs a source (an image, folder, glob, URL, video, array or a list of them)")
         settings, saving = self._predict_settings(kwargs)
@@ -628,7 +629,8 @@ def _inputs(source: Any) -> Iterator[tuple[str, Any, str | None]]:
 
     from yolo11.tools.predict_sources import expand_sources, read_image
 
-    if _is_tensor(source):  # Ultralytics' tensor source: (B, 3, H, W) or (3, H, W) RGB, float in [0, 1] or uint8
+    bgr = not _is_tensor(source)  # the user's arrays are BGR, as Ultralytics reads them (cv2.imread, a video frame)
+    if not bgr:  # Ultralytics' tensor source: (B, 3, H, W) or (3, H, W) RGB, float in [0, 1] or uint8
         source = _tensor_images(source)
     if isinstance(source, np.ndarray) and source.ndim == 4:  # a (B, H, W, 3) batch
         source = list(source)
@@ -636,6 +638,8 @@ def _inputs(source: Any) -> Iterator[tuple[str, Any, str | None]]:
         and not hasattr(source, "convert") else [source]
     for item in items:
         if not isinstance(item, (str, Path)):
+            if bgr and isinstance(item, np.ndarray) and item.ndim == 3 and item.shape[2] == 3:
+                item = np.ascontiguousarray(item[..., ::-1])  # the Detector's RGB
             yield "image", item, None
             continue
         for found in expand_sources([str(item)]):
