@@ -405,3 +405,14 @@ def test_arrays_are_bgr_as_ultralytics_reads_them(tmp_path):
     np.testing.assert_array_equal(from_array.boxes, from_path.boxes)
     np.testing.assert_array_equal(from_array.image, from_path.image)  # kept RGB inside
     np.testing.assert_array_equal(from_rgb.image, from_path.image[..., ::-1])  # an RGB array is read swapped
+
+
+def test_results_carry_their_speed_as_ultralytics():
+    """``r.speed``: the image's preprocess, inference and postprocess milliseconds, as Ultralytics' dict."""
+    model = YOLO("yolo11n.yaml")
+    results = model.predict([str(COCO8_IMAGES / "000000000036.jpg"), str(COCO8_IMAGES / "000000000042.jpg")],
+                            imgsz=64, device="cpu")
+    for r in results:
+        assert set(r.speed) == {"preprocess", "inference", "postprocess"}
+        assert all(value >= 0 for value in r.speed.values()) and r.speed["inference"] > 0
+        assert r.source.endswith(".jpg")

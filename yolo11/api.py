@@ -691,10 +691,11 @@ def _detect(detector: Detector, items: list[tuple[Any, str | None]], writer: Any
     numbered from ``frame``) and saved when there is a ``writer``."""
     if not items:
         return
-    for index, (detections, (_, location)) in enumerate(zip(detector.predict([image for image, _ in items]), items,
-                                                            strict=True)):
-        if detections.source is None and location is not None:
-            detections = dataclasses.replace(detections, source=location)
+    found = detector.predict([image for image, _ in items])
+    for index, (detections, (_, location), timing) in enumerate(zip(found, items, detector.timings, strict=True)):
+        speed = {"preprocess": timing.preprocess_ms, "inference": timing.inference_ms,
+                 "postprocess": timing.postprocess_ms}
+        detections = dataclasses.replace(detections, speed=speed, source=detections.source or location)
         if writer is not None:
             _save(writer, detections, location, None if frame is None else frame + index)
         yield detections

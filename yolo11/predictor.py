@@ -251,6 +251,8 @@ class Detections:
         image_size: the original image's ``(height, width)``.
         image: the (H, W, 3) uint8 RGB image that was detected (for ``plot``); ``None`` when not kept.
         source: the file the image came from, when it came from a file.
+        speed: ``{"preprocess", "inference", "postprocess"}`` milliseconds (``YOLO.predict``'s results), as
+            Ultralytics' ``Results.speed``.
     """
 
     boxes: np.ndarray
@@ -260,6 +262,8 @@ class Detections:
     image_size: tuple[int, int]
     image: np.ndarray | None = field(default=None, repr=False)
     source: str | None = None
+    # milliseconds of the image's share of its batch, as Ultralytics' Results.speed (YOLO.predict's results)
+    speed: dict[str, float] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.boxes, Boxes):  # made from plain arrays: the boxes answer Ultralytics' views too
