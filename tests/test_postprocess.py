@@ -261,3 +261,20 @@ def test_max_det_for_data_raises_only_the_default():
     kept, line = max_det_for_data(200, {"val": 250}, flag="max_det")
     assert kept == 200 and line.endswith("more than max_det 200: kept as chosen; recall is capped at 200 detections "
                                          "an image")
+
+
+def test_in_two_parts_runs_a_flood_of_candidates_now_and_equals_the_call(monkeypatch):
+    """``Postprocessor.in_two_parts``: candidates in one group are held for later (their count returned); more
+    than one group (a model early in training) is suppressed now, group by group, holding nothing; both give what
+    the call gives."""
+    from yolo11.postprocess import Postprocessor
+
+    torch.manual_seed(0)
+    feats = [torch.randn(2, 64 + 3, s, s) for s in (8, 4, 2)]  # 84 anchors, 3 classes
+    post = Postprocessor(conf=0.3, iou=0.6)
+    expected = post(feats)
+    later, held = post.in_two_parts(feats)
+    assert held > 0 and all(torch.equal(a, b) for a, b in zip(later(), expected, strict=True))
+    monkeypatch.setattr("yolo11.postprocess.MAX_GROUP_CANDIDATES", 40)
+    later, held = post.in_two_parts(feats)
+    assert held == 0 and all(torch.equal(a, b) for a, b in zip(later(), expected, strict=True))

@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import importlib.machinery
 import importlib.util
+import itertools
 import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -474,5 +475,6 @@ class Postprocessor:
             return list, 0
         if second is None:
             return functools.partial(suppress_group, first), len(first)
-        detections = [det for group in (first, second, *groups) for det in suppress_group(group)]
+        # one group gathered at a time (the rest of the generator lazily), as non_max_suppression bounds them
+        detections = [det for group in itertools.chain((first, second), groups) for det in suppress_group(group)]
         return lambda: detections, 0
