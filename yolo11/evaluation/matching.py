@@ -93,8 +93,10 @@ def _greedy_claims(gt_idx: np.ndarray, pred_idx: np.ndarray, iou: np.ndarray, gr
     box = np.zeros((preds.shape[0], thresholds.shape[0]), dtype=np.int64)
     taken = np.zeros((int(gt_idx.max(initial=-1)) + 1, thresholds.shape[0]), dtype=bool)
     columns = np.arange(thresholds.shape[0])
-    for r in range(int(rank.max(initial=-1)) + 1):
-        now = np.flatnonzero(rank == r)  # one prediction per group
+    by_rank = np.argsort(rank, kind="stable")  # each round's predictions one slice, not a scan of all of them
+    bounds = np.searchsorted(rank[by_rank], np.arange(int(rank.max(initial=-1)) + 2))
+    for r in range(bounds.shape[0] - 1):
+        now = by_rank[bounds[r]:bounds[r + 1]]  # one prediction per group
         runs = lengths[now]
         at = np.repeat(starts[now] - (np.cumsum(runs) - runs), runs) + np.arange(runs.sum())  # their pairs
         seg = np.cumsum(runs) - runs
