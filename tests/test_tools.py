@@ -410,3 +410,18 @@ def test_val_raises_the_default_max_det_to_the_most_objects_of_an_image(tmp_path
     assert ("images of the data hold up to 320 objects (val 320), more than --max-det 300: --max-det raised to 320, "
             "as Ultralytics does") in err
     assert "more than --max-det 100: kept as chosen; recall is capped at 100 detections an image" in err
+
+
+def test_val_save_txt_writes_no_file_for_an_image_without_detections(tmp_path):
+    """``yolo11 val --save-txt`` as Ultralytics' val: label files for the images with detections only, in the
+    lines ``yolo11 predict --save-txt`` writes."""
+    from yolo11.data import load_source
+    from yolo11.predictor import yolo_txt_lines
+
+    source = load_source("synthetic:num_images=2,num_val=2,imgsz=64", split="val", cache_dir=tmp_path / "cache")
+    ids = [int(i) for i in source.dataset["image_id"]]
+    rows = torch.tensor([[4.0, 8.0, 20.0, 30.0, 0.75, 1.0]])
+    assert val.write_labels(tmp_path, [(ids[0], rows), (ids[1], torch.zeros(0, 6))], source.dataset, True) == 1
+    (written,) = (tmp_path / "labels").iterdir()
+    size = (source.dataset[0]["height"], source.dataset[0]["width"])
+    assert written.read_text().splitlines() == yolo_txt_lines([[4.0, 8.0, 20.0, 30.0]], [0.75], [1], size, True)

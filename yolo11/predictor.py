@@ -238,6 +238,19 @@ class Boxes(np.ndarray):
         return torch.tensor([width, height, width, height], dtype=torch.float32)
 
 
+def yolo_txt_lines(boxes: Sequence, scores: Sequence, class_ids: Sequence, image_size: tuple[int, int],
+                   save_conf: bool = False) -> list[str]:
+    """``class xc yc w h`` lines (``... score`` with ``save_conf``, as Ultralytics' ``save_conf``) of xyxy pixel
+    ``boxes``, coordinates normalised by the image's ``(height, width)``: without scores the files are YOLO labels,
+    reusable as pseudo-labels (``yolo11 predict`` and ``yolo11 val`` ``--save-txt``)."""
+    height, width = image_size
+    lines = []
+    for (x1, y1, x2, y2), score, cls in zip(boxes, scores, class_ids, strict=True):
+        xc, yc, w, h = (x1 + x2) / 2 / width, (y1 + y2) / 2 / height, (x2 - x1) / width, (y2 - y1) / height
+        lines.append(f"{int(cls)} {xc:.6f} {yc:.6f} {w:.6f} {h:.6f}" + (f" {score:.5f}" if save_conf else ""))
+    return lines
+
+
 @dataclass(frozen=True, eq=False)
 class Detections:
     """The detections of one image, best score first.
@@ -333,15 +346,9 @@ class Detections:
         return path
 
     def txt_lines(self, save_conf: bool = False) -> list[str]:
-        """``class xc yc w h`` lines (``... score`` with ``save_conf``, as Ultralytics' ``save_conf``), coordinates
-        normalised by the image size: without scores the files are YOLO labels, reusable as pseudo-labels."""
-        height, width = self.image_size
-        lines = []
-        for (x1, y1, x2, y2), score, cls in zip(self.boxes.tolist(), self.scores.tolist(), self.class_ids.tolist(),
-                                                strict=True):
-            xc, yc, w, h = (x1 + x2) / 2 / width, (y1 + y2) / 2 / height, (x2 - x1) / width, (y2 - y1) / height
-            lines.append(f"{cls} {xc:.6f} {yc:.6f} {w:.6f} {h:.6f}" + (f" {score:.5f}" if save_conf else ""))
-        return lines
+        """``yolo_txt_lines`` of these detections."""
+        return yolo_txt_lines(self.boxes.tolist(), self.scores.tolist(), self.class_ids.tolist(), self.image_size,
+                              save_conf)
 
     def save_txt(self, txt_file: str | Path, save_conf: bool = False) -> Path:
         """Append ``txt_lines`` to ``txt_file``, as Ultralytics' ``Results.save_txt`` does and ``yolo11 predict

@@ -213,21 +213,23 @@ def output_folder(args: argparse.Namespace) -> Path:
 
 
 def write_labels(folder: Path, predictions: list[tuple[int, torch.Tensor]], dataset, save_conf: bool) -> int:
-    """``labels/<image stem>.txt`` per validated image (Ultralytics' val ``save_txt``): ``class xc yc w h``
-    normalised by the image size, ``... score`` with ``save_conf``. Returns the number of files."""
+    """``labels/<image stem>.txt`` per validated image with detections (Ultralytics' val ``save_txt``, which writes
+    none for an image without): ``yolo11.predictor.yolo_txt_lines``. Returns the number of files."""
+    from yolo11.predictor import yolo_txt_lines
+
     rows = {int(row["image_id"]): row for row in dataset.select_columns(["image_id", "image", "width", "height"])}
     (folder / "labels").mkdir(parents=True, exist_ok=True)
+    written = 0
     for image_id, det in predictions:
         row = rows[image_id]
         path = (row["image"] or {}).get("path")
         stem = Path(path).stem if path else str(image_id)
-        width, height = row["width"], row["height"]
-        lines = []
-        for x1, y1, x2, y2, score, cls in det.tolist():
-            xywh = ((x1 + x2) / 2 / width, (y1 + y2) / 2 / height, (x2 - x1) / width, (y2 - y1) / height)
-            lines.append(f"{int(cls)} " + " ".join(f"{v:.6f}" for v in xywh) + (f" {score:.5f}" if save_conf else ""))
-        (folder / "labels" / f"{stem}.txt").write_text("".join(f"{line}\n" for line in lines))
-    return len(predictions)
+        lines = yolo_txt_lines(det[:, :4].tolist(), det[:, 4].tolist(), det[:, 5].tolist(),
+                               (row["height"], row["width"]), save_conf)
+        if lines:
+            (folder / "labels" / f"{stem}.txt").write_text("".join(f"{line}\n" for line in lines))
+            written += 1
+    return written
 
 
 @cli
