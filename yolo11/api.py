@@ -319,11 +319,11 @@ class YOLO:
         predictions and the data source."""
         from accelerate import Accelerator, DataLoaderConfiguration
 
-        from yolo11.data import load_source, most_objects
+        from yolo11.data import load_source
         from yolo11.data.sources import VAL_FALLBACKS
         from yolo11.evaluation.table import format_table
-        from yolo11.postprocess import head_line, max_det_for_data
-        from yolo11.tools.val import evaluate_weights, run_settings
+        from yolo11.postprocess import head_line
+        from yolo11.tools.val import evaluate_weights, fit_max_det, run_settings
 
         model = self._runnable()
         imgsz, rect, end2end, note = run_settings(model, imgsz, rect, nms)  # an export's own, as `yolo11 val`
@@ -331,9 +331,7 @@ class YOLO:
             print(note, file=sys.stderr)
         source = load_source(data, split=split, cache_dir=cache_dir, images=images, bbox_format=bbox_format,
                              fallback_splits=VAL_FALLBACKS, split_flag="split")
-        max_det, note = max_det_for_data(max_det, {split: most_objects(source.dataset)}, flag="max_det")
-        if note and calls.is_main_process():
-            print(note, file=sys.stderr)
+        max_det = fit_max_det(max_det, source, split, calls.is_main_process(), flag="max_det")
         with calls.process_group():
             # as the val tool: no even_batches padding (rect batches of other shapes), a fused copy of the model
             accelerator = Accelerator(dataloader_config=DataLoaderConfiguration(even_batches=False))

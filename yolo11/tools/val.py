@@ -92,6 +92,18 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return parse_tool_args(parser, argv, {"model": "weights"})
 
 
+def fit_max_det(max_det: int, source: DetectionSource, split: str, say: bool, flag: str = "--max-det") -> int:
+    """``max_det`` for ``source``'s images (``postprocess.max_det_for_data``: the default raised where an image
+    holds more objects), its line printed where ``say`` (the main process)."""
+    from yolo11.data import most_objects
+    from yolo11.postprocess import max_det_for_data
+
+    max_det, note = max_det_for_data(max_det, {split: most_objects(source.dataset)}, flag=flag)
+    if note and say:
+        print(note, file=sys.stderr)
+    return max_det
+
+
 def evaluate_weights(accelerator: Accelerator, model: nn.Module, source: DetectionSource, *, imgsz: int,
                      batch: int, workers: int, conf: float, iou: float, max_det: int, rect: bool = True,
                      backend: str = "fast", end2end: bool = False) -> tuple[dict, list[tuple[int, torch.Tensor]],
@@ -238,11 +250,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     settings, record_line = resolve_settings(args)
     from accelerate import Accelerator, DataLoaderConfiguration
 
-    from yolo11.data import load_source, most_objects
+    from yolo11.data import load_source
     from yolo11.data.sources import VAL_FALLBACKS
     from yolo11.engine.process_group import launch_state, share_gpu_note
     from yolo11.evaluation.table import format_table
-    from yolo11.postprocess import head_line, max_det_for_data
+    from yolo11.postprocess import head_line
 
     sharing = share_gpu_note(launch_state())  # the process group's timeout, YOLO11_SHARE_GPU
     # No even_batches padding: a rect batch padded with images of the first batch would mix letterbox shapes, and
@@ -267,9 +279,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"warning: {args.weights} and --data {settings['data']} name the classes differently ({renamed}); the "
               "scores pair the weights' class ids with the data's names: right for a renamed dataset, wrong for "
               "one whose classes are listed in another order", file=sys.stderr)
-    max_det, note = max_det_for_data(args.max_det, {settings["split"]: most_objects(source.dataset)})
-    if note and accelerator.is_main_process:
-        print(note, file=sys.stderr)
+    max_det = fit_max_det(args.max_det, source, settings["split"], accelerator.is_main_process)
     start = time.perf_counter()
     metrics, predictions, ground_truth = evaluate_weights(
         accelerator, model, source, imgsz=imgsz, batch=args.batch, workers=args.workers, conf=args.conf,
