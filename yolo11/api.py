@@ -571,21 +571,22 @@ class YOLO:
 
 
 def _recorded_overrides(ref: str) -> dict[str, Any]:
-    """The data and image size that weights record of their training (an Ultralytics ``.pt``'s ``train_args``), as
-    ``yolo11 val`` and ``predict`` read them; empty where nothing is recorded."""
+    """The data and image size that weights record of their training (a run's config.yaml, an Ultralytics
+    ``.pt``'s ``train_args``), as ``yolo11 val`` and ``predict`` read them; empty where nothing is recorded."""
     from yolo11.tools.run_record import trained_with
 
-    recorded = trained_with(ref)
-    return {key: value for key, value in (("data", recorded.data), ("imgsz", recorded.imgsz)) if value is not None}
+    return _overrides(trained_with(ref))
 
 
 def _run_overrides(run_dir: Path) -> dict[str, Any]:
     """The data and image size of a run (its config.yaml), what Ultralytics keeps from a checkpoint's arguments."""
-    from yolo11.gate import read_yaml
+    from yolo11.tools.run_record import RUN_CONFIG, read_run_config
 
-    values = read_yaml(run_dir / "config.yaml") or {}
-    data = values.get("data", {}) if isinstance(values, dict) else {}
-    return {key: data[key] for key in ("data", "imgsz") if key in data}
+    return _overrides(read_run_config(run_dir / RUN_CONFIG))
+
+
+def _overrides(recorded: Any) -> dict[str, Any]:
+    return {key: value for key, value in (("data", recorded.data), ("imgsz", recorded.imgsz)) if value is not None}
 
 
 def _run_folder(config: TrainConfig, started: float) -> Path:
