@@ -411,14 +411,8 @@ class YOLO:
             self._fused = (id(model), self._runnable())
         settings = dict(settings)
         names = class_names_for(model, self.ckpt_path, settings.pop("names", None))
-        runnable = self._fused[1]
-        if self.exported:  # a static graph at its own size, square, as the CLI runs it
-            settings["imgsz"], settings["rect"], note = runnable.input_settings(settings.get("imgsz"),
-                                                                                 settings.get("rect", True))
-            if note:
-                print(note, file=sys.stderr)
-        try:
-            detector = Detector(runnable, names, **settings)
+        try:  # an export's static size is the Detector's rule, as the CLI's
+            detector = Detector(self._fused[1], names, **settings)
         except ValueError as err:
             raise UsageError(f"predict: {err}") from None
         self._detector = (key, detector)

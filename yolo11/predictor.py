@@ -410,7 +410,7 @@ class ImageTiming:
 class Detector:
     """A model with its class names and prediction settings; ``predict`` images, get ``Detections``."""
 
-    def __init__(self, model: YOLO11Detector, class_names: Sequence[str] | None = None, *, imgsz: int = 640,
+    def __init__(self, model: YOLO11Detector, class_names: Sequence[str] | None = None, *, imgsz: int | None = None,
                  conf: float = 0.25, iou: float = 0.7, max_det: int = 300, rect: bool = True, batch: int = 8,
                  device: str | torch.device | None = None, nms: bool | None = None,
                  classes: Sequence[int] | int | None = None) -> None:
@@ -418,7 +418,14 @@ class Detector:
         YOLO26 model's head as Ultralytics' predict does: ``None`` (default) or ``True`` the one-to-many head with
         NMS, ``False`` the one-to-one head's top-k without NMS (a ``ValueError`` for YOLO11, which has no such
         head); ``head`` says which in one line. ``classes``: keep only detections of these class ids, as
-        Ultralytics' ``classes`` (each box's best class filtered before ``max_det``)."""
+        Ultralytics' ``classes`` (each box's best class filtered before ``max_det``). ``imgsz`` default 640; an
+        ONNX export with a static input runs at its own size, square, as Ultralytics' runtime (a line says so where
+        another size was asked)."""
+        if getattr(model, "exported", False):
+            imgsz, rect, note = model.input_settings(imgsz, rect)
+            if note:
+                print(note, file=sys.stderr)
+        imgsz = 640 if imgsz is None else imgsz
         if imgsz <= 0 or imgsz % MAX_STRIDE:
             raise ValueError(f"imgsz must be a positive multiple of {MAX_STRIDE}, got {imgsz}")
         if batch < 1:
@@ -469,13 +476,7 @@ class Detector:
         if imgsz is None:
             imgsz = trained_with(ref).imgsz or 640
 
-        if is_onnx(ref):  # an export: onnxruntime runs it; a static graph at its own size, square
-            model = OnnxModel(ref, device)
-            imgsz, rect, note = model.input_settings(imgsz, rect)
-            if note:
-                print(note, file=sys.stderr)
-        else:
-            model = load_weights(ref).fuse()
+        model = OnnxModel(ref, device) if is_onnx(ref) else load_weights(ref).fuse()  # an export runs in onnxruntime
         return cls(model, class_names_for(model, ref, names), imgsz=imgsz, conf=conf, iou=iou, max_det=max_det,
                    rect=rect, batch=batch, device=device, nms=nms, classes=classes)
 
