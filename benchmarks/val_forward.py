@@ -37,17 +37,10 @@ def replay_ms(step, repeats: int = 30) -> float:
 
 
 def _median_ms(call, repeats: int) -> float:
-    import torch
+    """Median GPU milliseconds of ``call()`` over ``repeats`` (``train_throughput.time_steps``' CUDA events)."""
+    from train_throughput import time_steps  # benchmarks/ is on the path when this runs as a script
 
-    times = []
-    for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        call()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return sorted(times)[len(times) // 2]
+    return sorted(time_steps(call, 0, repeats))[repeats // 2] * 1000
 
 
 def main() -> None:
