@@ -321,7 +321,7 @@ def parse_label_file(path: Path, width: int, height: int, num_classes: int, summ
         (cx, cy, w, h), scale = xywh, np.array([width, height, width, height], np.float64)
         corners = np.array([cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2]) * scale
         inside = np.clip(corners, 0.0, scale)  # the part in the frame (Ultralytics clips it when it augments)
-        box, clipped, reason = check_box(inside, width, height)
+        box, _, reason = check_box(inside, width, height)  # inside the image already: its clipping is ours
         if box is None:
             summary.skipped_lines.append(f"{where}: {reason}, line skipped")
             continue
