@@ -15,7 +15,8 @@ accelerate_configs/1gpu.yaml train_accelerate.py``, through Accelerate's own CLI
 ``accelerate`` subcommand: timm with torchvision among them), ours-cli (``yolo11 train key=value``, one process and
 no launcher, as Ultralytics' ``yolo train``), ours-cli-at-once (the same with every epoch scored before the next
 one trains, ``trainer.score_beside_training`` off: the A/B of scoring beside training), ours-eager
-(``--cuda-graphs false``) and ours-cudnn-v7 (``TORCH_CUDNN_V8_API_DISABLED=1``: cuDNN's older convolution API, whose
+(``--cuda-graphs false``), ours-fp16 and ours-bf16 (the launcher's ``--mixed_precision`` over the config's) and
+ours-cudnn-v7 (``TORCH_CUDNN_V8_API_DISABLED=1``: cuDNN's older convolution API, whose
 algorithm choice per new shape is a lookup rather than a plan build).
 """
 
@@ -89,8 +90,10 @@ def command(args, variant: str, data: Path, seed: int) -> tuple[list[str], Path]
                   "exit_process(main(sys.argv[1:]))")
         return [sys.executable, "-c", script, "train", *keys], args.out / name / "results.csv"
     flags = ["--cuda-graphs", "false"] if variant == "ours-eager" else []
+    # ours-fp16 / ours-bf16: the launcher's --mixed_precision over the config's
+    precision = ["--mixed_precision", variant[5:]] if variant in ("ours-fp16", "ours-bf16") else []
     # the `accelerate` console script is this module's main(): the same imports, wherever the script lies
-    return ([sys.executable, "-m", "accelerate.commands.accelerate_cli", "launch", "--config_file",
+    return ([sys.executable, "-m", "accelerate.commands.accelerate_cli", "launch", *precision, "--config_file",
              str(ROOT / "accelerate_configs" / "1gpu.yaml"), str(ROOT / "train_accelerate.py"), "--model", args.model,
              "--data", str(data), "--epochs", str(args.epochs), "--batch-size", str(args.batch), "--imgsz",
              str(args.imgsz), "--seed", str(seed), "--output-dir", str(args.out), "--name", name, "--exist-ok", "true",
@@ -115,7 +118,8 @@ def main() -> int:
     parser.add_argument("--dataset", default="coco128",
                         help="coco128, coco8 (../shared/data), a data YAML, or generated")
     parser.add_argument("--variants", nargs="+", default=["ultralytics", "ours"],
-                        choices=["ultralytics", "ours", "ours-cli", "ours-cli-at-once", "ours-eager", "ours-cudnn-v7"])
+                        choices=["ultralytics", "ours", "ours-cli", "ours-cli-at-once", "ours-eager", "ours-cudnn-v7",
+                                 "ours-fp16", "ours-bf16"])
     parser.add_argument("--model", default="yolo11n")
     parser.add_argument("--epochs", type=int, default=100)
     parser.add_argument("--batch", type=int, default=16)

@@ -109,9 +109,47 @@ def step(weight: torch.nn.Parameter, optimizer: torch.optim.Optimizer) -> None:
 def test_fused_optimizers_defer_the_check_and_others_read_it_at_once():
     assert NonFiniteGuard(fake_accelerator(), one_parameter(fused=True)[1], None).deferred
     assert not NonFiniteGuard(fake_accelerator(), one_parameter(fused=False)[1], None).deferred
-    # fp16's GradScaler owns found_inf: immediate mode, and the gradient norm left to the scaler
-    scaled = NonFiniteGuard(fake_accelerator("fp16", scaler=object()), one_parameter(fused=True)[1], None)
-    assert not scaled.deferred and not scaled.check_grad_norm
+    # fp16: deferred too (the guard's flag joins the GradScaler's found_inf), the gradient norm left to the scaler
+    scaler = torch.amp.GradScaler("cpu")
+    scaled = NonFiniteGuard(fake_accelerator("fp16", scaler=scaler), one_parameter(fused=True)[1], None)
+    assert scaled.deferred and not scaled.check_grad_norm
+    dampened = torch.optim.SGD([torch.nn.Parameter(torch.ones(2))], lr=0.1, momentum=0.9, dampening=0.1, fused=True)
+    assert not NonFiniteGuard(fake_accelerator(), dampened, None).deferred  # zeros would change its first step
+
+
+def test_fp16_overflow_steps_are_skipped_and_training_goes_on_but_a_bad_loss_stops_it():
+    """Under fp16 the GradScaler skips a step whose gradients overflowed at its scale (training goes on, the scale
+    halves); the guard's flag for a non-finite loss is added to the scaler's ``found_inf``, so that step is skipped
+    too, and the run stops one step later. A first step skipped by overflow must leave fused SGD as if it never
+    came (its momentum buffers were made with ``empty_like``)."""
+    def run(grads: list[float], losses: list[float]) -> tuple[torch.nn.Parameter, NonFiniteGuard, TrainState]:
+        weight, optimizer = one_parameter(fused=True)
+        scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 4)
+        scaler.scale(torch.ones(()))  # makes the scale tensor, as the first backward does
+        guard, state = NonFiniteGuard(fake_accelerator("fp16", scaler=scaler), optimizer, None), TrainState()
+        for grad, loss in zip(grads, losses, strict=True):
+            guard.observe_loss(torch.tensor(loss))
+            weight.grad = torch.full_like(weight, grad * scaler.get_scale())
+            guard.before_update(None, state)
+            scaler.step(optimizer)
+            scaler.update()
+            guard.observe_weights([weight])
+            state.iteration += 1
+            state.optimizer_steps += 1
+            guard.after_update(state)
+        return weight, guard, state
+
+    skipped, guard, _ = run([float("inf")], [1.0])
+    assert torch.equal(guard.optimizer.state[skipped]["momentum_buffer"], torch.zeros(4))  # not empty_like's
+    reference, guard, state = run([0.5, 0.25], [1.0, 1.0])
+    overflowed, guard, state = run([float("inf"), 0.5, 0.25], [1.0, 1.0, 1.0])
+    guard.flush(state)  # an overflow is not a stop
+    torch.testing.assert_close(overflowed, reference, rtol=0, atol=0)
+    weight, guard, state = run([0.5, 0.25, 0.125], [1.0, 1.0, float("nan")])
+    torch.testing.assert_close(weight, reference, rtol=0, atol=0)  # the finite gradients of the bad loss unused
+    with pytest.raises(NonFiniteLossError, match="iteration 3;"):
+        guard.flush(state)
+    assert state.optimizer_steps == 2
 
 
 def test_immediate_mode_raises_before_the_step_naming_where():

@@ -105,7 +105,7 @@ def test_the_plan_decides_from_explicit_inputs_only(monkeypatch):
     config = parse_config(["--batch-size", "16"])
     cuda = plan_run(config, 1, 500, 80, "cuda", cache_bytes=gib, available_ram=10 * gib, mixed_precision="bf16",
                     num_val_images=5000)
-    assert cuda.cuda_graphs.enabled  # fp16 from the environment would have turned graphs off
+    assert cuda.mixed_precision == "bf16"  # not the environment's fp16
     assert cuda.cache_images  # 1 GiB of 10 fits: 8 processes from the environment would not
     assert (cuda.fused_optimizer, cuda.fast_layers, cuda.pin_memory, cuda.eval_device) == (True, True, True, "cuda")
     small = plan_run(config, 1, 1000, 80, "cuda", mixed_precision="bf16", num_val_images=128)
@@ -118,14 +118,15 @@ def test_the_plan_decides_from_explicit_inputs_only(monkeypatch):
 
 def test_mixed_precision_is_the_accelerate_configs_else_amp_on_a_gpu():
     """A launch's config decides (its "no" too); without one (``yolo11 train``, the Python API) a CUDA run autocasts
-    as Ultralytics' AMP does: bf16 where the GPU has it natively, else fp16, whose scaler keeps CUDA graphs off."""
+    as Ultralytics' AMP does: bf16 where the GPU has it natively, else fp16 (with CUDA graphs: the scale is read on
+    the device)."""
     config = parse_config([])
     assert plan_run(config, 1, 100, 80, "cuda", mixed_precision="no", bf16_native=True).mixed_precision == "no"
     bf16 = plan_run(config, 1, 100, 80, "cuda", mixed_precision=None, bf16_native=True)
     assert bf16.mixed_precision == "bf16" and bf16.cuda_graphs.enabled
     assert bf16.precision_reason.startswith("mixed precision: bf16 (no Accelerate config")
     fp16 = plan_run(config, 1, 100, 80, "cuda", mixed_precision=None, bf16_native=False)
-    assert fp16.mixed_precision == "fp16" and not fp16.cuda_graphs.enabled
+    assert fp16.mixed_precision == "fp16" and fp16.cuda_graphs.enabled
     assert plan_run(config, 1, 100, 80, "cpu", mixed_precision=None).mixed_precision == "no"
 
 
@@ -191,8 +192,8 @@ def test_the_plan_counts_epochs_times_images_for_compile_auto():
 @pytest.mark.usefixtures("fresh_accelerate_state")  # the CUDA cases ask PartialState about DeepSpeed
 def test_cuda_graphs_auto_is_on_for_one_process_cuda_runs_only():
     assert decide_cuda_graphs(None, "cuda", 1, compiled=False, mixed_precision="bf16").enabled
-    blocked_cases = [("cpu", 1, False, "no"), ("cuda", 2, False, "bf16"), ("cuda", 1, False, "fp16"),
-                     ("cuda", 1, True, "bf16")]
+    assert decide_cuda_graphs(None, "cuda", 1, compiled=False, mixed_precision="fp16").enabled
+    blocked_cases = [("cpu", 1, False, "no"), ("cuda", 2, False, "bf16"), ("cuda", 1, True, "bf16")]
     for case in blocked_cases:
         blocked = decide_cuda_graphs(None, *case)
         assert not blocked.enabled and blocked.reason.startswith("CUDA graphs: no (")

@@ -18,9 +18,12 @@ How it stays equal to the eager step:
   dropped; ``--max-boxes`` still truncates as it says.
 - Hyper-parameters that change per step (lr, momentum, EMA decay) are outside: the optimizer and EMA run eagerly
   after the replays, as a handful of fused/foreach kernels.
+- fp16: the graph multiplies the loss by the GradScaler's scale tensor, which the scaler updates in place, so each
+  replay backpropagates at the current scale; unscaling, the overflow check and the skip stay on the device
+  (fused optimizers take ``found_inf``), outside the graph.
 
-What is not captured, and runs the eager micro-step instead: multi-process runs (DDP's all-reduce hooks), fp16
-(GradScaler), DeepSpeed; the trainer decides (``plan.decide_cuda_graphs``) and says why in the run's first lines.
+What is not captured, and runs the eager micro-step instead: multi-process runs (DDP's all-reduce hooks),
+DeepSpeed; the trainer decides (``plan.decide_cuda_graphs``) and says why in the run's first lines.
 """
 
 from __future__ import annotations

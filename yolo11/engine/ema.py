@@ -27,6 +27,7 @@ class ModelEMA:
         self._float_keys = [k for k, v in self.module.state_dict().items() if v.dtype.is_floating_point]
         self._other_keys = [k for k, v in self.module.state_dict().items() if not v.dtype.is_floating_point]
         self._pairs: tuple | None = None  # (source model, ema floats, model floats, ema others, model others)
+        self._steps: tuple | None = None  # (flat buffer, its views shaped as the EMA's floats): the skipping update
 
     def current_decay(self) -> float:
         return self.decay * (1 - math.exp(-self.updates / self.tau))
@@ -50,12 +51,27 @@ class ModelEMA:
             torch._foreach_lerp_(ema_floats, model_floats, weight)
             torch._foreach_copy_(ema_others, model_others)
             return
-        # lerp takes its weight as a host scalar; a device weight needs the three-step form.
-        step = torch._foreach_sub(model_floats, ema_floats)
-        torch._foreach_mul_(step, (1.0 - skip) * weight)
-        torch._foreach_add_(ema_floats, step)
+        # lerp takes its weight as a host scalar; a device weight needs the three-step form. The difference is
+        # made in one flat buffer so that one masked fill can drop it whole: a skipped step's weights may be NaN,
+        # and NaN * 0 is NaN.
+        flat, steps = self._step_buffer(ema_floats)
+        torch._foreach_copy_(steps, model_floats)
+        torch._foreach_sub_(steps, ema_floats)
+        flat.mul_(weight).masked_fill_(skip > 0, 0.0)
+        torch._foreach_add_(ema_floats, steps)
         # Integer buffers (num_batches_tracked) are counters of the model, copied as they are.
         torch._foreach_copy_(ema_others, model_others)
+
+    def _step_buffer(self, ema_floats: list[torch.Tensor]) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        if self._steps is None:  # views with the EMA's strides (channels_last too): foreach's fast path needs them
+            flat = torch.empty(sum(t.numel() for t in ema_floats), dtype=ema_floats[0].dtype,
+                               device=ema_floats[0].device)
+            views, offset = [], 0
+            for tensor in ema_floats:
+                views.append(flat[offset:offset + tensor.numel()].as_strided(tensor.shape, tensor.stride()))
+                offset += tensor.numel()
+            self._steps = (flat, views)
+        return self._steps
 
     def state_dict(self) -> dict:
         return {"module": self.module.state_dict(), "updates": self.updates, "decay": self.decay, "tau": self.tau}

@@ -21,16 +21,17 @@ class NonFiniteGuard:
     """Stops training at the first non-finite loss or gradient norm, before that update is applied, without a
     host sync per step.
 
-    Deferred mode (a fused optimizer, as ``build_optimizer`` makes on CUDA and CPU, without fp16's GradScaler): a
-    sticky device flag is raised by the first bad step; the optimizer kernels read it as ``found_inf`` and skip
-    the update, the EMA skips too, and the flag is copied to pinned host memory and read one step later, when
-    the device has long computed it. Training then stops with ``state`` (and the EMA's update count) rolled back
-    to the last applied step. The forward passes of the skipped steps (at most two) still updated the raw model's
-    BatchNorm running statistics, as the bad step's own forward always does; the EMA's are untouched.
+    Deferred mode (a fused optimizer, as ``build_optimizer`` makes on CUDA and CPU): a sticky device flag is raised
+    by the first bad step; the optimizer kernels read it as ``found_inf`` and skip the update, the EMA skips too,
+    and the flag is copied to pinned host memory and read one step later, when the device has long computed it.
+    Training then stops with ``state`` (and the EMA's update count) rolled back to the last applied step. The
+    forward passes of the skipped steps (at most two) still updated the raw model's BatchNorm running statistics,
+    as the bad step's own forward always does; the EMA's are untouched. Under fp16 the GradScaler hands the kernels
+    its own ``found_inf`` (gradients that overflowed at the current scale: that step is skipped and training goes
+    on, as in Ultralytics' AMP); a step pre-hook adds the sticky flag to it.
 
-    Immediate mode (fp16, whose GradScaler owns ``found_inf``; DeepSpeed; foreach optimizers; and the very first
-    step, where fused SGD would leave its new momentum buffer uninitialised if it skipped): the flag is read at
-    once, one host sync per step. The flag is summed over ranks so that every rank stops at the same step.
+    Immediate mode (DeepSpeed; foreach optimizers such as MuSGD): the flag is read at once, one host sync per
+    step. The flag is summed over ranks so that every rank stops at the same step.
     """
 
     def __init__(self, accelerator: Accelerator, optimizer: torch.optim.Optimizer, ema: ModelEMA | None):
@@ -38,8 +39,9 @@ class NonFiniteGuard:
         self.optimizer = getattr(optimizer, "optimizer", optimizer)  # under Accelerate's wrapper
         self.ema = ema
         self.check_grad_norm = accelerator.mixed_precision != "fp16"  # fp16's scaler skips inf steps by design
-        self.deferred = (bool(self.optimizer.defaults.get("fused")) and accelerator.scaler is None
-                         and accelerator.distributed_type != DistributedType.DEEPSPEED)
+        self.deferred = (bool(self.optimizer.defaults.get("fused"))
+                         and accelerator.distributed_type != DistributedType.DEEPSPEED
+                         and _survives_skipped_steps(self.optimizer))
         device = accelerator.device
         self._bad = torch.zeros((), device=device)  # this optimizer step's micro-batches
         self._halted = torch.zeros((), device=device)  # sticky: 1.0 from the first bad step on
@@ -47,6 +49,8 @@ class NonFiniteGuard:
         self._in_flight: tuple | None = None  # (event, state and EMA count before the step the copy belongs to)
         self._before: tuple | None = None
         self.skip_flag: torch.Tensor | None = None  # for ModelEMA.update
+        self._scaled = accelerator.scaler is not None
+        self._hook = self.optimizer.register_step_pre_hook(self._add_halt) if self.deferred and self._scaled else None
 
     def observe_loss(self, loss: torch.Tensor) -> None:
         """Every micro-batch, before backward."""
@@ -60,13 +64,14 @@ class NonFiniteGuard:
         if self.accelerator.num_processes > 1:
             bad = self.accelerator.reduce(bad, reduction="sum").clamp(max=1.0)
         self._bad = torch.zeros_like(self._bad)
-        if not self.deferred or not self.optimizer.state:
+        if not self.deferred:
             self.skip_flag = None
             if bool(bad):  # the host sync of immediate mode
                 self._raise(state)
             return
         torch.maximum(self._halted, bad, out=self._halted)
-        self.optimizer.found_inf = self._halted  # read by the fused kernels when they run
+        if not self._scaled:
+            self.optimizer.found_inf = self._halted  # read by the fused kernels when they run
         self.skip_flag = self._halted
         self._before = (copy.copy(state), self.ema.updates if self.ema is not None else 0)
 
@@ -96,7 +101,16 @@ class NonFiniteGuard:
 
     def flush(self, state: TrainState) -> None:
         """End of the epoch: the last step's flag."""
+        if self._hook is not None:
+            self._hook.remove()
+            self._hook = None
         self._check_in_flight(state)
+
+    def _add_halt(self, optimizer, args, kwargs) -> None:
+        """Step pre-hook under fp16: the GradScaler set ``found_inf`` for this step just before calling it."""
+        found_inf = getattr(optimizer, "found_inf", None)
+        if found_inf is not None:
+            optimizer.found_inf = torch.maximum(found_inf, self._halted)
 
     def _check_in_flight(self, state: TrainState) -> None:
         if self._in_flight is None:
@@ -118,3 +132,19 @@ class NonFiniteGuard:
             "was not applied. Lower --lr0, check the data, or train in another precision: `accelerate launch "
             "--mixed_precision bf16|no` (the Accelerate config's mixed_precision; ACCELERATE_MIXED_PRECISION=no "
             "without a launcher).")
+
+
+def _survives_skipped_steps(optimizer: torch.optim.Optimizer) -> bool:
+    """Whether a step that ``found_inf`` skips leaves the optimizer's state as if the step never came. Fused SGD
+    makes its momentum buffers with ``empty_like`` on its first step, and a skipped first step (a bad loss, or
+    fp16's GradScaler at its initial scale) leaves them uninitialised: they are made here as zeros, which give the
+    same first update (``momentum * 0 + g`` is ``g`` without dampening). Fused AdamW undoes its step count itself."""
+    if not isinstance(optimizer, torch.optim.SGD):
+        return True
+    groups = [group for group in optimizer.param_groups if group["momentum"] != 0]
+    if any(group["dampening"] != 0 for group in groups):
+        return False  # dampening scales every update but the first: zeros would not give the same first step
+    for group in groups:
+        for param in group["params"]:
+            optimizer.state[param].setdefault("momentum_buffer", torch.zeros_like(param))
+    return True

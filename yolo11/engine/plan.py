@@ -243,8 +243,6 @@ def decide_cuda_graphs(requested: bool | None, device_type: str, num_processes: 
         blocker = f"a {device_type} run"
     elif num_processes > 1:
         blocker = f"{num_processes} processes: DDP's gradient all-reduce is not captured"
-    elif mixed_precision == "fp16":
-        blocker = "fp16: its GradScaler decides per step on the host"
     elif distributed_type == DistributedType.DEEPSPEED:
         blocker = "DeepSpeed runs its own step"
     elif compiled:
