@@ -153,7 +153,7 @@ def test_graphed_step_equals_the_eager_step(deterministic, model_name, mixed_pre
            "fp16": dict(rtol=1e-3, atol=1e-5)}[mixed_precision]
     if mixed_precision == "fp16":
         scales = [step.accelerator.scaler.get_scale() for step in (graph_step, eager_step)]
-        assert scales[0] == scales[1] < 2.0 ** 16  # the first steps overflowed at the initial scale, in both
+        assert scales[0] == scales[1]  # the same steps overflowed (and were skipped) in both
     torch.testing.assert_close(graphed.mean_losses, eager.mean_losses, **tol)
     for a, b in zip(graph_step.model.parameters(), eager_step.model.parameters(), strict=True):
         torch.testing.assert_close(a, b, **tol)

@@ -193,6 +193,27 @@ def test_deferred_mode_skips_the_update_on_the_device_and_rolls_back_one_step_la
     assert (state.iteration, state.optimizer_steps) == (2, 2)  # as after the last applied step
 
 
+def test_the_loop_under_a_gradient_scaler_unscales_and_skips_an_overflowed_step():
+    """The loop as fp16 runs it (fp16 autocast, Accelerate's scaled backward, the unscaling clip, the scaler's step
+    and update beside the guard's pre-hook), on the CPU: the update does not depend on the scale (to fp16's
+    rounding of the smallest gradients), and a first step whose gradients overflow at the scale is skipped
+    (weights and momentum kept, the scale backed off), not a stop."""
+    torch.manual_seed(0)
+    model = yolo11.create_model("yolo11n", num_classes=3)
+    images = torch.randint(0, 256, (2, 3, 64, 64), dtype=torch.uint8)
+    batch = [make_batch(images, seed=0)]
+    low, _, _ = run_epoch(batch, 1, copy.deepcopy(model), scaler=torch.amp.GradScaler("cpu", init_scale=2.0 ** 10))
+    high, _, _ = run_epoch(batch, 1, copy.deepcopy(model), scaler=torch.amp.GradScaler("cpu", init_scale=2.0 ** 16))
+    high_step = torch.cat([(a - b).flatten() for a, b in zip(high.parameters(), model.parameters(), strict=True)])
+    low_step = torch.cat([(a - b).flatten() for a, b in zip(low.parameters(), model.parameters(), strict=True)])
+    assert (high_step - low_step).norm() < 0.01 * low_step.norm()  # an update left scaled would be 64x
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 127, backoff_factor=2.0 ** -110)
+    overflowed, state, _ = run_epoch(batch, 1, copy.deepcopy(model), scaler=scaler)
+    for a, b in zip(overflowed.parameters(), model.parameters(), strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    assert scaler.get_scale() == 2.0 ** 17 and state.optimizer_steps == 1
+
+
 @pytest.mark.parametrize("checkpoint_before", [False, True])
 def test_a_non_finite_stop_says_what_was_saved_and_names_real_options(tmp_path, capsys, monkeypatch,
                                                                       checkpoint_before):

@@ -27,11 +27,16 @@ def make_batch(images: torch.Tensor, seed: int) -> dict:
 
 def run_epoch(batches: list[dict], accumulation: int, model: torch.nn.Module, criterion=None, max_steps=None,
               ema=None, state: TrainState | None = None, ramp_iters: int = -1, lr: float = 0.05,
-              log_interval: int = 1):
+              log_interval: int = 1, scaler: torch.amp.GradScaler | None = None):
     """``train_one_epoch`` over ``batches`` on the CPU, with the step the trainer builds (fused SGD at ``lr``,
-    ``DetectionLoss(3)`` unless ``criterion``); returns the prepared model, the state and the epoch's result."""
+    ``DetectionLoss(3)`` unless ``criterion``); returns the prepared model, the state and the epoch's result.
+    ``scaler``: a GradScaler in the Accelerator's place for fp16's (which Accelerate makes on CUDA only), before
+    ``prepare`` hands it to the optimizer's wrapper."""
     reset_accelerate_state()  # each run is a fresh process as far as Accelerate is concerned
-    accelerator = Accelerator(cpu=True)  # accumulation is the loop's (Accumulation), as the trainer builds it
+    # accumulation is the loop's (Accumulation), as the trainer builds it
+    accelerator = Accelerator(cpu=True, mixed_precision="no" if scaler is None else "fp16")
+    if scaler is not None:
+        accelerator.scaler, accelerator.native_amp = scaler, True  # as on CUDA: scaled backward, unscaling clip
     optimizer = build_optimizer(model, OptimizerChoice("SGD", lr, 0.9), 5e-4)
     schedule = WarmupSchedule(optimizer, lr_lambda("linear", 10, 0.01), -1, 0.0, 0.8, 0.9)
     model, optimizer = accelerator.prepare(model, optimizer)
