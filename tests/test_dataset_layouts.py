@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 import os
 import shutil
 from pathlib import Path
@@ -243,13 +244,25 @@ def _coco_json(path: Path, image_folder: Path, prefix: str, count: int, seed: in
                                 "categories": [{"id": 3, "name": "cat", "supercategory": ""}]}))
 
 
-@pytest.mark.parametrize("layout", ["cvat coco", "coco 2017", "label studio coco"])
+@pytest.mark.parametrize("layout", ["cvat coco", "coco 2017", "label studio coco", "label studio uploads",
+                                    "fiftyone coco", "fiftyone splits"])
 def test_coco_export_folders_are_recognised(tmp_path: Path, layout: str,
                                             caplog: pytest.LogCaptureFixture) -> None:
     """``--data DIR`` for a COCO export used to reach ``datasets``, which read it as unlabelled images ("no objects
-    column"). A single json (CVAT's ``instances_default.json``, Label Studio's ``result.json``) serves both splits."""
+    column"). A single json (CVAT's ``instances_default.json``, Label Studio's ``result.json``, FiftyOne's
+    ``labels.json``) serves both splits. Label Studio names each image by its server's upload path
+    (``../../label-studio/media/upload/3/x.jpg``), which no ``--images`` could make work: found by file name."""
+    caplog.set_level(logging.INFO)
     root = tmp_path / "export"
-    if layout == "cvat coco":
+    splits = 2 if layout in ("coco 2017", "fiftyone splits") else 1
+    if layout == "label studio uploads":
+        _coco_json(root / "result.json", root / "images", "../../label-studio/media/upload/3/", 3, 0)
+    elif layout == "fiftyone coco":
+        _coco_json(root / "labels.json", root / "data", "", 3, 0)
+    elif layout == "fiftyone splits":
+        _coco_json(root / "train" / "labels.json", root / "train" / "data", "", 3, 0)
+        _coco_json(root / "validation" / "labels.json", root / "validation" / "data", "", 2, 10)
+    elif layout == "cvat coco":
         _coco_json(root / "annotations" / "instances_default.json", root / "images", "", 3, 0)
     elif layout == "coco 2017":
         _coco_json(root / "annotations" / "instances_train2017.json", root / "images" / "train2017", "", 3, 0)
@@ -258,10 +271,11 @@ def test_coco_export_folders_are_recognised(tmp_path: Path, layout: str,
         _coco_json(root / "result.json", root / "images", "images/", 3, 0)
     train, val = (load_source(os.fspath(root), split, cache_dir=tmp_path / "cache", workers=1,
                               fallback_splits=("val", "test")) for split in ("train", "val"))
-    assert (len(train.dataset), len(val.dataset)) == ((3, 2) if layout == "coco 2017" else (3, 3))
+    assert (len(train.dataset), len(val.dataset)) == ((3, 2) if splits == 2 else (3, 3))
     assert train.class_names == val.class_names == ["cat"]
     assert all(row["objects"]["category"] == [0] for row in [*train.dataset, *val.dataset])
-    assert ("one COCO json" in caplog.text) == (layout != "coco 2017")
+    assert ("one COCO json" in caplog.text) == (splits == 1)
+    assert ("3 images were not where their file_name says" in caplog.text) == (layout == "label studio uploads")
 
 
 @pytest.mark.parametrize("make, renames", [

@@ -142,6 +142,8 @@ LAYOUTS = {
     "roboflow createml": (user_data.roboflow_createml, "", {"train": 5, "val": 3}),
     "roboflow darknet": (user_data.roboflow_darknet, "", {"train": 5, "val": 3}),
     "labelme": (user_data.labelme_folder, "", {"train": 8, "val": 8}),
+    "labelme apart": (lambda folder: user_data.labelme_folder(folder, apart=True), "", {"train": 8, "val": 8}),
+    "kaggle voc": (user_data.kaggle_voc, "", {"train": 8, "val": 8}),
 }
 
 
@@ -157,11 +159,13 @@ def test_exported_layouts_convert_without_flags(layout: str, tmp_path: Path) -> 
         assert len(source.dataset) == count and set(names) <= set(user_data.coco8_names())
         used = {line.split()[0] for _, label in user_data.coco8_samples() for line in label.read_text().splitlines()}
         # COCO, VOC without a label map, CSV, CreateML and LabelMe name only the classes they use
-        by_name = ("roboflow coco", "voc devkit", "roboflow voc", "roboflow csv", "roboflow createml", "labelme")
+        by_name = ("roboflow coco", "voc devkit", "roboflow voc", "roboflow csv", "roboflow createml", "labelme",
+                   "labelme apart", "kaggle voc")
         assert len(names) == (len(used) if layout in by_name else 80)
         assert not source.summary.skipped_images and not source.summary.skipped_lines
         for row in source.dataset:  # each image with its own labels, read from the layout's label place
-            classes, _ = user_data.label_boxes(expected[Path(row["image"]["path"]).name].read_text(), 1, 1)
+            image_name = Path(row["image"]["path"]).with_suffix(".jpg").name  # kaggle voc: the PNG of a JPEG
+            classes, _ = user_data.label_boxes(expected[image_name].read_text(), 1, 1)
             coco8_classes = [user_data.coco8_names().index(names[c]) for c in row["objects"]["category"]]
             assert coco8_classes == classes.tolist()
 

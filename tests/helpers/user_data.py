@@ -315,6 +315,19 @@ def roboflow_voc(folder: Path) -> Path:
     return folder
 
 
+def kaggle_voc(folder: Path) -> Path:
+    """Kaggle's VOC datasets (face masks, car plates, road signs): PNG images in ``images/``, their xml in
+    ``annotations/``, no split lists."""
+    for place in ("images", "annotations"):
+        (folder / place).mkdir(parents=True)
+    for image, label in coco8_samples():
+        Image.open(image).save(folder / "images" / f"{image.stem}.png")
+        width, height, objects = _voc_objects(image, label)
+        (folder / "annotations" / f"{image.stem}.xml").write_text(voc_xml(f"{image.stem}.png", width, height,
+                                                                          objects))
+    return folder
+
+
 def _split_samples() -> dict[str, list[tuple[Path, Path]]]:
     samples = coco8_samples()
     return {"train": samples[:5], "valid": samples[5:]}
@@ -368,14 +381,19 @@ def labelme_json(image_name: str, width: int, height: int, shapes: list[dict]) -
                        "imageData": None, "imageHeight": height, "imageWidth": width}, indent=2)
 
 
-def labelme_folder(folder: Path) -> Path:
-    """LabelMe's default: each image's json beside it in one folder, rectangles drawn from either corner."""
-    folder.mkdir(parents=True)
+def labelme_folder(folder: Path, apart: bool = False) -> Path:
+    """LabelMe's default: each image's json beside it in one folder, rectangles drawn from either corner;
+    ``apart``: its ``--output annotations/``, the images in ``images/`` (``imagePath`` ``..\\images\\x.jpg`` as
+    written on Windows)."""
+    images, jsons = (folder / "images", folder / "annotations") if apart else (folder, folder)
+    images.mkdir(parents=True)
+    jsons.mkdir(parents=True, exist_ok=True)
     for k, (image, label) in enumerate(coco8_samples()):
-        shutil.copy(image, folder / image.name)
+        shutil.copy(image, images / image.name)
         width, height, objects = _voc_objects(image, label)
         shapes = [{"label": name, "points": [[x2, y2], [x1, y1]] if k % 2 else [[x1, y1], [x2, y2]],
                    "group_id": None, "description": "", "shape_type": "rectangle", "flags": {}, "mask": None}
                   for name, (x1, y1, x2, y2) in objects]
-        (folder / f"{image.stem}.json").write_text(labelme_json(image.name, width, height, shapes))
+        image_path = f"..\\images\\{image.name}" if apart else image.name
+        (jsons / f"{image.stem}.json").write_text(labelme_json(image_path, width, height, shapes))
     return folder

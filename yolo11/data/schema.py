@@ -58,6 +58,7 @@ class BadSampleSummary:
     clipped_boxes: int = 0
     backgrounds: int = 0
     rescaled: int = 0  # COCO images resized since they were labelled: their boxes scaled from the json's size
+    found_by_name: int = 0  # COCO file_names of the labelling tool's machine, found by their base name
 
     @property
     def num_problems(self) -> int:
@@ -73,6 +74,7 @@ class BadSampleSummary:
         self.clipped_boxes += other.clipped_boxes
         self.backgrounds += other.backgrounds
         self.rescaled += other.rescaled
+        self.found_by_name += other.found_by_name
 
     @classmethod
     def from_dict(cls, data: dict) -> BadSampleSummary:
@@ -92,6 +94,10 @@ class BadSampleSummary:
         if self.rescaled:
             LOGGER.warning("%s: %d images are another size than their annotations give (resized since they were "
                            "labelled, the aspect ratio kept): their boxes were scaled to them", name, self.rescaled)
+        if self.found_by_name:
+            LOGGER.info("%s: %d images were not where their file_name says (a path of the labelling tool's "
+                        "machine, such as Label Studio's ../../label-studio/media/upload/...): found by their file "
+                        "name in the image folder", name, self.found_by_name)
 
 
 @dataclass

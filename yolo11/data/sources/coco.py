@@ -55,10 +55,11 @@ def checked_size(path: Path) -> tuple[int, int] | str:
 
 
 def layout_candidates(json_path: Path) -> list[Path]:
-    """Folders a json's file names may be relative to, in order: beside the json, then the standard COCO layouts
+    """Folders a json's file names may be relative to, in order: beside the json, then FiftyOne's ``data/`` beside
+    it (its COCO export: ``labels.json`` and ``data/``), then the standard COCO layouts
     ``<root>/annotations/instances_val2017.json`` with ``<root>/images/val2017`` or ``<root>/val2017``, then
     ``<root>/images`` (one image folder for a single json: CVAT's ``instances_default.json``)."""
-    folders = [json_path.parent]
+    folders = [json_path.parent, json_path.parent / "data"]
     prefix, _, tag = json_path.stem.rpartition("_")  # instances_val2017 -> val2017
     if prefix and tag:
         root = json_path.parent.parent
@@ -66,34 +67,58 @@ def layout_candidates(json_path: Path) -> list[Path]:
     return folders
 
 
-def holds_images(folder: Path) -> bool:
-    """Whether ``folder`` has an image file, directly or one folder down (file names such as ``val2017/1.jpg``)."""
+def holds_images(folder: Path, nested: bool = True) -> bool:
+    """Whether ``folder`` has an image file, directly or (``nested``) one folder down (file names such as
+    ``val2017/1.jpg``)."""
     if not folder.is_dir():
         return False
     for entry in folder.iterdir():
         if entry.suffix.lower() in IMAGE_SUFFIXES and entry.is_file():
             return True
-        if entry.is_dir() and any(p.suffix.lower() in IMAGE_SUFFIXES for p in entry.iterdir()):
+        if nested and entry.is_dir() and any(p.suffix.lower() in IMAGE_SUFFIXES for p in entry.iterdir()):
             return True
     return False
 
 
 def image_folder(json_path: Path, images: Path | None) -> tuple[Path, str]:
     """``(folder, note)``: the folder the json's ``file_name``s are relative to, ``images`` when given, else the
-    first of ``layout_candidates`` that holds images; ``note`` says which folder was guessed, for the log."""
+    first of ``layout_candidates`` with images in it, else the first with images one folder down (Label Studio's
+    ``images/x.jpg`` names; not before: FiftyOne's ``data/`` is one folder down from its json and holds the
+    images its names name); ``note`` says which folder was guessed, for the log."""
     if images is not None:
         if not images.is_dir():
             raise DataSourceError(f"{json_path}: image folder {images} does not exist (--images)")
         return images, ""
     candidates = layout_candidates(json_path)
-    for folder in candidates:
-        if holds_images(folder):
+    for nested in (False, True):
+        folder = next((c for c in candidates if holds_images(c, nested)), None)
+        if folder is not None:
             note = "" if folder == json_path.parent else (
                 f"{json_path.name}: images from {folder} (none beside the json: the standard COCO layout; "
                 "--images names the folder)")
             return folder, note
     raise DataSourceError(f"{json_path}: no image folder found (looked in {', '.join(map(str, candidates))}); pass "
                           "--images DIR, with {split} for one folder per split (--images images/{split}2017)")
+
+
+def found_by_name(images_dir: Path, file_names: list[str]) -> tuple[list[str], int]:
+    """``(file names, how many were replaced)``: each name that is no file in ``images_dir`` but whose base name
+    is, there or in its ``images/``, replaced by that. Label Studio's COCO export names each image by where its
+    server kept it (``../../label-studio/media/upload/3/1a2b-x.jpg``) and exports the images flat into
+    ``images/``; no folder the user can pass makes those paths work. Only base names that no other listed image
+    shares, so two images never meet in one file."""
+    bases = [name.rsplit("/", 1)[-1] for name in file_names]
+    counts: dict[str, int] = {}
+    for base in bases:
+        counts[base] = counts.get(base, 0) + 1
+    resolved, replaced = list(file_names), 0
+    for i, (name, base) in enumerate(zip(file_names, bases, strict=True)):
+        if base == name or counts[base] > 1 or listed_file_exists(images_dir / name):
+            continue
+        found = next((place for place in (base, f"images/{base}") if listed_file_exists(images_dir / place)), None)
+        if found is not None:
+            resolved[i], replaced = found, replaced + 1
+    return resolved, replaced
 
 
 def missing_images(json_path: Path, images_dir: Path, file_names: list[str]) -> dict[int, str]:
@@ -131,7 +156,8 @@ def coco_rows(json_path: Path, images_dir: Path, bbox_format: str = "xywh",
     class_of, class_names = class_map(json_path, data["categories"], annotations)
     images = usable_images(json_path, data["images"], summary.skipped_images)
     by_image = annotations_by_image(json_path, annotations, {info["id"] for info in images}, summary.skipped_lines)
-    file_names = [posix_name(images_dir, info["file_name"]) for info in images]
+    file_names, summary.found_by_name = found_by_name(
+        images_dir, [posix_name(images_dir, info["file_name"]) for info in images])
     paths = [images_dir / name for name in file_names]
     missing = missing_images(json_path, images_dir, file_names)
     present = [path for i, path in enumerate(paths) if i not in missing]

@@ -1,11 +1,12 @@
 """A dataset folder as other tools export it, recognised without flags: ``--data DIR`` for
 
 - a folder holding a data YAML (Ultralytics, Roboflow's YOLO export, CVAT's "Ultralytics YOLO" export): the YAML;
-- Roboflow's COCO export: ``train/``, ``valid/``, ``test/``, each with ``_annotations.coco.json`` beside its images;
+- Roboflow's COCO export: ``train/``, ``valid/``, ``test/``, each with ``_annotations.coco.json`` beside its images
+  (FiftyOne's COCO export likewise, ``labels.json`` beside ``data/``, in split folders or alone);
   its "Tensorflow Object Detection CSV" and "CreateML JSON" exports likewise (``_annotations.csv``,
   ``_annotations.createml.json``), also as one folder;
-- COCO jsons in ``annotations/`` (``instances_val2017.json``, CVAT's ``instances_default.json``) or Label Studio's
-  ``result.json``;
+- COCO jsons in ``annotations/`` (``instances_val2017.json``, CVAT's ``instances_default.json``), Label Studio's
+  ``result.json`` or FiftyOne's ``labels.json``;
 - Pascal VOC in the devkit's layout (``Annotations/``, ``JPEGImages/``, ``ImageSets/Main/<split>.txt``: the devkit,
   CVAT's "PASCAL VOC 1.1" export), the folder itself or the VOC folders in it (``VOCdevkit/VOC2007``, ``VOC2012``);
 - a YOLO folder without a YAML, names in ``classes.txt`` (Label Studio, LabelImg, makesense.ai), ``obj.names``
@@ -13,7 +14,8 @@
   images in ``images/`` with ``labels/`` beside, or each label beside its image (``obj_train_data/``, or the
   folder itself), split into ``train``/``val`` sub-folders when it has them;
 - Pascal VOC xml (LabelImg, Roboflow's "Pascal VOC" export) or a LabelMe json beside each image, in
-  ``train``/``valid``/``test`` sub-folders when it has them.
+  ``train``/``valid``/``test`` sub-folders when it has them, or in ``annotations/`` apart from ``images/``
+  (Kaggle's VOC datasets, LabelMe's ``--output``).
 
 Anything else (a ``save_to_disk`` folder, a folder of parquet files) is left to ``datasets``. Where the choice is
 not the only possible one, ``note`` says which was taken and how to take another.
@@ -36,6 +38,7 @@ from yolo11.data.sources.voc import is_voc, read_split_list
 from yolo11.gate import FileRefusedError, open_regular, read_yaml
 
 ROBOFLOW_COCO_JSON = "_annotations.coco.json"
+FIFTYONE_COCO_JSON = "labels.json"  # FiftyOne's COCODetectionDataset export: labels.json beside data/
 # one class name per line, the class id = line number; Roboflow's darknet export has one in each split folder
 NAMES_FILES = ("classes.txt", "obj.names", "labels.txt", "_darknet.labels")
 # split -> its folder's names, in any case (Train/, Valid/ as some tools and Windows users write them)
@@ -74,9 +77,9 @@ def detect_layout(folder: Path) -> Layout | None:
 def _layout_here(folder: Path) -> Layout | None:
     if (folder / "dataset_dict.json").is_file() or (folder / "state.json").is_file():
         return None
-    return (_yaml_layout(folder) or _roboflow_coco_layout(folder) or _roboflow_table_layout(folder)
+    return (_yaml_layout(folder) or _split_coco_layout(folder) or _roboflow_table_layout(folder)
             or _coco_folder_layout(folder) or _voc_devkit_layout(folder) or _yolo_layout(folder)
-            or _beside_layout(folder))
+            or _beside_layout(folder) or _apart_layout(folder))
 
 
 def _one_folder_down(folder: Path) -> Layout | None:
@@ -128,9 +131,20 @@ def _split_dirs(folder: Path) -> dict[str, Path]:
     return found
 
 
-def _roboflow_coco_layout(folder: Path) -> Layout | None:
-    jsons = {split: place / ROBOFLOW_COCO_JSON for split, place in _split_dirs(folder).items()
-             if (place / ROBOFLOW_COCO_JSON).is_file()}
+def _split_coco_json(place: Path) -> Path | None:
+    """A split folder's COCO json: Roboflow's ``_annotations.coco.json``, or FiftyOne's ``labels.json`` beside its
+    ``data/``."""
+    if (place / ROBOFLOW_COCO_JSON).is_file():
+        return place / ROBOFLOW_COCO_JSON
+    if (place / FIFTYONE_COCO_JSON).is_file() and (place / "data").is_dir():
+        return place / FIFTYONE_COCO_JSON
+    return None
+
+
+def _split_coco_layout(folder: Path) -> Layout | None:
+    """A COCO json in each split folder: Roboflow's COCO export, FiftyOne's per split."""
+    jsons = {split: json for split, place in _split_dirs(folder).items()
+             if (json := _split_coco_json(place)) is not None}
     if not jsons:
         return None
     jsons, alone = _train_for_val(jsons)
@@ -161,11 +175,14 @@ def _roboflow_table_layout(folder: Path) -> Layout | None:
 
 def _coco_folder_layout(folder: Path) -> Layout | None:
     """COCO jsons named as COCO, CVAT and datumaro name them (``annotations/instances_<split>.json``, CVAT's
-    ``instances_default.json``) or as Label Studio does (``result.json`` beside ``images/``); without this the
-    folder went to ``datasets``, which read it as a folder of unlabelled images."""
+    ``instances_default.json``), as Label Studio does (``result.json`` beside ``images/``) or as FiftyOne does
+    (``labels.json`` beside ``data/``); without this the folder went to ``datasets``, which read it as a folder of
+    unlabelled images."""
     jsons = sorted((folder / "annotations").glob("instances_*.json")) if (folder / "annotations").is_dir() else []
     if not jsons and (folder / "result.json").is_file():
         jsons = [folder / "result.json"]
+    if not jsons and (fiftyone := _split_coco_json(folder)) is not None:
+        jsons = [fiftyone]
     if not jsons:
         return None
     splits = {}
@@ -320,6 +337,60 @@ def _beside_layout(folder: Path) -> Layout | None:
     if alone:
         note += f"; {TRAIN_FOR_VAL}"
     return _image_files_layout(folder, splits, note, [folder])
+
+
+ANNOTATION_FOLDERS = ("annotations", "Annotations")
+
+
+def _apart_layout(folder: Path) -> Layout | None:
+    """Pascal VOC xml or LabelMe json in ``annotations/``, the images in ``images/``, paired by file name: Kaggle's
+    VOC datasets (face masks, car plates, road signs), LabelMe's ``--output annotations/``. Split sub-folders of
+    the same names in both when there are some."""
+    images, annotations = folder / "images", next(
+        (folder / name for name in ANNOTATION_FOLDERS if (folder / name).is_dir()), None)
+    if not images.is_dir() or annotations is None:
+        return None
+    image_places = _split_dirs(images) or {"train": images}
+    places = {split: (place, annotations / place.name if place != images else annotations)
+              for split, place in image_places.items()}
+    kind = next((kind for kind in BESIDE_KINDS if any(_holds_apart(notes, kind) for _, notes in places.values())),
+                None)
+    if kind is None:
+        return None
+    suffix, _, what = BESIDE_KINDS[kind]
+    splits = {split: ImageFileSplit(f"{folder.name}-{split}", tuple(_apart_pairs(pics, notes, suffix)))
+              for split, (pics, notes) in places.items()}
+    note = (f"{folder}: {what} in {annotations.name}/ for the images in images/, splits "
+            f"{', '.join(f'{k}={v[0].relative_to(folder)}' for k, v in places.items())}")
+    splits, alone = _train_for_val(splits)
+    if alone:
+        note += f"; {TRAIN_FOR_VAL}"
+    return _image_files_layout(folder, splits, note, [folder, annotations])
+
+
+def _holds_apart(folder: Path, kind: str) -> bool:
+    """Whether the first file of ``folder`` with the kind's suffix starts as that kind does (its first 4 KB)."""
+    suffix, looks_like, _ = BESIDE_KINDS[kind]
+    if not folder.is_dir():
+        return False
+    first = min((p for p in folder.iterdir() if p.suffix.lower() == suffix and not p.name.startswith(".")
+                 and p.is_file()), default=None)
+    if first is None:
+        return False
+    try:
+        with open_regular(first) as f:
+            return looks_like(f.read(4096))
+    except (OSError, FileRefusedError):
+        return False
+
+
+def _apart_pairs(images: Path, annotations: Path, suffix: str) -> list[tuple[Path | None, Path | None]]:
+    """As ``_beside_pairs``, the annotation files taken from ``annotations``."""
+    files = sorted(annotations.iterdir()) if annotations.is_dir() else []
+    found = {p.stem: p for p in files if p.suffix.lower() == suffix and not p.name.startswith(".") and not p.is_dir()}
+    pairs = [(image, found.pop(image.stem, None)) for image in sorted(images.iterdir())
+             if is_image_name(image.name) and image.is_file()]
+    return pairs + [(None, file) for file in found.values()]
 
 
 def _holds(folder: Path, kind: str) -> bool:
