@@ -374,6 +374,27 @@ def test_a_label_line_longer_than_a_label_line_may_be_is_skipped_unparsed(tmp_pa
     assert summary.skipped_lines == [f"{label}:2: a line of 242 characters, more than the 100 a label line may have"]
 
 
+@pytest.mark.parametrize("top", ["", "project-3/"])
+def test_an_export_zip_is_read_as_handed_out_unpacked_once(tmp_path: Path, top: str) -> None:
+    """``--data export.zip`` (Roboflow, CVAT and Label Studio hand out zips; Ultralytics reads one) was "no such
+    file or folder"; the zip is unpacked once into the cache, its members checked."""
+    import zipfile
+
+    folder = user_data.roboflow_yolo(tmp_path / "export")
+    archive = tmp_path / "rf.zip"
+    with zipfile.ZipFile(archive, "w") as zf:
+        for path in sorted(folder.rglob("*")):
+            zf.write(path, top + path.relative_to(folder).as_posix())
+    for split, count in (("train", 4), ("val", 4)):
+        assert len(load_source(os.fspath(archive), split, cache_dir=tmp_path / "cache", workers=1).dataset) == count
+    assert len(list((tmp_path / "cache" / "unzipped").iterdir())) == 2  # one folder and its lock: unpacked once
+    with zipfile.ZipFile(tmp_path / "evil.zip", "w") as zf:
+        zf.writestr("../outside.txt", "x")
+    with pytest.raises(DataSourceError, match="evil.zip: holds '../outside.txt', a link or a path outside"):
+        load_source(os.fspath(tmp_path / "evil.zip"), "train", cache_dir=tmp_path / "cache", workers=1)
+    assert not (tmp_path / "cache" / "outside.txt").exists()
+
+
 def test_an_export_unzipped_into_a_folder_of_its_own_is_read_one_folder_down(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """``--data DIR`` where DIR holds only ``project-3/`` (the export, as a zip often unpacks): read there, said in

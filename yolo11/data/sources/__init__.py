@@ -30,7 +30,7 @@ from yolo11.data.schema import LOGGER, BadSampleSummary, DataSourceError, Detect
 from yolo11.data.sources.annotation_files import annotation_file_rows
 from yolo11.data.sources.box_format import BBOX_FORMATS
 from yolo11.data.sources.coco import coco_fingerprint_files, coco_rows, image_folder
-from yolo11.data.sources.download import fetch_missing_data
+from yolo11.data.sources.download import fetch_missing_data, unpacked_export
 from yolo11.data.sources.hub import load_disk, load_hub, normalise, other_splits, pick_split
 from yolo11.data.sources.layouts import Layout, detect_layout
 from yolo11.data.sources.per_image import per_image_fingerprint_files, per_image_rows
@@ -175,7 +175,7 @@ def _stop_as_recorded(error_file: Path) -> None:
 
 
 def _looks_like_path(spec: str) -> bool:
-    return spec.startswith((".", "/", "~")) or spec.endswith((".yaml", ".yml", ".json")) or os.sep * 2 in spec
+    return spec.startswith((".", "/", "~")) or spec.endswith((".yaml", ".yml", ".json", ".zip")) or os.sep * 2 in spec
 
 
 _REPORTED: set[str] = set()  # notes already logged by this process: loading train then val would say each twice
@@ -240,6 +240,10 @@ def load_source(spec: str, split: str = "train", cache_dir: str | os.PathLike | 
         return _load_yaml(path.resolve(), request)
     if path.suffix == ".json" and path.is_file():
         return _load_coco(path.resolve(), request.images, request)
+    if path.suffix.lower() == ".zip" and path.is_file():  # an export as the tool handed it out
+        unpacked = unpacked_export(path.resolve(), cache_root, _fingerprint({"kind": "zip"}, [path.resolve()]))
+        _report(f"{path}: unpacked into {unpacked}")
+        path = unpacked
     if path.is_dir():
         _no_image_folder(request, os.fspath(path))
         layout = detect_layout(path)

@@ -129,6 +129,27 @@ def _fetch(request: urllib.request.Request, part: Path, name: str, max_bytes: in
     return True
 
 
+def unpacked_export(archive: Path, cache_root: Path, fingerprint: str) -> Path:
+    """A zip as export tools hand them out (Roboflow, CVAT, Label Studio: ``--data export.zip``), unpacked once
+    into ``<cache>/unzipped/<name>-<fingerprint>`` with ``unpack_zip``'s checks, as Ultralytics unpacks a zip
+    given as its data; the folder is then read as any dataset folder. Several processes of a launch unpack once
+    (a file lock), and the folder appears whole or not at all (unpacked beside it, then renamed)."""
+    target = cache_root / "unzipped" / f"{archive.stem}-{fingerprint}"
+    if target.is_dir():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(os.fspath(target.parent / f".{target.name}.lock")):
+        if not target.is_dir():
+            staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+            try:
+                unpack_zip(archive, staging, os.fspath(archive))
+                staging.rename(target)
+            except BaseException:
+                shutil.rmtree(staging, ignore_errors=True)
+                raise
+    return target
+
+
 def unpack_zip(archive_path: Path, into: Path, where: str) -> None:
     """Unpack a zip into ``into`` after checking every member: refused whole when one would land outside it (an
     absolute path or ``..``) or is a link, when it has more than ``MAX_ZIP_MEMBERS`` members, or when its stated
