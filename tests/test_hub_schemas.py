@@ -222,13 +222,24 @@ def test_image_column_forms(tmp_path: Path, image_feature: str) -> None:
         assert first["bytes"] == image_bytes(9)
 
 
-def test_unreadable_image_path_is_an_error_naming_the_row(tmp_path: Path) -> None:
+@pytest.mark.parametrize("kind, why", [("gone", "FileNotFoundError"), ("fifo", "FileRefusedError: .*FIFO"),
+                                       ("bomb", "DecompressionBombError")])
+def test_unreadable_image_path_is_an_error_naming_the_row(tmp_path: Path, kind: str, why: str) -> None:
+    """A row whose path names nothing, a FIFO (PIL blocked on it for ever: a run that never started) or a
+    decompression bomb (its error escaped as a traceback)."""
+    from test_bad_inputs import png_claiming
+
+    image = tmp_path / f"{kind}.jpg"
+    if kind == "fifo":
+        os.mkfifo(image)
+    elif kind == "bomb":
+        image.write_bytes(png_claiming(50_000, 50_000, False))
     features = datasets.Features({"image": datasets.Value("string"), "objects": datasets.Sequence(
         {"bbox": FLOATS, "category": datasets.ClassLabel(names=NAMES)})})
-    rows = [{"image": os.fspath(tmp_path / "gone.jpg"), "objects": {"bbox": [[1, 2, 3, 4]], "category": [0]}}]
+    rows = [{"image": os.fspath(image), "objects": {"bbox": [[1, 2, 3, 4]], "category": [0]}}]
     datasets.Dataset.from_list(rows, features=features).save_to_disk(os.fspath(tmp_path / "ds"))
-    with pytest.raises(DataSourceError, match=r"ds: no usable image \(row 0: cannot read the image .*gone.jpg "
-                                              r"\(FileNotFoundError"):
+    with pytest.raises(DataSourceError, match=rf"ds: no usable image \(row 0: cannot read the image .*{kind}.jpg "
+                                              rf"\({why}"):
         load_source(os.fspath(tmp_path / "ds"), cache_dir=tmp_path / "cache", bbox_format="xywh")
 
 

@@ -345,6 +345,32 @@ def test_an_image_url_is_downloaded_and_predicted(weights, loaded_once, tmp_path
     assert (out / "bus.jpg").read_bytes()[:3] == b"\xff\xd8\xff"
 
 
+class EndlessResponse:
+    """A server that sends without end."""
+
+    def read(self, size: int) -> bytes:
+        return b"\xff" * size
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+@pytest.mark.parametrize("limit", ["bytes", "deadline"])
+def test_a_download_without_end_stops_at_a_bound(monkeypatch, limit):
+    """The body was read whole with ``response.read()``: an endless answer grew past 2.7 GB of memory; the
+    per-read time-out never fires for a server that keeps sending."""
+    monkeypatch.setattr(predict_sources.urllib.request, "urlopen", lambda request, timeout: EndlessResponse())
+    monkeypatch.setattr(predict_sources, "MAX_DOWNLOAD_BYTES", 8 << 20)
+    if limit == "deadline":
+        monkeypatch.setattr(predict_sources, "DOWNLOAD_DEADLINE_S", -1.0)
+    said = "more than 8 MB" if limit == "bytes" else "still sending after -1 s"
+    with pytest.raises(predict_sources.UnreadableSource, match=f"cannot download https://example.com/x.jpg: {said}"):
+        predict_sources.download("https://example.com/x.jpg")
+
+
 def test_an_unreachable_url_is_one_error_line(weights, loaded_once, tmp_path, monkeypatch, capsys):
     def offline(request, timeout):
         raise urllib.error.URLError(OSError(-3, "Temporary failure in name resolution"))

@@ -4,6 +4,7 @@ optimizer and run that resume from it, before Accelerate's ``load_state`` reads 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -161,6 +162,28 @@ def test_missing_state_is_an_error_unless_changes_are_allowed(resumable, tmp_pat
         _resume(resumable, lambda folder: (folder / file).unlink(), tmp_path / "a")
     notes = _resume(resumable, lambda folder: (folder / file).unlink(), tmp_path / "b", allow_changes=True)
     assert len(notes) == 1 and notes[0].startswith(f"{file} missing (--allow-changes)")
+
+
+def _fifo(path: Path) -> None:
+    path.unlink()
+    os.mkfifo(path)
+
+
+def _to_dev_zero(path: Path) -> None:
+    path.unlink()
+    path.symlink_to("/dev/zero")
+
+
+@pytest.mark.parametrize("file, replace, kind", [
+    ("random_states_0.pkl", _fifo, "a FIFO"), ("optimizer.bin", _fifo, "a FIFO"),
+    ("model.safetensors", _to_dev_zero, "a character device"), ("ema.safetensors", _fifo, "a FIFO"),
+])
+def test_a_checkpoint_file_that_is_no_regular_file_is_refused_by_kind(resumable, tmp_path: Path, file: str,
+                                                                     replace, kind: str) -> None:
+    """A FIFO in a checkpoint was "missing", which --allow-changes accepted; Accelerate's load_state then blocked
+    for ever opening it (a resume that hung)."""
+    with pytest.raises(FileRefusedError, match=f"{file}: {kind}.*, not a regular file"):
+        _resume(resumable, lambda folder: replace(folder / file), tmp_path, allow_changes=True)
 
 
 def test_unknown_file_in_a_checkpoint_is_refused(resumable, tmp_path: Path) -> None:

@@ -155,3 +155,19 @@ def test_a_full_disk_on_rank_1_while_saving_ends_both_ranks_with_its_line(tmp_pa
     assert f"the last complete checkpoint, {run / 'checkpoints' / FIRST}, is intact" in line
     assert (run / "checkpoints" / "latest").read_text().strip() == FIRST
     no_temporaries(run)
+
+
+def test_an_error_raised_without_words_still_says_what_it_was(tmp_path, capsys):
+    """A parse that ran out of memory raised Python's bare ``MemoryError``, and the tool printed ``error: ``."""
+    from yolo11.output_errors import error_text
+    from yolo11.tools import cli
+
+    assert error_text(MemoryError()) == "out of memory"
+    assert error_text(ValueError()) == "ValueError"
+    assert error_text(MemoryError("--cache-images needs 3 GiB")) == "--cache-images needs 3 GiB"
+
+    def parse_too_big(argv):
+        raise MemoryError
+
+    assert cli(parse_too_big)([]) == 2
+    assert capsys.readouterr().err == "error: out of memory\n"

@@ -17,6 +17,12 @@ PROBE_BYTES = 1 << 16
 _OS_ERROR = re.compile(r"os error (\d+)")  # how safetensors' Rust writer words an I/O error
 
 
+def error_text(err: BaseException) -> str:
+    """What the ``error:`` line says of a user error: its message, or for one raised without words (Python's own
+    ``MemoryError``: a file whose parse needed more memory than there is) what it was."""
+    return str(err) or ("out of memory" if isinstance(err, MemoryError) else type(err).__name__)
+
+
 def write_error_message(err: OSError) -> str:
     """``cannot write <file>: <reason>`` for an ``OSError`` of ``WRITE_ERRNOS``."""
     where = f" {err.filename}" if err.filename else ""

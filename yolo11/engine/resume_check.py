@@ -231,6 +231,13 @@ def _ranks(first: int, last: int) -> str:
     return f"process {first}" if first == last else f"processes {first}..{last}"
 
 
+def _present(path: Path) -> bool:
+    """Whether anything is at ``path``: a FIFO, a device or a dangling link too, which the gate then refuses by
+    kind when it is read. ``is_file()`` called them missing, which ``--allow-changes`` accepted, and Accelerate's
+    ``load_state`` then blocked for ever opening the FIFO."""
+    return path.exists() or path.is_symlink()
+
+
 def check_checkpoint(checkpoint: Path, *, model: nn.Module | None, optimizer: torch.optim.Optimizer | None,
                      ema_module: nn.Module | None, process_index: int, allow_changes: bool,
                      num_processes: int | None = None, bounds: RunBounds | None = None) -> CheckedCheckpoint:
@@ -245,22 +252,22 @@ def check_checkpoint(checkpoint: Path, *, model: nn.Module | None, optimizer: to
     if num_processes is not None:
         check_process_count(checkpoint, num_processes, allow_changes, notes)
     model_file = checkpoint / MODEL_FILE
-    if not model_file.is_file():
+    if not _present(model_file):
         raise _refuse(model_file, "missing: no model weights to resume from")
     read_safetensors(model_file, expected=None if model is None else model.state_dict())
     optimizer_file = checkpoint / OPTIMIZER_FILE
-    if optimizer is not None and not optimizer_file.is_file():
+    if optimizer is not None and not _present(optimizer_file):
         raise _refuse(optimizer_file, "missing: no optimizer state to resume from")
-    if optimizer_file.is_file():
+    if _present(optimizer_file):
         saved = read_torch_file(optimizer_file, StateUnpickler)
         if optimizer is not None:
             check_optimizer_state(optimizer_file, saved, optimizer)
-    if (checkpoint / SCALER_FILE).is_file() and not isinstance(read_torch_file(checkpoint / SCALER_FILE,
+    if _present(checkpoint / SCALER_FILE) and not isinstance(read_torch_file(checkpoint / SCALER_FILE,
                                                                                StateUnpickler), dict):
         raise _refuse(checkpoint / SCALER_FILE, "not a GradScaler state")
     rng_file = checkpoint / f"random_states_{process_index}.pkl"
     rng = None
-    if rng_file.is_file():
+    if _present(rng_file):
         rng = check_rng_state(rng_file, read_torch_file(rng_file, StateUnpickler))
     else:
         written = len(list(checkpoint.glob("random_states_*.pkl")))
@@ -272,7 +279,7 @@ def check_checkpoint(checkpoint: Path, *, model: nn.Module | None, optimizer: to
                                     allow_changes, notes)
     ema = None
     if ema_module is not None:
-        if (checkpoint / EMA_FILE).is_file():
+        if _present(checkpoint / EMA_FILE):
             ema = check_ema_file(checkpoint / EMA_FILE, ema_module)
         else:
             _missing(checkpoint / EMA_FILE, "the EMA restarts from the resumed weights", allow_changes, notes)

@@ -87,7 +87,7 @@ from yolo11.engine.run_outputs import EpochFacts, RunOutputs
 from yolo11.engine.weight_trace import WeightTrace
 from yolo11.evaluation import ValidationStopped
 from yolo11.evaluation.plots import plot_labels
-from yolo11.output_errors import FULL_ERRNOS, WRITE_ERRNOS, replaced, write_error_message, writing
+from yolo11.output_errors import FULL_ERRNOS, WRITE_ERRNOS, error_text, replaced, write_error_message, writing
 from yolo11.postprocess import max_det_for_data
 from yolo11.weights import UnsafeCheckpointError, resolve_weights
 
@@ -232,7 +232,7 @@ def _train(config: TrainConfig, typed: frozenset[str] | None, launch: PartialSta
     except USER_ERRORS as err:
         stop.leaving()
         remove_unused(made, launch)
-        say_error(str(err), launch, job)
+        say_error(error_text(err), launch, job)
         return 2
     except (StopRequested, KeyboardInterrupt) as stopped:
         remove_unused(made, launch)

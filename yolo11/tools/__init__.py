@@ -10,7 +10,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from yolo11.gate import BOOL_WORDS
-from yolo11.output_errors import WRITE_ERRNOS, write_error_message
+from yolo11.output_errors import WRITE_ERRNOS, error_text, write_error_message
 
 # What a user can get wrong (paths, flags, weights, data): one ``error:`` line and exit 2, no traceback.
 USER_ERRORS = (ValueError, FileNotFoundError, NotADirectoryError, IsADirectoryError, MemoryError)
@@ -73,7 +73,8 @@ def cli(main: Callable[[Sequence[str] | None], int]) -> Callable[[Sequence[str] 
         except Exception as err:
             if not is_user_error(err):
                 raise
-            message = write_error_message(err) if isinstance(err, OSError) and err.errno in WRITE_ERRNOS else err
+            message = write_error_message(err) if isinstance(err, OSError) and err.errno in WRITE_ERRNOS \
+                else error_text(err)
             print(f"error: {message}", file=sys.stderr)
             return 2
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import glob
 import http.client
+import time
 import urllib.request
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -23,7 +24,9 @@ IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff"}
 # Ultralytics' video formats: read frame by frame with OpenCV's FFmpeg backend
 VIDEO_SUFFIXES = {".asf", ".avi", ".gif", ".m4v", ".mkv", ".mov", ".mp4", ".mpeg", ".mpg", ".ts", ".wmv", ".webm"}
 STREAM_SCHEMES = ("rtsp://", "rtmp://", "tcp://")
-DOWNLOAD_TIMEOUT_S = 30.0
+DOWNLOAD_TIMEOUT_S = 30.0  # per connection attempt and per read
+DOWNLOAD_DEADLINE_S = 300.0  # the whole download: a server trickling bytes would otherwise never time out
+MAX_DOWNLOAD_BYTES = 256 << 20  # no photo is larger; a server sending without end would fill the memory
 
 
 class UnreadableSource(ValueError):
@@ -128,14 +131,25 @@ def expand_sources(specs: Sequence[str], lists: bool = True) -> list[Source]:
 
 
 def download(url: str, timeout: float = DOWNLOAD_TIMEOUT_S) -> bytes:
-    """The body of ``url``; a failure (offline, 404, time-out) is an ``UnreadableSource`` naming it."""
+    """The body of ``url``, read in chunks up to ``MAX_DOWNLOAD_BYTES`` and ``DOWNLOAD_DEADLINE_S``; a failure
+    (offline, 404, time-out, too large) is an ``UnreadableSource`` naming it."""
     request = urllib.request.Request(url, headers={"User-Agent": "yolo11-predict"})
+    deadline = time.monotonic() + DOWNLOAD_DEADLINE_S
+    chunks, received = [], 0
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:
-            return response.read()
+            while chunk := response.read(1 << 20):
+                received += len(chunk)
+                if received > MAX_DOWNLOAD_BYTES:
+                    raise UnreadableSource(f"cannot download {url}: more than {MAX_DOWNLOAD_BYTES >> 20} MB, "
+                                           "not an image to predict on")
+                if time.monotonic() > deadline:
+                    raise UnreadableSource(f"cannot download {url}: still sending after {DOWNLOAD_DEADLINE_S:.0f} s")
+                chunks.append(chunk)
     except (OSError, http.client.HTTPException) as err:  # URLError, HTTPError and time-outs are OSErrors
         reason = getattr(err, "reason", None) or err
         raise UnreadableSource(f"cannot download {url}: {reason}") from None
+    return b"".join(chunks)
 
 
 def read_image(source: Source) -> np.ndarray:

@@ -23,7 +23,7 @@ from yolo11.data.sources.checks import as_id, check_boxes, oriented_size
 from yolo11.data.sources.hub_classes import find_classes, is_text
 from yolo11.data.sources.hub_columns import ObjectColumns, find_columns, object_features
 from yolo11.data.sources.splits import choose_split
-from yolo11.gate import read_json
+from yolo11.gate import check_regular_file, read_json
 
 CROWD_NAME = "iscrowd"  # COCO's flag for a region of many objects: skipped, as for a COCO json
 
@@ -154,11 +154,12 @@ def image_sizes(dataset: datasets.Dataset) -> tuple[np.ndarray, dict[int, str]]:
     images = dataset.select_columns(["image"]).cast_column("image", datasets.Image(decode=False))
     for index, row in enumerate(images):  # row by row: the column at once would hold every image in memory
         image = row["image"]
-        source = io.BytesIO(image["bytes"]) if image.get("bytes") else image["path"]
         try:
+            # a path is checked to be a regular file first: PIL would block for ever on a FIFO named as an image
+            source = io.BytesIO(image["bytes"]) if image.get("bytes") else check_regular_file(image["path"])
             with Image.open(source) as im:
                 sizes[index] = oriented_size(im)
-        except (OSError, ValueError, TypeError) as err:
+        except (OSError, ValueError, TypeError, Image.DecompressionBombError) as err:
             unreadable[index] = (f"row {index}: cannot read the image {image.get('path') or ''} "
                                  f"({type(err).__name__}: {err})")
     return sizes, unreadable
