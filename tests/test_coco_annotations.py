@@ -214,6 +214,17 @@ def test_huge_json_is_refused_before_it_is_read(tmp_path: Path) -> None:
     assert message == f"{json_path}: 5368709120 bytes: too large to read (at most {coco.MAX_COCO_JSON_BYTES} bytes)"
 
 
+@pytest.mark.parametrize("what, text", [("objects", '{"images": [' + "{}," * 2000 + "{}]}"),
+                                        ("values", '{"images": [' + "1," * 9000 + "1]}")])
+def test_a_json_that_would_parse_into_too_much_is_refused_before_parsing(tmp_path: Path, monkeypatch, what,
+                                                                        text) -> None:
+    """300 MB of ``{},``, under the byte cap, parsed into 15 GB (the process died, or printed ``error: ``)."""
+    monkeypatch.setattr(coco, "MAX_COCO_JSON_OBJECTS", 1000)
+    monkeypatch.setattr(coco, "MAX_COCO_JSON_VALUES", 8000)
+    json_path = one_image_json(tmp_path, text)
+    assert f"JSON {what}, more than the" in refusal(json_path, tmp_path)
+
+
 def test_deeply_nested_json_is_refused(tmp_path: Path) -> None:
     json_path = one_image_json(tmp_path, '{"images": ' + "[" * 100_000 + "]" * 100_000 + "}")
     assert refusal(json_path, tmp_path) == f"{json_path}: JSON nested too deeply"

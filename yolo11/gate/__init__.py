@@ -49,7 +49,15 @@ from yolo11.gate.safetensors import (
     safetensors_dtype,
     tensor_layout,
 )
-from yolo11.gate.text import BOOL_WORDS, MAX_TEXT_BYTES, MAX_YAML_DEPTH, MAX_YAML_NODES, read_json, read_yaml
+from yolo11.gate.text import (
+    BOOL_WORDS,
+    MAX_TEXT_BYTES,
+    MAX_YAML_BYTES,
+    MAX_YAML_DEPTH,
+    MAX_YAML_NODES,
+    read_json,
+    read_yaml,
+)
 
 __all__ = [
     "BOOL_WORDS",
@@ -64,6 +72,7 @@ __all__ = [
     "MAX_PICKLE_TEXT",
     "MAX_SAFETENSORS_HEADER",
     "MAX_TEXT_BYTES",
+    "MAX_YAML_BYTES",
     "MAX_YAML_DEPTH",
     "MAX_YAML_NODES",
     "SAFETENSORS_DTYPES",

@@ -15,10 +15,14 @@ from yolo11.gate.files import FileRefusedError, open_regular
 
 # How a user writes a boolean in a flag, a key=value argument or a YAML value read as text
 BOOL_WORDS = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
-MAX_TEXT_BYTES = 64 << 20  # JSON/YAML configs: 100k class names fit in a few MB
+MAX_TEXT_BYTES = 64 << 20  # JSON configs: 100k class names fit in a few MB
+# YAML is parsed by PyYAML's pure-Python loader (the budget below needs its composer) at ~1 MB/s, so its caps are
+# lower: 8 MB (100k class names are 1.6 MB) parse in seconds, 64 MB took a minute and a half.
+MAX_YAML_BYTES = 8 << 20
 # YAML nodes as a reader of the result meets them, an alias counting every node of what it repeats: 100k class
-# names are 100k nodes, while 9 lines of 9 aliases each ("billion laughs") would be 9^9 = 387M.
-MAX_YAML_NODES = 1_000_000
+# names are 100k nodes, while 9 lines of 9 aliases each ("billion laughs") would be 9^9 = 387M; 1M flow nodes
+# took 37 s.
+MAX_YAML_NODES = 250_000
 MAX_YAML_DEPTH = 100  # configs nest a few levels; the composer recurses (Python's limit is ~300 YAML levels)
 
 
@@ -37,11 +41,13 @@ def read_text(path: Path, max_bytes: int = MAX_TEXT_BYTES) -> str:
         raise FileRefusedError(path, f"not UTF-8 text ({err.reason} at byte {err.start})") from None
 
 
-def read_json(path: str | Path, max_bytes: int = MAX_TEXT_BYTES, max_values: int | None = None) -> Any:
+def read_json(path: str | Path, max_bytes: int = MAX_TEXT_BYTES, max_values: int | None = None,
+              max_objects: int | None = None) -> Any:
     """The JSON value in the file; refused in one line when larger than ``max_bytes`` (configs by default; data
     files such as COCO annotations pass their own cap), not JSON, or nested too deeply. ``max_values`` bounds what
     the parse builds: arrays, objects and commas are counted in the text first (a file whose bytes are mostly one
-    string may be large; 128 MB of ``[1,2],`` would parse into ~6 GB of Python objects)."""
+    string may be large; 128 MB of ``[1,2],`` would parse into ~6 GB of Python objects); ``max_objects`` the
+    objects alone, the costliest per byte (300 MB of ``{},`` took 15 GB)."""
     path = Path(path)
     text = read_text(path, max_bytes)
     if max_values is not None:
@@ -49,6 +55,9 @@ def read_json(path: str | Path, max_bytes: int = MAX_TEXT_BYTES, max_values: int
         if values > max_values:
             raise FileRefusedError(path, f"about {values:,} JSON values, more than the {max_values:,} such a file "
                                    "may hold; not parsed")
+    if max_objects is not None and (objects := text.count("{")) > max_objects:
+        raise FileRefusedError(path, f"about {objects:,} JSON objects, more than the {max_objects:,} such a file may "
+                               "hold; not parsed")
     try:
         return json.loads(text)
     except json.JSONDecodeError as err:
@@ -62,7 +71,7 @@ def read_json(path: str | Path, max_bytes: int = MAX_TEXT_BYTES, max_values: int
 class _BudgetLoader(yaml.SafeLoader):
     """``safe_load``'s loader, counting nodes and scalar characters with each alias expanded, as ``str()``, a
     merge key (``<<: *a``) or a copy of the result will meet them; refused past ``MAX_YAML_NODES`` nodes or
-    ``MAX_TEXT_BYTES`` characters, deeper than ``MAX_YAML_DEPTH``, and for an alias inside its own anchor (a
+    ``MAX_YAML_BYTES`` characters, deeper than ``MAX_YAML_DEPTH``, and for an alias inside its own anchor (a
     structure that contains itself)."""
 
     def __init__(self, stream: str) -> None:
@@ -100,9 +109,9 @@ class _BudgetLoader(yaml.SafeLoader):
             self.expanded[id(node)] = self._size(node)
             nodes, chars = 1, len(node.value) if isinstance(node, yaml.ScalarNode) else 0
         self.nodes, self.chars = self.nodes + nodes, self.chars + chars
-        if self.nodes > MAX_YAML_NODES or self.chars > MAX_TEXT_BYTES:
-            raise ComposerError(None, None, f"more than MAX_YAML_NODES = {MAX_YAML_NODES} nodes or MAX_TEXT_BYTES "
-                                f"= {MAX_TEXT_BYTES} characters with aliases expanded; refused", event.start_mark)
+        if self.nodes > MAX_YAML_NODES or self.chars > MAX_YAML_BYTES:
+            raise ComposerError(None, None, f"more than MAX_YAML_NODES = {MAX_YAML_NODES} nodes or MAX_YAML_BYTES "
+                                f"= {MAX_YAML_BYTES} characters with aliases expanded; refused", event.start_mark)
         return node
 
 
@@ -110,7 +119,7 @@ def read_yaml(path: str | Path, text: str | None = None) -> Any:
     """``yaml.safe_load`` of the file (or of ``text`` read from it) with aliases expanded under a budget; a
     ``!!python`` tag, an alias bomb or a syntax error is refused in one line with its line number."""
     path = Path(path)
-    loader = _BudgetLoader(read_text(path) if text is None else text)
+    loader = _BudgetLoader(read_text(path, MAX_YAML_BYTES) if text is None else text)
     try:
         return loader.get_single_data()
     except yaml.YAMLError as err:

@@ -25,13 +25,19 @@ from yolo11.gate import FileRefusedError, read_json
 # COCO's instances_train2017.json is 0.45 GB and LVIS v1's train json 1.1 GB; json.loads holds several times the
 # file's size in Python objects, so a larger file is refused before it is read rather than exhausting memory.
 MAX_COCO_JSON_BYTES = 2 << 30
+# What the parse builds is bounded too: a file of empty objects under the byte cap parsed into 15 GB. COCO's
+# train2017 holds ~1M objects and ~50M values (its polygons), LVIS v1's train ~1.3M and ~150M.
+MAX_COCO_JSON_OBJECTS = 20_000_000
+MAX_COCO_JSON_VALUES = 250_000_000
 
 
 def read_coco(json_path: Path) -> dict:
     """The json's top level, checked: ``images`` and ``categories`` lists (at least one category), ``annotations``
-    a list when present. Refused in one line when larger than ``MAX_COCO_JSON_BYTES``, or not JSON."""
+    a list when present. Refused in one line when larger than ``MAX_COCO_JSON_BYTES``, of more objects or values
+    than ``MAX_COCO_JSON_OBJECTS`` / ``MAX_COCO_JSON_VALUES``, or not JSON."""
     try:
-        data = read_json(json_path, max_bytes=MAX_COCO_JSON_BYTES)
+        data = read_json(json_path, max_bytes=MAX_COCO_JSON_BYTES, max_values=MAX_COCO_JSON_VALUES,
+                         max_objects=MAX_COCO_JSON_OBJECTS)
     except FileRefusedError as err:
         raise DataSourceError(str(err)) from None
     except OSError as err:
