@@ -189,6 +189,15 @@ def test_missing_image_folder_raises(tmp_path: Path) -> None:
         load_source(os.fspath(tmp_path / "missing.yaml"), cache_dir=tmp_path / "cache")
 
 
+def test_a_data_path_that_is_a_fifo_or_a_device_is_named_by_kind(tmp_path: Path) -> None:
+    """It was "no such file or folder", for a file that is there."""
+    os.mkfifo(tmp_path / "data.yaml")
+    with pytest.raises(DataSourceError, match=r"data.yaml: a FIFO .named pipe., not a regular file"):
+        load_source(os.fspath(tmp_path / "data.yaml"), cache_dir=tmp_path / "cache")
+    with pytest.raises(DataSourceError, match=r"^/dev/zero: a character device, not a regular file"):
+        load_source("/dev/zero", cache_dir=tmp_path / "cache")
+
+
 def test_coco_json_problems(tmp_path: Path) -> None:
     write_image(tmp_path / "images" / "1.jpg")
     coco = {"images": [{"id": 1, "file_name": "1.jpg", "width": 80, "height": 60},

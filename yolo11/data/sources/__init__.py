@@ -44,6 +44,7 @@ from yolo11.data.sources.yolo import (
     yolo_fingerprint_stats,
     yolo_rows,
 )
+from yolo11.gate import FileRefusedError, check_regular_file
 
 __all__ = ["BBOX_FORMATS", "CONVERSIONS", "VAL_FALLBACKS", "default_cache_dir", "load_source", "report_same_data",
            "same_data_warning"]
@@ -248,6 +249,11 @@ def load_source(spec: str, split: str = "train", cache_dir: str | os.PathLike | 
         _no_image_folder(request, os.fspath(path))
         layout = detect_layout(path)
         return _load_folder(path, request) if layout is None else _load_layout(layout, request)
+    if path.exists() and not path.is_file():  # a FIFO, a device: named by kind, not "no such file"
+        try:
+            check_regular_file(path)
+        except FileRefusedError as err:
+            raise DataSourceError(str(err)) from None
     if _looks_like_path(spec):
         templated = f" ({spec} for split {split!r}; {split_flag or 'the split argument'} names the split)" \
             if "{split}" in spec else ""
