@@ -34,16 +34,20 @@ def _batch(seed: int, rows: int) -> dict:
             "boxes": torch.cat([xy, xy + wh], 2), "labels": labels}
 
 
-def _micro_step(model_name: str) -> MicroStep:
+def _micro_step(model_name: str, scaled: bool = False) -> MicroStep:
+    """``scaled``: fp16's backward, Accelerate's ``scaler.scale(loss).backward()`` (the scale a tensor the graph
+    reads in place)."""
     torch.manual_seed(0)
     model = yolo11.create_model(model_name, num_classes=CLASSES).to(memory_format=torch.channels_last).train()
+    scaler = torch.amp.GradScaler("cpu")
+    backward = (lambda loss: scaler.scale(loss).backward()) if scaled else (lambda loss: loss.backward())
     return MicroStep(model, build_criterion(model, torch.device("cpu")), BatchHSV(), contextlib.nullcontext,
-                     lambda loss: loss.backward(), loss_factor=1.0, channels_last=True)
+                     backward, loss_factor=1.0, channels_last=True)
 
 
-def run_checked_micro_step(model_name: str) -> None:
+def run_checked_micro_step(model_name: str, scaled: bool = False) -> None:
     """Warm-up call, then a checked one on a second batch of the same bucket, as a graph capture would run."""
-    step = _micro_step(model_name)
+    step = _micro_step(model_name, scaled)
     for seed, checked in ((0, False), (1, True)):
         batch = _batch(seed, rows=5)
         boxes, labels = pad_targets(batch["boxes"], batch["labels"], box_bucket(5))
@@ -62,9 +66,10 @@ def run_checked_val_step(model_name: str) -> None:
             step(images, boxes, labels)
 
 
+@pytest.mark.parametrize("scaled", [False, True], ids=["unscaled", "fp16-scaled"])
 @pytest.mark.parametrize("model_name", ["yolo11n", "yolo26n"])
-def test_training_micro_step_keeps_the_capture_contract(model_name: str) -> None:
-    run_checked_micro_step(model_name)
+def test_training_micro_step_keeps_the_capture_contract(model_name: str, scaled: bool) -> None:
+    run_checked_micro_step(model_name, scaled)
 
 
 @pytest.mark.parametrize("model_name", ["yolo11n", "yolo26n"])
