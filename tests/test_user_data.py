@@ -201,6 +201,16 @@ def test_beside_layouts_are_recognised_past_files_the_tool_did_not_write(case: s
     assert len(source.dataset) == 2 and source.class_names == ["cat"], source.summary
 
 
+def test_a_folder_whose_every_annotation_is_refused_says_why(tmp_path: Path) -> None:
+    """The error said only "no object names in any annotation, so no classes", none of the files' reasons."""
+    folder = _beside_folder(tmp_path / "f", ".xml", {})
+    for xml in folder.glob("*.xml"):
+        xml.write_text('<!DOCTYPE lolz [<!ENTITY lol "lol">]>\n' + xml.read_text())
+    with pytest.raises(DataSourceError, match=r"no object names in any annotation, so no classes \(2 annotation "
+                                              r"files unusable, the first: .*img1.xml: declares a DOCTYPE"):
+        load_source(os.fspath(folder), "train", cache_dir=tmp_path / "cache", workers=1)
+
+
 @pytest.mark.parametrize("other", ["config.json", "pom.xml"])
 def test_a_folder_of_images_and_another_tools_file_is_not_taken_for_annotations(other: str, tmp_path: Path) -> None:
     """A ``config.json`` with a ``shapes`` key, or a ``pom.xml`` naming an ``<annotation>``, beside unlabelled

@@ -43,10 +43,14 @@ Item = tuple[Path | None, "tuple[int, int] | str", "ImageAnnotation | str | None
 def class_names(annotations: Iterable[ImageAnnotation | str | None], where: str) -> list[str]:
     """Every object name, sorted: the classes of a source that does not list them (the same for each split when
     ``annotations`` covers every split)."""
+    annotations = list(annotations)
     names = sorted({obj.name for annotation in annotations if isinstance(annotation, ImageAnnotation)
                     for obj in annotation.objects if obj.name})
     if not names:
-        raise DataSourceError(f"{where}: no object names in any annotation, so no classes")
+        # every file refused (too large, a DOCTYPE, not UTF-8...): the reasons, not only their consequence
+        unusable = [annotation for annotation in annotations if isinstance(annotation, str)]
+        why = f" ({len(unusable)} annotation files unusable, the first: {unusable[0]})" if unusable else ""
+        raise DataSourceError(f"{where}: no object names in any annotation, so no classes{why}")
     return check_class_list(names, where)
 
 
