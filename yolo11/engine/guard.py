@@ -30,8 +30,8 @@ class NonFiniteGuard:
     its own ``found_inf`` (gradients that overflowed at the current scale: that step is skipped and training goes
     on, as in Ultralytics' AMP); a step pre-hook adds the sticky flag to it.
 
-    Immediate mode (DeepSpeed; foreach optimizers such as MuSGD): the flag is read at once, one host sync per
-    step. The flag is summed over ranks so that every rank stops at the same step.
+    Immediate mode (DeepSpeed; foreach optimizers such as MuSGD; fused SGD with dampening): the flag is read at
+    once, one host sync per step. The flag is summed over ranks so that every rank stops at the same step.
     """
 
     def __init__(self, accelerator: Accelerator, optimizer: torch.optim.Optimizer, ema: ModelEMA | None):
@@ -41,7 +41,7 @@ class NonFiniteGuard:
         self.check_grad_norm = accelerator.mixed_precision != "fp16"  # fp16's scaler skips inf steps by design
         self.deferred = (bool(self.optimizer.defaults.get("fused"))
                          and accelerator.distributed_type != DistributedType.DEEPSPEED
-                         and _survives_skipped_steps(self.optimizer))
+                         and _ready_for_skipped_steps(self.optimizer))
         device = accelerator.device
         self._bad = torch.zeros((), device=device)  # this optimizer step's micro-batches
         self._halted = torch.zeros((), device=device)  # sticky: 1.0 from the first bad step on
@@ -134,11 +134,12 @@ class NonFiniteGuard:
             "without a launcher).")
 
 
-def _survives_skipped_steps(optimizer: torch.optim.Optimizer) -> bool:
-    """Whether a step that ``found_inf`` skips leaves the optimizer's state as if the step never came. Fused SGD
-    makes its momentum buffers with ``empty_like`` on its first step, and a skipped first step (a bad loss, or
-    fp16's GradScaler at its initial scale) leaves them uninitialised: they are made here as zeros, which give the
-    same first update (``momentum * 0 + g`` is ``g`` without dampening). Fused AdamW undoes its step count itself."""
+def _ready_for_skipped_steps(optimizer: torch.optim.Optimizer) -> bool:
+    """Makes a step that ``found_inf`` skips leave the optimizer's state as if the step never came, and says
+    whether it could. Fused SGD makes its momentum buffers with ``empty_like`` on its first step, and a skipped
+    first step (a bad loss, or fp16's GradScaler at its initial scale) leaves them uninitialised: they are made
+    here as zeros, which give the same first update (``momentum * 0 + g`` is ``g`` without dampening). Fused AdamW
+    undoes its step count itself."""
     if not isinstance(optimizer, torch.optim.SGD):
         return True
     groups = [group for group in optimizer.param_groups if group["momentum"] != 0]
