@@ -225,6 +225,13 @@ def test_a_json_that_would_parse_into_too_much_is_refused_before_parsing(tmp_pat
     assert f"JSON {what}, more than the" in refusal(json_path, tmp_path)
 
 
+def test_a_huge_annotation_id_is_quoted_short() -> None:
+    from yolo11.data.sources.coco_annotations import shown
+
+    assert shown(7) == "7" and shown("a7") == "'a7'"
+    assert shown("x" * 10**6) == "'" + "x" * 39 + "... (1,000,002 characters)"
+
+
 def test_deeply_nested_json_is_refused(tmp_path: Path) -> None:
     json_path = one_image_json(tmp_path, '{"images": ' + "[" * 100_000 + "]" * 100_000 + "}")
     assert refusal(json_path, tmp_path) == f"{json_path}: JSON nested too deeply"

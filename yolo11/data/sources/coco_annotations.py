@@ -100,11 +100,18 @@ def annotations_by_image(json_path: Path, annotations: list, image_ids: set[int]
             continue
         image_id = ann.get("image_id")
         if type(image_id) is not int or image_id not in image_ids:
-            skipped.append(f"{json_path}: annotation {ann.get('id')}: image {image_id!r} is not in 'images' (or "
-                           "was skipped); annotation skipped")
+            skipped.append(f"{json_path}: annotation {shown(ann.get('id'))}: image {shown(image_id)} is not in "
+                           "'images' (or was skipped); annotation skipped")
             continue
         by_image[image_id].append(ann)
     return by_image
+
+
+def shown(value: object, limit: int = 40) -> str:
+    """A json value as a message quotes it: its repr, cut to ``limit`` characters (a crafted id of a megabyte
+    would flood the log, once per annotation)."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text):,} characters)"
 
 
 def image_objects(json_path: Path, image_id: int, annotations: list[dict], class_of: dict[int, int],
@@ -118,10 +125,10 @@ def image_objects(json_path: Path, image_id: int, annotations: list[dict], class
     for ann in annotations:
         if ann.get("iscrowd", 0) == 1:
             continue
-        where = f"{json_path}: annotation {ann.get('id')} of image {image_id}"
+        where = f"{json_path}: annotation {shown(ann.get('id'))} of image {image_id}"
         category = ann.get("category_id")
         if not _is_number(category) or category not in class_of:
-            summary.skipped_lines.append(f"{where}: category {category!r} is not in 'categories', skipped")
+            summary.skipped_lines.append(f"{where}: category {shown(category)} is not in 'categories', skipped")
             continue
         corners, reason = annotation_box(ann, xyxy)
         box, clipped = None, False
