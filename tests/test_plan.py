@@ -191,16 +191,15 @@ def test_the_plan_counts_epochs_times_images_for_compile_auto():
 
 @pytest.mark.usefixtures("fresh_accelerate_state")  # the CUDA cases ask PartialState about DeepSpeed
 def test_cuda_graphs_auto_is_on_for_one_process_cuda_runs_only():
-    assert decide_cuda_graphs(None, "cuda", 1, compiled=False, mixed_precision="bf16").enabled
-    assert decide_cuda_graphs(None, "cuda", 1, compiled=False, mixed_precision="fp16").enabled
-    blocked_cases = [("cpu", 1, False, "no"), ("cuda", 2, False, "bf16"), ("cuda", 1, True, "bf16")]
+    assert decide_cuda_graphs(None, "cuda", 1, compiled=False).enabled  # fp16 too: the plan's precision is not read
+    blocked_cases = [("cpu", 1, False), ("cuda", 2, False), ("cuda", 1, True)]
     for case in blocked_cases:
         blocked = decide_cuda_graphs(None, *case)
         assert not blocked.enabled and blocked.reason.startswith("CUDA graphs: no (")
-    assert "--cuda-graphs false" in decide_cuda_graphs(None, "cuda", 1, False, "no").reason
-    assert not decide_cuda_graphs(False, "cuda", 1, False, "bf16").enabled
+    assert "--cuda-graphs false" in decide_cuda_graphs(None, "cuda", 1, False).reason
+    assert not decide_cuda_graphs(False, "cuda", 1, False).enabled
     with pytest.raises(ValueError, match="--cuda-graphs true is not possible here .a cpu run"):
-        decide_cuda_graphs(True, "cpu", 1, False, "no")
+        decide_cuda_graphs(True, "cpu", 1, False)
 
 
 def test_grad_accum_and_lr_scaling_flags_change_the_plan():

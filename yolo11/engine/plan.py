@@ -133,7 +133,7 @@ def plan_run(config: TrainConfig, num_processes: int, num_train_images: int, num
                                     device_type, run.epochs * num_train_images, num_processes, dynamo_backend)
     precision, precision_reason = decide_precision(mixed_precision, device_type, bf16_native)
     graphs = decide_cuda_graphs(config.run.cuda_graphs, device_type, num_processes, compile_choice.model,
-                                precision, distributed_type)
+                                distributed_type)
     return RunPlan(
         num_processes=num_processes,
         per_process_batch=per_process,
@@ -233,7 +233,7 @@ class GraphsChoice:
 
 
 def decide_cuda_graphs(requested: bool | None, device_type: str, num_processes: int, compiled: bool,
-                       mixed_precision: str, distributed_type: str = "NO") -> GraphsChoice:
+                       distributed_type: str = "NO") -> GraphsChoice:
     """``--cuda-graphs`` true/false as asked (true where it cannot work is an error); auto (None): on wherever the
     graphed micro-step is known to equal the eager one, which is every one-process CUDA run whose model is not
     compiled (a compiled model gets inductor's own CUDA graphs under reduce-overhead). Capture costs about one eager
