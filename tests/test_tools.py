@@ -45,6 +45,25 @@ def test_export_onnx_matches_pytorch_with_dynamic_batch(tmp_path):
         assert np.abs(got[:, :4] - expected[:, :4]).max() <= 1e-4 * 64  # boxes, pixels: relative to the image
 
 
+def test_export_safetensors_from_the_command_line_as_from_python(tmp_path, capsys):
+    """`yolo11 export w.safetensors format=safetensors` was an invalid choice, where YOLO(...).export and the docs
+    take it; the default output is beside the weights, never over them."""
+    from safetensors import safe_open
+
+    torch.manual_seed(0)
+    model = create_model("yolo11n", num_classes=2)
+    weights = save_weights(model, tmp_path / "w.safetensors")
+    assert export.main([str(weights), "format=safetensors", "--half"]) == 0
+    written = tmp_path / "w_export.safetensors"
+    assert f"-> {written}: yolo11n weights in float16" in capsys.readouterr().out
+    with safe_open(written, "pt") as f:
+        assert f.get_tensor("backbone.layers.0.conv.weight").dtype == torch.float16
+    torch.testing.assert_close(load_weights(written).state_dict()["backbone.layers.0.conv.weight"],
+                               model.state_dict()["backbone.layers.0.conv.weight"], rtol=1e-3, atol=1e-4)
+    assert export.main([str(weights), "--format", "safetensors", "--output", str(weights)]) == 2
+    assert "is the weights file read" in capsys.readouterr().err
+
+
 def test_export_rounds_sizes_up_as_ultralytics(tmp_path, capsys):
     weights = save_weights(create_model("yolo11n", num_classes=2), tmp_path / "w.safetensors")
     assert export.main([str(weights), "--imgsz", "40", "--output", str(tmp_path / "w.onnx")]) == 0

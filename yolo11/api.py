@@ -499,8 +499,8 @@ class YOLO:
 
         model = self._torch_model("export")
         fmt = str(format).lower()
-        if fmt not in ("onnx", "pt", "safetensors"):
-            raise UsageError(f"export: format={format!r}: expected onnx, pt or safetensors")
+        if fmt not in export_tool.EXPORT_FORMATS:
+            raise UsageError(f"export: format={format!r}: expected {', '.join(export_tool.EXPORT_FORMATS)}")
         kwargs = {**{k: v for k, v in self.overrides.items() if k == "imgsz" and fmt != "safetensors"}, **kwargs}
         chosen = kwargs.pop("output", None)
         output = Path(chosen or export_tool.default_output(self._weights_name(), f".{fmt}"))

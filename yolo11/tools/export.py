@@ -58,6 +58,7 @@ from yolo11.arguments import ArgumentParser
 from yolo11.preflight import parse_tool_args
 from yolo11.tools import add_nms_flag, cli, threshold_value
 
+EXPORT_FORMATS = ("onnx", "pt", "safetensors")  # the tool's and YOLO.export's
 OPSET = 17  # the lowest opset accepted (yolo11.tools.onnx_export.OPSET, which loads torch)
 # The graph code loads torch and onnx: it is imported in main, after the arguments are checked (--help is instant).
 _GRAPH_NAMES = ("DecodedDetector", "End2EndDetector", "NmsDetector", "check_onnx",
@@ -73,11 +74,12 @@ def __getattr__(name: str) -> Any:
 
 
 def default_output(ref: str, suffix: str = ".onnx") -> Path:
-    """``best.safetensors`` -> ``best.onnx`` (or ``suffix``) beside it; a Hub reference -> ``<its last part>.onnx``
-    here."""
+    """``best.safetensors`` -> ``best.onnx`` (or ``suffix``) beside it, ``best_export.safetensors`` where that would
+    be the weights file itself; a Hub reference -> ``<its last part>.onnx`` here."""
     local = Path(ref)
     if local.exists():
-        return local.with_suffix(suffix) if local.is_file() else local.with_name(local.name + suffix)
+        output = local.with_suffix(suffix) if local.is_file() else local.with_name(local.name + suffix)
+        return output.with_name(f"{output.stem}_export{output.suffix}") if output == local else output
     return Path(Path(ref.rstrip("/")).name).with_suffix(suffix)
 
 
@@ -85,8 +87,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("weights", help="our .safetensors file or folder, an Ultralytics .pt, hf://owner/repo/file, "
                                         "a Hub repo owner/name, or yolo11n.pt ... yolo26x.pt")
-    parser.add_argument("--format", type=str.lower, choices=("onnx", "pt"), default="onnx",  # format=ONNX too
-                        help="onnx, or pt: an Ultralytics checkpoint for YOLO(...) (needs ultralytics installed)")
+    parser.add_argument("--format", type=str.lower, choices=EXPORT_FORMATS, default="onnx",  # format=ONNX too
+                        help="onnx; pt: an Ultralytics checkpoint for YOLO(...) (needs ultralytics installed); "
+                             "safetensors: ours (--half: float16)")
     parser.add_argument("--output", type=Path, default=None,
                         help="output file (default: the weights name + .onnx/.pt, in the current folder for Hub "
                              "weights)")
@@ -116,8 +119,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 @cli
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    if args.format == "pt" and (args.nms is not None or args.dynamic or args.check):
-        raise ValueError("--nms, --dynamic and --check are ONNX options, not for --format pt")
+    if args.format != "onnx" and (args.nms is not None or args.dynamic or args.check):
+        raise ValueError(f"--nms, --dynamic and --check are ONNX options, not for --format {args.format}")
     from yolo11.postprocess import head_line, select_head
     from yolo11.tools.onnx_export import check_onnx, export_onnx  # torch and onnx: after the arguments
     from yolo11.tools.run_record import settings_line, trained_with
@@ -131,6 +134,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     model = load_weights(args.weights).eval()
     name = model.config["name"]
     output = args.output or default_output(args.weights, f".{args.format}")
+    if Path(args.weights).is_file() and output.resolve() == Path(args.weights).resolve():
+        raise ValueError(f"--output {output} is the weights file read; name another")
+    if args.format == "safetensors":
+        from yolo11.weights import save_weights
+
+        path = save_weights(model, output, half=args.half)
+        print(f"{args.weights} -> {path}: {name} weights{' in float16' if args.half else ''} (yolo11.YOLO, "
+              "Detector.from_pretrained)")
+        return 0
     if args.format == "pt":
         from yolo11.weights.ultralytics_writer import save_ultralytics
 
