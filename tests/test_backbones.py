@@ -93,12 +93,12 @@ def test_pretrained_with_an_unanswering_hub_fails_at_once_from_the_cache(monkeyp
 
     import huggingface_hub.constants as hub_constants
 
-    from yolo11.weights import resolve
+    from yolo11 import netprobe
 
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     monkeypatch.setattr(hub_constants, "HF_HUB_OFFLINE", False)
     monkeypatch.setattr(hub_constants, "HF_HUB_CACHE", str(tmp_path))
-    monkeypatch.setattr(resolve, "hub_reachable", lambda timeout=None: False)
+    monkeypatch.setattr(netprobe, "hub_reachable", lambda timeout=None: False)
     started = time.monotonic()
     with pytest.raises(BackboneError, match=r"resnet18.*\(the Hub did not answer within 5 s\)"):
         yolo11.create_model("yolo11n", backbone="resnet18", pretrained=True)

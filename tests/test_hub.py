@@ -18,7 +18,6 @@ import yolo11
 from yolo11 import hub
 from yolo11.tools import convert, val
 from yolo11.weights import WeightsNotFoundError, load_weights, resolve_weights, save_pretrained, save_weights
-from yolo11.weights import resolve as resolve_module
 
 NAMES = ["cat", "dog", "bird"]
 METRICS = {"map50_95": 0.4321, "map50": 0.6543, "map75": 0.41, "precision": 0.7, "recall": 0.6}
@@ -95,7 +94,7 @@ def test_offline_official_name_fails_within_seconds_saying_where_to_get_it(empty
         listener.bind(("127.0.0.1", 0))
         if offline_by == "silent_server":
             listener.listen(1)  # accepts connections (backlog) and never answers
-            monkeypatch.setattr(resolve_module, "HUB_PROBE_TIMEOUT_S", 1.0)
+            monkeypatch.setattr("yolo11.netprobe.HUB_PROBE_TIMEOUT_S", 1.0)
         monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{listener.getsockname()[1]}")
     try:
         start = time.perf_counter()

@@ -16,7 +16,10 @@ def _module_name(path: Path) -> str:
 
 def import_graph() -> dict[str, set[str]]:
     """``{module: the package's modules it imports anywhere in its body}`` (``from a import b`` counts ``a``, and
-    ``a.b`` when that is a module)."""
+    ``a.b`` when that is a module), with the package inits each import runs first: importing ``a.b.c`` runs
+    ``a/__init__`` and ``a/b/__init__`` (not those of the importer's own packages, which are running already). A
+    cycle through a package's init (``models.timm_backbone`` -> ``weights.resolve`` ran ``weights/__init__``,
+    which imports the models) was missed without them."""
     modules = {_module_name(path): path for path in PACKAGE.rglob("*.py")}
     graph: dict[str, set[str]] = {name: set() for name in modules}
     for name, path in modules.items():
@@ -32,7 +35,10 @@ def import_graph() -> dict[str, set[str]]:
                 targets = [base, *(f"{base}.{alias.name}" for alias in node.names)]
             else:
                 continue
-            graph[name] |= {target for target in targets if target in modules and target != name}
+            found = {target for target in targets if target in modules and target != name}
+            inits = {".".join(target.split(".")[:k]) for target in found for k in range(2, target.count(".") + 1)}
+            own = {".".join(name.split(".")[:k]) for k in range(1, name.count(".") + 2)}
+            graph[name] |= found | {init for init in inits - own if init in modules}
     return graph
 
 

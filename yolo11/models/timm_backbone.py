@@ -43,10 +43,10 @@ def _create_features(name: str, pretrained: bool, out_indices: tuple[int, ...]) 
         return timm.create_model(name, features_only=True, out_indices=out_indices)
     from huggingface_hub import constants as hub_constants
 
-    from yolo11.weights.resolve import HUB_PROBE_TIMEOUT_S, hub_offline, hub_reachable
+    from yolo11 import netprobe  # not yolo11.weights: its package init imports the models
 
-    offline = hub_offline()
-    unreachable = not offline and not hub_reachable()
+    offline = netprobe.hub_offline()
+    unreachable = not offline and not netprobe.hub_reachable()
     kept = hub_constants.HF_HUB_OFFLINE
     # an unanswering Hub: the cache only, at once (huggingface_hub reads this flag per request), instead of its
     # retries, about a minute of them
@@ -55,7 +55,7 @@ def _create_features(name: str, pretrained: bool, out_indices: tuple[int, ...]) 
         return timm.create_model(name, pretrained=True, features_only=True, out_indices=out_indices)
     except OSError as error:  # huggingface_hub's offline, not-cached and HTTP errors are all OSErrors
         reason = str(error).rstrip(".") + (" (HF_HUB_OFFLINE is set)" if offline else "") + (
-            f" (the Hub did not answer within {HUB_PROBE_TIMEOUT_S:.0f} s)" if unreachable else "")
+            f" (the Hub did not answer within {netprobe.HUB_PROBE_TIMEOUT_S:.0f} s)" if unreachable else "")
         raise BackboneError(
             f"could not download pretrained weights for timm backbone {name!r}: {reason}. Run once with network "
             "access to fill the Hugging Face cache, or start from random weights (no --pretrained; "

@@ -15,15 +15,16 @@ cached copy is used, else ``WeightsNotFoundError`` says which file, where to dow
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Callable
 from pathlib import Path
 
-from huggingface_hub import constants, hf_hub_download, snapshot_download
+from huggingface_hub import hf_hub_download, snapshot_download
 from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
 
-from yolo11.netprobe import url_answers
+# the probe lives in netprobe (a leaf: the models use it too); its names here are the ones this module's callers
+# (the Hub tools, the data sources) and tests reach
+from yolo11.netprobe import hub_endpoint, hub_offline, hub_reachable
 
 # Per family: the Hub repo of Ultralytics' official checkpoints, and the same files as GitHub release assets of
 # ultralytics/assets, where Ultralytics itself downloads them from (8.4.190's attempt_download_asset: tag v8.4.0,
@@ -34,32 +35,12 @@ RELEASE_URLS = {"yolo11": "https://github.com/ultralytics/assets/releases/downlo
 OFFICIAL_NAMES = tuple(f"{family}{scale}.pt" for family in OFFICIAL_REPOS for scale in "nsmlx")
 # The files of a repo written by yolo11.hub.save_pretrained (README.md is the model card).
 HUB_FILES = ["model.safetensors", "config.json", "README.md"]
-HUB_PROBE_TIMEOUT_S = 5.0
 _HF_URI = re.compile(r"hf:/+(?P<repo>[\w.-]+/[\w.-]+)(?:/(?P<file>.+))?")
 _REPO_ID = re.compile(r"[\w.-]+/[\w.-]+")
 
 
 class WeightsNotFoundError(FileNotFoundError):
     """The weights are neither local nor reachable; the message says where to get them and where to put them."""
-
-
-def hub_endpoint() -> str:
-    return os.environ.get("HF_ENDPOINT", constants.ENDPOINT).rstrip("/")
-
-
-def hub_offline() -> bool:
-    """``HF_HUB_OFFLINE`` (read now: huggingface_hub reads it once, at import)."""
-    value = os.environ.get("HF_HUB_OFFLINE", "")
-    return value.upper() in ("1", "ON", "YES", "TRUE") or bool(constants.HF_HUB_OFFLINE)
-
-
-def hub_reachable(timeout: float | None = None) -> bool:
-    """Whether the Hub endpoint answers an HTTP request within ``timeout`` seconds (any status is an answer).
-
-    The name lookup has no timeout of its own, so the request runs in a daemon thread left behind after ``timeout``.
-    """
-    timeout = HUB_PROBE_TIMEOUT_S if timeout is None else timeout
-    return url_answers(hub_endpoint(), timeout)
 
 
 def resolve_weights(ref: str | Path) -> Path:
