@@ -249,3 +249,14 @@ def test_a_stop_signal_under_accelerate_launch_prints_the_launch_that_resumes_th
                              env=environment)
     assert resumed.returncode == 0 and "resumed from out/job/checkpoints/" in resumed.stdout, describe(resumed)
     assert "epoch 1/1 done" in resumed.stdout
+
+
+def test_the_docs_name_every_flag_a_resume_does_not_read_back():
+    """docs/runs.md said every untyped flag is read from the checkpoint "except --max-steps", while six are not: the
+    list there follows the flags' own declarations."""
+    from yolo11.engine.config import LOCAL, flags_with_rule
+
+    text = " ".join((ROOT / "docs" / "runs.md").read_text().split())
+    sentence = text[text.index("every flag you do not type is read from it"):][:400]
+    for flag in flags_with_rule(LOCAL):
+        assert f"`--{flag.replace('_', '-')}`" in sentence, flag
