@@ -11,14 +11,13 @@ Ultralytics' ``yolo`` answers a wrong key the same way, in one line (with its wh
 
 from __future__ import annotations
 
+import argparse
 import difflib
 import os
 import re
 import sys
 from collections.abc import Iterable, Sequence
 from typing import NoReturn
-
-from yolo11.engine.ultralytics_args import ArgumentParser as KeyValueParser
 
 # The messages our key readers raise (``ultralytics_args.read_ultralytics_keys``): the unknown key and the closest
 # name they found, reworded as the flags' message.
@@ -45,7 +44,7 @@ def unknown_argument(word: str, *candidates: Iterable[str]) -> str:
     return f"unknown argument {word!r}" + (f"; did you mean {close!r}?" if close else "")
 
 
-class ArgumentParser(KeyValueParser):
+class ArgumentParser(argparse.ArgumentParser):
     """argparse (with Ultralytics' ``key=value`` arguments, ``yolo11.engine.ultralytics_args``) whose usage errors
     are one ``error: ...`` line on stderr and exit 2; ``--help`` prints the usage as usual."""
 

@@ -303,20 +303,6 @@ def did_you_mean(word: str, candidates: Iterable[str]) -> str:
     return f" (did you mean {close[0]}?)" if close else ""
 
 
-class ArgumentParser(argparse.ArgumentParser):
-    """argparse with Ultralytics' ``key=value`` arguments read as flags (``read_key_values``) and a "did you mean"
-    for an unknown flag (``--epoch`` -> ``--epochs``) or key (``epoch=3`` -> ``epochs``)."""
-
-    def error(self, message: str) -> None:  # argparse's hook for every usage error
-        prefix = "unrecognized arguments: "
-        if message.startswith(prefix):
-            flags = [option for action in self._actions for option in action.option_strings]
-            hints = [did_you_mean(token.partition("=")[0], flags) for token in message[len(prefix):].split()
-                     if token.startswith("--")]
-            message += "".join(dict.fromkeys(hints))
-        super().error(message)
-
-
 def bare_switches(argv: Sequence[str], switches: set[str]) -> list[str]:
     """``argv`` with each switch's bare name (``save_txt``, ``show``) as ``key=true``, as Ultralytics' CLI reads a
     boolean key given without a value; a token that is a flag's value (``--name val``) or an existing path stays."""

@@ -150,7 +150,8 @@ class FastCocoEval:
         area = area[index].to(device)
         low, high = self.area_ranges[:, 0], self.area_ranges[:, 1]
         self.gt_ignore = self.gt_crowd[:, None] | (area[:, None] < low) | (area[:, None] > high)  # (N, A)
-        self.group_keys, self.group_counts, self.gt_rank = (t.to(device) for t in _runs(keys))
+        group_keys, group_counts, _ = _runs(keys)
+        self.group_keys, self.group_counts = group_keys.to(device), group_counts.to(device)
         category = self.gt_keys % self.num_categories
         # (K, A) ground truths that count, pycocotools' npig
         self.num_positive = torch.zeros(self.num_categories, len(AREA_RANGES), dtype=torch.float64, device=device)
