@@ -177,6 +177,15 @@ def test_ultralytics_args_yaml_maps_known_keys_and_lists_the_ignored_ones(tmp_pa
     assert "box" not in ignored and "more at Ultralytics' defaults" in ignored
 
 
+def test_an_ultralytics_key_of_ours_that_means_something_else_is_said(capsys):
+    """profile=True profiles ONNX/TensorRT exports in Ultralytics; ours traces training steps: taken, said."""
+    config = parse_config(["profile=True", "epochs=2"])
+    assert config.run.profile is True
+    assert "profile=True: here a torch.profiler trace" in capsys.readouterr().out
+    parse_config(["profile=False"])
+    assert "torch.profiler" not in capsys.readouterr().out
+
+
 @pytest.mark.parametrize("batch", ["-1", "0.7"])
 def test_autobatch_is_read_as_its_fallback_batch_with_a_note(batch, capsys):
     """Ultralytics' batch=-1 (AutoBatch, or a fraction of GPU memory) was refused as '--batch-size must be an

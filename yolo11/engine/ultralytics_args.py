@@ -159,6 +159,11 @@ TRANSLATED: dict[str, Callable[[Any, dict], dict[str, Any]]] = {
 }
 
 
+# Keys of Ultralytics' that are ours too, under the same name but meaning something else: read as ours, said aloud
+OTHER_MEANING = {"profile": "here a torch.profiler trace of optimizer steps 10-14 into <run>/profile (Ultralytics' "
+                            "profile times ONNX and TensorRT exports of the model)"}
+
+
 def read_ultralytics_keys(values: dict[str, Any], ours: dict[str, bool]) -> tuple[dict[str, Any], list[str]]:
     """Our flag values from a flat mapping of ours and Ultralytics' keys, and the notes to print.
 
@@ -217,7 +222,8 @@ def read_ultralytics_keys(values: dict[str, Any], ours: dict[str, bool]) -> tupl
             if name in out:
                 raise ValueError(f"{origin[name]!r} and {key!r} both set {_flag(name)}")
             out[name], origin[name] = item, key
-    notes = legacy_notes
+    notes = legacy_notes + [f"{key}={values[key]}: {meaning}" for key, meaning in OTHER_MEANING.items()
+                            if values.get(key) and key in ours]
     if mapped:
         notes.append("Ultralytics keys read as ours: " + ", ".join(mapped))
     if ignored:  # keys at Ultralytics' defaults change nothing: counted, not listed, and alone not said at all
