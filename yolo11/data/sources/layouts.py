@@ -9,10 +9,10 @@
   ``result.json`` or FiftyOne's ``labels.json``;
 - Pascal VOC in the devkit's layout (``Annotations/``, ``JPEGImages/``, ``ImageSets/Main/<split>.txt``: the devkit,
   CVAT's "PASCAL VOC 1.1" export), the folder itself or the VOC folders in it (``VOCdevkit/VOC2007``, ``VOC2012``);
-- a YOLO folder without a YAML, names in ``classes.txt`` (Label Studio, LabelImg, makesense.ai), ``obj.names``
-  (CVAT "YOLO 1.1", darknet) or ``_darknet.labels`` (Roboflow's "YOLO Darknet" export, in each split folder):
-  images in ``images/`` with ``labels/`` beside, or each label beside its image (``obj_train_data/``, or the
-  folder itself), split into ``train``/``val`` sub-folders when it has them;
+- a YOLO folder without a YAML, names in ``classes.txt`` or ``labels.txt`` (Label Studio, LabelImg, makesense.ai),
+  ``obj.names`` (CVAT "YOLO 1.1", darknet) or ``_darknet.labels`` (Roboflow's "YOLO Darknet" export, in each
+  split folder): images in ``images/`` with ``labels/`` beside, or each label beside its image
+  (``obj_train_data/``, or the folder itself), split into ``train``/``val`` sub-folders when it has them;
 - Pascal VOC xml (LabelImg, Roboflow's "Pascal VOC" export) or a LabelMe json beside each image, in
   ``train``/``valid``/``test`` sub-folders when it has them, or in ``annotations/`` apart from ``images/``
   (Kaggle's VOC datasets, LabelMe's ``--output``).
