@@ -189,6 +189,15 @@ def test_missing_image_folder_raises(tmp_path: Path) -> None:
         load_source(os.fspath(tmp_path / "missing.yaml"), cache_dir=tmp_path / "cache")
 
 
+def test_an_export_without_its_val_folder_says_what_to_do(tmp_path: Path) -> None:
+    """Roboflow's YOLO export of a training split alone: the path was shown as written (``x/../valid/images``)."""
+    (tmp_path / "export" / "train" / "images").mkdir(parents=True)
+    (tmp_path / "export" / "data.yaml").write_text("train: ../train/images\nval: ../valid/images\nnames: [a]\n")
+    with pytest.raises(DataSourceError, match=rf"'val' image folder or list {tmp_path / 'valid' / 'images'} does not "
+                                              r"exist \(an export without a validation split: export one"):
+        load_source(os.fspath(tmp_path / "export" / "data.yaml"), "val", cache_dir=tmp_path / "cache")
+
+
 def test_a_data_path_that_is_a_fifo_or_a_device_is_named_by_kind(tmp_path: Path) -> None:
     """It was "no such file or folder", for a file that is there."""
     os.mkfifo(tmp_path / "data.yaml")

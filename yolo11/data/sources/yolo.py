@@ -198,7 +198,10 @@ def split_images(yaml_path: Path, data: dict, split: str) -> tuple[list[Path], l
             images += listed
             missing += [f"{path}: listed in {location} but no such file, image skipped" for path in absent]
         else:
-            raise DataSourceError(f"{yaml_path}: '{split}' image folder or list {location} does not exist")
+            hint = (" (an export without a validation split: export one, or set 'val' to the training images)"
+                    if split == "val" and "train" in data else "")
+            raise DataSourceError(f"{yaml_path}: '{split}' image folder or list {os.path.normpath(location)} does "
+                                  f"not exist{hint}")
     if not images:
         raise DataSourceError(f"{yaml_path}: no images found for '{split}' in {data[split]}")
     return images, missing
