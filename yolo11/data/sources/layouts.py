@@ -330,7 +330,7 @@ def _beside_layout(folder: Path) -> Layout | None:
     if kind is None:
         return None
     suffix, _, what = BESIDE_KINDS[kind]
-    splits = {split: ImageFileSplit(f"{folder.name}-{split}", tuple(_beside_pairs(place, suffix)))
+    splits = {split: ImageFileSplit(f"{folder.name}-{split}", tuple(_pairs(place, place, suffix)))
               for split, place in places.items()}
     note = f"{folder}: {what} beside the images, splits {', '.join(f'{k}={v.name}' for k, v in places.items())}"
     splits, alone = _train_for_val(splits)
@@ -353,12 +353,12 @@ def _apart_layout(folder: Path) -> Layout | None:
     image_places = _split_dirs(images) or {"train": images}
     places = {split: (place, annotations / place.name if place != images else annotations)
               for split, place in image_places.items()}
-    kind = next((kind for kind in BESIDE_KINDS if any(_holds_apart(notes, kind) for _, notes in places.values())),
+    kind = next((kind for kind in BESIDE_KINDS if any(_holds(notes, kind, pics) for pics, notes in places.values())),
                 None)
     if kind is None:
         return None
     suffix, _, what = BESIDE_KINDS[kind]
-    splits = {split: ImageFileSplit(f"{folder.name}-{split}", tuple(_apart_pairs(pics, notes, suffix)))
+    splits = {split: ImageFileSplit(f"{folder.name}-{split}", tuple(_pairs(pics, notes, suffix)))
               for split, (pics, notes) in places.items()}
     note = (f"{folder}: {what} in {annotations.name}/ for the images in images/, splits "
             f"{', '.join(f'{k}={v[0].relative_to(folder)}' for k, v in places.items())}")
@@ -368,38 +368,16 @@ def _apart_layout(folder: Path) -> Layout | None:
     return _image_files_layout(folder, splits, note, [folder, annotations])
 
 
-def _holds_apart(folder: Path, kind: str) -> bool:
-    """Whether the first file of ``folder`` with the kind's suffix starts as that kind does (its first 4 KB)."""
+def _holds(folder: Path, kind: str, images: Path | None = None) -> bool:
+    """Whether the first file of ``folder`` with the kind's suffix and the name of an image (of ``images``; by
+    default of ``folder`` itself, the files beside their images) starts as that kind does (its first 4 KB). Not
+    merely the first of the suffix: that may be another tool's (``build.xml``, ``classes.json``, a ``config.json``
+    beside unlabelled images) or macOS's resource fork (``._img1.xml``)."""
     suffix, looks_like, _ = BESIDE_KINDS[kind]
     if not folder.is_dir():
         return False
-    first = min((p for p in folder.iterdir() if p.suffix.lower() == suffix and not p.name.startswith(".")
-                 and p.is_file()), default=None)
-    if first is None:
-        return False
-    try:
-        with open_regular(first) as f:
-            return looks_like(f.read(4096))
-    except (OSError, FileRefusedError):
-        return False
-
-
-def _apart_pairs(images: Path, annotations: Path, suffix: str) -> list[tuple[Path | None, Path | None]]:
-    """As ``_beside_pairs``, the annotation files taken from ``annotations``."""
-    files = sorted(annotations.iterdir()) if annotations.is_dir() else []
-    found = {p.stem: p for p in files if p.suffix.lower() == suffix and not p.name.startswith(".") and not p.is_dir()}
-    pairs = [(image, found.pop(image.stem, None)) for image in sorted(images.iterdir())
-             if is_image_name(image.name) and image.is_file()]
-    return pairs + [(None, file) for file in found.values()]
-
-
-def _holds(folder: Path, kind: str) -> bool:
-    """Whether the first file of ``folder`` with the kind's suffix and an image's name starts as that kind does (its
-    first 4 KB). Not merely the first of the suffix: that may be another tool's (``build.xml``, ``classes.json``,
-    a ``config.json`` beside unlabelled images) or macOS's resource fork (``._img1.xml``)."""
-    suffix, looks_like, _ = BESIDE_KINDS[kind]
     entries = list(folder.iterdir())
-    stems = {p.stem for p in entries if is_image_name(p.name)}
+    stems = {p.stem for p in (entries if images is None else images.iterdir()) if is_image_name(p.name)}
     first = min((p for p in entries if p.suffix.lower() == suffix and p.stem in stems and not p.name.startswith(".")
                  and p.is_file()), default=None)
     if first is None:
@@ -411,16 +389,16 @@ def _holds(folder: Path, kind: str) -> bool:
         return False
 
 
-def _beside_pairs(folder: Path, suffix: str) -> list[tuple[Path | None, Path | None]]:
-    """``(image, its annotation file or None)`` for each image, then ``(None, file)`` for each file without one."""
-    entries = sorted(folder.iterdir())
-    images = [p for p in entries if is_image_name(p.name) and p.is_file()]
+def _pairs(images: Path, annotations: Path, suffix: str) -> list[tuple[Path | None, Path | None]]:
+    """``(image, its annotation file or None)`` for each image of ``images``, then ``(None, file)`` for each file
+    of ``annotations`` (the same folder, or one apart) without one."""
+    images_here = [p for p in sorted(images.iterdir()) if is_image_name(p.name) and p.is_file()]
     # any entry but a folder: a FIFO or a broken link named as an image's file is refused by name when read,
     # costing its image, rather than left out, which would train the image as a background
-    annotations = {p.stem: p for p in entries if p.suffix.lower() == suffix and not p.name.startswith(".")
-                   and not p.is_dir()}
-    pairs = [(image, annotations.pop(image.stem, None)) for image in images]
-    return pairs + [(None, file) for file in annotations.values()]
+    files = sorted(annotations.iterdir()) if annotations.is_dir() else []
+    found = {p.stem: p for p in files if p.suffix.lower() == suffix and not p.name.startswith(".") and not p.is_dir()}
+    pairs = [(image, found.pop(image.stem, None)) for image in images_here]
+    return pairs + [(None, file) for file in found.values()]
 
 
 def _image_files_layout(folder: Path, splits: dict[str, ImageFileSplit], note: str,
