@@ -257,6 +257,8 @@ def read_label_text(path: Path) -> str:
     return decode_text(read_regular_file(path, MAX_LABEL_BYTES))
 
 
+# a value past float32's range (1e308) becomes inf and its line is refused by the bounds: no numpy warning too
+@np.errstate(over="ignore")
 def parse_label_file(path: Path, width: int, height: int, num_classes: int, summary: BadSampleSummary,
                      keypoint_fields: int = 0) -> tuple[list[np.ndarray], list[int]]:
     """Valid boxes (``xyxy`` px) and classes of one label file; each bad line is skipped with a message.
