@@ -211,6 +211,15 @@ def test_a_folder_whose_every_annotation_is_refused_says_why(tmp_path: Path) -> 
         load_source(os.fspath(folder), "train", cache_dir=tmp_path / "cache", workers=1)
 
 
+def test_a_bad_object_name_names_the_file_it_is_in(tmp_path: Path) -> None:
+    """The error named only the folders the names were gathered from."""
+    folder = _beside_folder(tmp_path / "f", ".json", {})
+    text = (folder / "img2.json").read_text().replace('"label": "cat"', '"label": "ca\\tt"')
+    (folder / "img2.json").write_text(text)
+    with pytest.raises(DataSourceError, match=r"holds a control character .* \(first in .*img2.json\)"):
+        load_source(os.fspath(folder), "train", cache_dir=tmp_path / "cache", workers=1)
+
+
 @pytest.mark.parametrize("other", ["config.json", "pom.xml"])
 def test_a_folder_of_images_and_another_tools_file_is_not_taken_for_annotations(other: str, tmp_path: Path) -> None:
     """A ``config.json`` with a ``shapes`` key, or a ``pom.xml`` naming an ``<annotation>``, beside unlabelled

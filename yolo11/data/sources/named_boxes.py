@@ -51,7 +51,14 @@ def class_names(annotations: Iterable[ImageAnnotation | str | None], where: str)
         unusable = [annotation for annotation in annotations if isinstance(annotation, str)]
         why = f" ({len(unusable)} annotation files unusable, the first: {unusable[0]})" if unusable else ""
         raise DataSourceError(f"{where}: no object names in any annotation, so no classes{why}")
-    return check_class_list(names, where)
+    try:
+        return check_class_list(names, where)
+    except DataSourceError as err:  # a bad name (a control character): the file it came from, not only the folders
+        culprit = next((annotation.source for annotation in annotations if isinstance(annotation, ImageAnnotation)
+                        for obj in annotation.objects if obj.name and repr(obj.name) in str(err)), None)
+        if culprit is None:
+            raise
+        raise DataSourceError(f"{err} (first in {culprit})") from None
 
 
 def decode_text(data: bytes) -> str:
