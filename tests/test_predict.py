@@ -348,7 +348,7 @@ def test_an_image_url_is_downloaded_and_predicted(weights, loaded_once, tmp_path
 class EndlessResponse:
     """A server that sends without end."""
 
-    def read(self, size: int) -> bytes:
+    def read1(self, size: int) -> bytes:
         return b"\xff" * size
 
     def __enter__(self):

@@ -201,6 +201,40 @@ def test_beside_layouts_are_recognised_past_files_the_tool_did_not_write(case: s
     assert len(source.dataset) == 2 and source.class_names == ["cat"], source.summary
 
 
+@pytest.mark.parametrize("variant, counts", [("split valid", (5, 3)), ("split images, flat annotations", (5, 3)),
+                                             ("Annotations", (8, 8)), ("val annotations missing", None)])
+def test_kaggle_voc_variants_pair_each_split(tmp_path: Path, variant: str, counts) -> None:
+    """``annotations/valid`` beside ``images/val`` was never paired (validation all background, its classes gone);
+    a flat ``annotations/`` for split images listed the other split's files as skipped images; ``Annotations/``
+    beside ``images/`` was taken for the devkit ("no JPEGImages/")."""
+    folder = user_data.kaggle_voc(tmp_path / "export")
+    images = sorted((folder / "images").iterdir())
+    if variant == "Annotations":
+        (folder / "annotations").rename(folder / "Annotations")
+    else:
+        for split, part in (("train", images[:5]), ("val", images[5:])):
+            (folder / "images" / split).mkdir()
+            if variant != "split images, flat annotations":
+                (folder / "annotations" / ("valid" if split == "val" else split)).mkdir()
+            for image in part:
+                image.rename(folder / "images" / split / image.name)
+                if variant != "split images, flat annotations":
+                    xml = folder / "annotations" / f"{image.stem}.xml"
+                    xml.rename(folder / "annotations" / ("valid" if split == "val" else split) / xml.name)
+        if variant == "val annotations missing":
+            for xml in (folder / "annotations" / "valid").iterdir():
+                xml.unlink()
+            (folder / "annotations" / "valid").rmdir()
+    if counts is None:
+        with pytest.raises(DataSourceError, match=r"annotations: no val folder for the images in .*images/val"):
+            load_source(os.fspath(folder), "val", cache_dir=tmp_path / "cache", workers=1)
+        return
+    for split, count in zip(("train", "val"), counts, strict=True):
+        source = load_source(os.fspath(folder), split, cache_dir=tmp_path / "cache", workers=1)
+        assert len(source.dataset) == count and not source.summary.skipped_images, source.summary
+        assert source.summary.backgrounds == 0
+
+
 def test_a_folder_whose_every_annotation_is_refused_says_why(tmp_path: Path) -> None:
     """The error said only "no object names in any annotation, so no classes", none of the files' reasons."""
     folder = _beside_folder(tmp_path / "f", ".xml", {})
@@ -412,6 +446,22 @@ def test_an_export_zip_is_read_as_handed_out_unpacked_once(tmp_path: Path, top: 
     with pytest.raises(DataSourceError, match="evil.zip: holds '../outside.txt', a link or a path outside"):
         load_source(os.fspath(tmp_path / "evil.zip"), "train", cache_dir=tmp_path / "cache", workers=1)
     assert not (tmp_path / "cache" / "outside.txt").exists()
+
+
+def test_an_encrypted_zip_is_one_line_naming_it(tmp_path: Path) -> None:
+    """A password-protected (or damaged, or Deflate64) zip was a traceback that named no zip."""
+    import zipfile
+
+    archive = tmp_path / "export.zip"
+    with zipfile.ZipFile(archive, "w") as zf:
+        zf.writestr("data.yaml", "names: [a]\n")
+    data = bytearray(archive.read_bytes())
+    for signature, flag_at in ((b"PK\x03\x04", 6), (b"PK\x01\x02", 8)):  # the encrypted bit, local and central
+        at = data.index(signature) + flag_at
+        data[at] |= 1
+    archive.write_bytes(bytes(data))
+    with pytest.raises(DataSourceError, match=r"export.zip: cannot unpack it \(RuntimeError: .*encrypted"):
+        load_source(os.fspath(archive), "train", cache_dir=tmp_path / "cache", workers=1)
 
 
 def test_an_export_unzipped_into_a_folder_of_its_own_is_read_one_folder_down(

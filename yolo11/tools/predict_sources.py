@@ -138,7 +138,8 @@ def download(url: str, timeout: float = DOWNLOAD_TIMEOUT_S) -> bytes:
     chunks, received = [], 0
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:
-            while chunk := response.read(1 << 20):
+            # read1: what one socket read brings (read(n) waits for n bytes), so the deadline is checked as they come
+            while chunk := response.read1(1 << 20):
                 received += len(chunk)
                 if received > MAX_DOWNLOAD_BYTES:
                     raise UnreadableSource(f"cannot download {url}: more than {MAX_DOWNLOAD_BYTES >> 20} MB, "

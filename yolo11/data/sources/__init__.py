@@ -176,7 +176,8 @@ def _stop_as_recorded(error_file: Path) -> None:
 
 
 def _looks_like_path(spec: str) -> bool:
-    return spec.startswith((".", "/", "~")) or spec.endswith((".yaml", ".yml", ".json", ".zip")) or os.sep * 2 in spec
+    return spec.startswith((".", "/", "~")) or spec.lower().endswith((".yaml", ".yml", ".json", ".zip")) \
+        or os.sep * 2 in spec
 
 
 _REPORTED: set[str] = set()  # notes already logged by this process: loading train then val would say each twice

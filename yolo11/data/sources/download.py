@@ -20,6 +20,7 @@ import tempfile
 import urllib.error
 import urllib.request
 import zipfile
+import zlib
 from pathlib import Path, PurePosixPath
 from urllib.parse import urlparse
 
@@ -181,7 +182,13 @@ def unpack_zip(archive_path: Path, into: Path, where: str) -> None:
                                           f"{member.filename[:120]!r})") from None
     except zipfile.BadZipFile as err:
         shutil.rmtree(staging, ignore_errors=True)
-        raise DataSourceError(f"{where}: not a zip file ({err})") from None
+        raise DataSourceError(f"{where}: not a zip file, or a damaged one ({err})") from None
+    # damaged compressed data (zlib), a password (RuntimeError), a method zipfile lacks (Deflate64, which Windows'
+    # Explorer writes for large files: NotImplementedError), a member cut short (EOFError)
+    except (zlib.error, RuntimeError, NotImplementedError, EOFError) as err:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise DataSourceError(f"{where}: cannot unpack it ({type(err).__name__}: {str(err)[:200]}); a damaged, "
+                              "encrypted or Deflate64 zip: unpack it with another tool, or zip it again") from None
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise

@@ -253,7 +253,9 @@ def _split_folders(folder: Path, prefix: str) -> dict[str, str]:
 
 
 def _is_voc_root(folder: Path) -> bool:
-    return (folder / "Annotations").is_dir()
+    """The devkit's ``Annotations/``; beside ``images/`` (not ``JPEGImages/``) it is the layout apart instead."""
+    return (folder / "Annotations").is_dir() and not (
+        (folder / "images").is_dir() and not (folder / "JPEGImages").is_dir())
 
 
 def _voc_devkit_layout(folder: Path) -> Layout | None:
@@ -344,21 +346,28 @@ ANNOTATION_FOLDERS = ("annotations", "Annotations")
 
 def _apart_layout(folder: Path) -> Layout | None:
     """Pascal VOC xml or LabelMe json in ``annotations/``, the images in ``images/``, paired by file name: Kaggle's
-    VOC datasets (face masks, car plates, road signs), LabelMe's ``--output annotations/``. Split sub-folders of
-    the same names in both when there are some."""
+    VOC datasets (face masks, car plates, road signs), LabelMe's ``--output annotations/``. Split sub-folders in
+    both when there are some, matched by split (``val/`` with ``valid/``), or flat annotations for split images."""
     images, annotations = folder / "images", next(
         (folder / name for name in ANNOTATION_FOLDERS if (folder / name).is_dir()), None)
     if not images.is_dir() or annotations is None:
         return None
     image_places = _split_dirs(images) or {"train": images}
-    places = {split: (place, annotations / place.name if place != images else annotations)
-              for split, place in image_places.items()}
+    note_places = _split_dirs(annotations)  # by split, as the images' (val/ with valid/, any case), or one flat folder
+    places = {}
+    for split, place in image_places.items():
+        notes = note_places.get(split) if note_places and place != images else annotations
+        if notes is None:  # its images would all train (or score) as backgrounds
+            raise DataSourceError(f"{annotations}: no {split} folder for the images in {place} (has "
+                                  f"{', '.join(p.name for p in note_places.values())})")
+        places[split] = (place, notes)
     kind = next((kind for kind in BESIDE_KINDS if any(_holds(notes, kind, pics) for pics, notes in places.values())),
                 None)
     if kind is None:
         return None
     suffix, _, what = BESIDE_KINDS[kind]
-    splits = {split: ImageFileSplit(f"{folder.name}-{split}", tuple(_pairs(pics, notes, suffix)))
+    shared = len(places) > 1 and not note_places  # one flat folder for every split: the others' files are theirs
+    splits = {split: ImageFileSplit(f"{folder.name}-{split}", tuple(_pairs(pics, notes, suffix, unmatched=not shared)))
               for split, (pics, notes) in places.items()}
     note = (f"{folder}: {what} in {annotations.name}/ for the images in images/, splits "
             f"{', '.join(f'{k}={v[0].relative_to(folder)}' for k, v in places.items())}")
@@ -389,16 +398,17 @@ def _holds(folder: Path, kind: str, images: Path | None = None) -> bool:
         return False
 
 
-def _pairs(images: Path, annotations: Path, suffix: str) -> list[tuple[Path | None, Path | None]]:
-    """``(image, its annotation file or None)`` for each image of ``images``, then ``(None, file)`` for each file
-    of ``annotations`` (the same folder, or one apart) without one."""
+def _pairs(images: Path, annotations: Path, suffix: str,
+           unmatched: bool = True) -> list[tuple[Path | None, Path | None]]:
+    """``(image, its annotation file or None)`` for each image of ``images``, then (``unmatched``) ``(None, file)``
+    for each file of ``annotations`` (the same folder, or one apart) without one."""
     images_here = [p for p in sorted(images.iterdir()) if is_image_name(p.name) and p.is_file()]
     # any entry but a folder: a FIFO or a broken link named as an image's file is refused by name when read,
     # costing its image, rather than left out, which would train the image as a background
     files = sorted(annotations.iterdir()) if annotations.is_dir() else []
     found = {p.stem: p for p in files if p.suffix.lower() == suffix and not p.name.startswith(".") and not p.is_dir()}
     pairs = [(image, found.pop(image.stem, None)) for image in images_here]
-    return pairs + [(None, file) for file in found.values()]
+    return pairs + ([(None, file) for file in found.values()] if unmatched else [])
 
 
 def _image_files_layout(folder: Path, splits: dict[str, ImageFileSplit], note: str,
