@@ -505,11 +505,9 @@ class YOLO:
         chosen = kwargs.pop("output", None)
         output = Path(chosen or export_tool.default_output(self._weights_name(), f".{fmt}"))
         loaded_from = Path(self.ckpt_path) if self.ckpt_path and Path(self.ckpt_path).exists() else None
-        if loaded_from is not None and output.resolve() == loaded_from.resolve():
-            if chosen:
-                raise UsageError(f"export: {output} is the weights file this model was loaded from; pass another "
-                                 "output=")
-            output = output.with_name(f"{output.stem}_export{output.suffix}")  # beside it, never over it
+        # the default is never the weights file (default_output); a chosen one may be
+        if chosen and loaded_from is not None and output.resolve() == loaded_from.resolve():
+            raise UsageError(f"export: {output} is the weights file this model was loaded from; pass another output=")
         if fmt == "safetensors":
             if kwargs:
                 raise UsageError(f"export: format=safetensors takes no {', '.join(kwargs)}")

@@ -79,7 +79,8 @@ def default_output(ref: str, suffix: str = ".onnx") -> Path:
     local = Path(ref)
     if local.exists():
         output = local.with_suffix(suffix) if local.is_file() else local.with_name(local.name + suffix)
-        return output.with_name(f"{output.stem}_export{output.suffix}") if output == local else output
+        same = output.resolve() == local.resolve()  # a link to the weights too: never written over
+        return output.with_name(f"{output.stem}_export{output.suffix}") if same else output
     return Path(Path(ref.rstrip("/")).name).with_suffix(suffix)
 
 

@@ -319,6 +319,7 @@ def write_outputs(args: argparse.Namespace, metrics: dict, predictions: list, so
                                           if args.save_txt else ""))
     return folder
 
+
 if __name__ == "__main__":
     from yolo11.program_exit import exit_process
 
