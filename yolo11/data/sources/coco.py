@@ -6,6 +6,7 @@ the images (their sizes come from the files, whatever the json's ``width``/``hei
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 
 from yolo11.data.schema import BadSampleSummary, DataSourceError
@@ -114,9 +115,7 @@ def found_by_name(images_dir: Path, file_names: list[str]) -> tuple[list[str], i
     ``images/``; no folder the user can pass makes those paths work. Only base names that no other listed image
     shares, so two images never meet in one file."""
     bases = [name.rsplit("/", 1)[-1] for name in file_names]
-    counts: dict[str, int] = {}
-    for base in bases:
-        counts[base] = counts.get(base, 0) + 1
+    counts = Counter(bases)
     resolved, replaced = list(file_names), 0
     for i, (name, base) in enumerate(zip(file_names, bases, strict=True)):
         if base == name or counts[base] > 1 or listed_file_exists(images_dir / name):
