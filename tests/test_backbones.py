@@ -57,6 +57,28 @@ def test_timm_backbone_forward_backward(backbone):
     assert any(g.abs().sum() > 0 for g in (p.grad for p in model.backbone.parameters()))
 
 
+# Backbones that fail a detector's varied input sizes unless the wrapper adapts: Swin takes only 224 px unless built
+# with dynamic_img_size, MambaOut and Swin give NHWC features, Inception's unpadded convolutions give P3 of 19x15
+# at 160x128 where the neck needs 20x16.
+@pytest.mark.slow
+@pytest.mark.parametrize("backbone", ["swin_tiny_patch4_window7_224", "mambaout_femto", "inception_v3"])
+def test_timm_backbones_of_other_layouts_take_any_size(backbone):
+    torch.manual_seed(0)
+    model = yolo11.create_model("yolo11n", num_classes=2, backbone=backbone).train()
+    for height, width in ((96, 160), (192, 128)):
+        maps = model(torch.rand(1, 3, height, width))
+        assert [tuple(m.shape) for m in maps] == [(1, 66, height // r, width // r) for r in (8, 16, 32)]
+    sum(m.pow(2).mean() for m in maps).backward()
+    assert all(torch.isfinite(p.grad).all() for p in model.backbone.parameters() if p.grad is not None)
+    assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in model.backbone.parameters())
+
+
+def test_a_backbone_of_one_input_size_is_refused_by_name():
+    # CoaT asserts its 224 px input and has no dynamic_img_size: it could train on square 224 px batches only
+    with pytest.raises(BackboneError, match=r"'coat_lite_tiny' fails on a 160x128 input .*224.*takes any size"):
+        yolo11.create_model("yolo11n", backbone="coat_lite_tiny")
+
+
 def test_select_levels_picks_the_deepest_level_per_reduction():
     assert select_levels([2, 4, 8, 16, 32]) == (2, 3, 4)
     assert select_levels([4, 8, 8, 16, 32, 32]) == (2, 3, 5)

@@ -4,11 +4,20 @@ The levels with reductions 8, 16 and 32 are taken from ``feature_info`` (the dee
 reports several). The detector then sizes the YOLO11 neck from their widths (``feature_info.channels()``) and
 keeps the neck and head widths of the requested scale; the native SPPF and C2PSA are not added, since they are
 part of the native backbone, not of the neck.
+
+A detector sees many input sizes (square training batches, rectangular validation batches, any image at
+prediction), so the backbone is built for them and tried once on a small rectangular input: a model that accepts
+``dynamic_img_size`` (Swin, the ViT family) gets it; features laid out NHWC (Swin, MambaOut) are read as NCHW;
+features of another size than the input's over 8/16/32 (Inception's unpadded convolutions) are resized to it; a
+model that takes only its fixed input size is refused by name.
 """
 
 from __future__ import annotations
 
+import math
+
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from yolo11.architecture import STRIDES
@@ -36,11 +45,14 @@ def select_levels(
     return tuple(indices)
 
 
-def _create_features(name: str, pretrained: bool, out_indices: tuple[int, ...]) -> nn.Module:
+PROBE_SIZE = (160, 128)  # multiples of 32, rectangular: the shapes a validation batch has
+
+
+def _create_features(name: str, pretrained: bool, out_indices: tuple[int, ...], options: dict) -> nn.Module:
     import timm
 
     if not pretrained:
-        return timm.create_model(name, features_only=True, out_indices=out_indices)
+        return timm.create_model(name, features_only=True, out_indices=out_indices, **options)
     from huggingface_hub import constants as hub_constants
 
     from yolo11 import netprobe  # not yolo11.weights: its package init imports the models
@@ -52,7 +64,7 @@ def _create_features(name: str, pretrained: bool, out_indices: tuple[int, ...]) 
     # retries, about a minute of them
     hub_constants.HF_HUB_OFFLINE = kept or unreachable
     try:
-        return timm.create_model(name, pretrained=True, features_only=True, out_indices=out_indices)
+        return timm.create_model(name, pretrained=True, features_only=True, out_indices=out_indices, **options)
     except OSError as error:  # huggingface_hub's offline, not-cached and HTTP errors are all OSErrors
         reason = str(error).rstrip(".") + (" (HF_HUB_OFFLINE is set)" if offline else "") + (
             f" (the Hub did not answer within {netprobe.HUB_PROBE_TIMEOUT_S:.0f} s)" if unreachable else "")
@@ -73,8 +85,13 @@ class TimmBackbone(nn.Module):
 
         super().__init__()
         # Probe the level layout without weights, then build once with only the levels we use.
+        options = {"dynamic_img_size": True}  # any input size for the models that offer it (Swin, ViT)
         try:
-            probe = timm.create_model(name, pretrained=False, features_only=True)
+            try:
+                probe = timm.create_model(name, pretrained=False, features_only=True, **options)
+            except TypeError:  # a model without the option: it takes any size already, or the probe below says not
+                options = {}
+                probe = timm.create_model(name, pretrained=False, features_only=True)
         except RuntimeError as error:
             if not str(error).startswith("Unknown model"):
                 raise
@@ -84,9 +101,45 @@ class TimmBackbone(nn.Module):
         all_indices = tuple(probe.feature_info.out_indices)
         chosen = select_levels(probe.feature_info.reduction(), name=f"timm model {name!r}")
         del probe
-        self.body = _create_features(name, pretrained, tuple(all_indices[i] for i in chosen))
+        self.body = _create_features(name, pretrained, tuple(all_indices[i] for i in chosen), options)
         self.out_channels: tuple[int, ...] = tuple(self.body.feature_info.channels())
         self.reductions: tuple[int, ...] = tuple(self.body.feature_info.reduction())
+        self.channels_last_output = getattr(self.body, "output_fmt", "NCHW") == "NHWC"  # timm.layers.Format: a str
+        self.resize = False  # read by the probe's forward
+        self.resize = self._probe_sizes(name)
+
+    def _probe_sizes(self, name: str) -> bool:
+        """Run one small rectangular batch; True when the features need resizing to the input's size over the
+        strides. A model that fails on it serves no detector: BackboneError naming it and timm's reason."""
+        training = self.body.training
+        self.body.eval()  # no BatchNorm statistics from a probe
+        try:
+            with torch.no_grad():
+                features = self(torch.zeros(1, 3, *PROBE_SIZE))
+        except Exception as error:  # timm's fixed-size asserts, window sizes, position embeddings: any of them
+            raise BackboneError(
+                f"timm model {name!r} fails on a {PROBE_SIZE[0]}x{PROBE_SIZE[1]} input ({type(error).__name__}: "
+                f"{str(error)[:200]}); a detector needs a backbone that takes any size, multiples of 32"
+            ) from None
+        finally:
+            self.body.train(training)
+        expected = [tuple(math.ceil(side / r) for side in PROBE_SIZE) for r in REDUCTIONS]
+        sizes = [tuple(f.shape[-2:]) for f in features]
+        for got, width in zip(features, self.out_channels):
+            if got.shape[1] != width:
+                raise BackboneError(f"timm model {name!r} gives features of {got.shape[1]} channels where its "
+                                    f"feature_info says {width}")
+        return sizes != expected
 
     def forward(self, x: torch.Tensor) -> list[torch.Tensor]:
-        return list(self.body(x))
+        features = list(self.body(x))
+        if self.channels_last_output:
+            features = [f.permute(0, 3, 1, 2) for f in features]  # a view: NCHW indexing, channels_last memory
+        if self.resize:  # the head's anchor grid and the neck's concatenations need exactly ceil(side / stride)
+            height, width = x.shape[-2:]
+            features = [
+                F.interpolate(f, size=(math.ceil(height / r), math.ceil(width / r)), mode="bilinear",
+                              align_corners=False)
+                for f, r in zip(features, REDUCTIONS)
+            ]
+        return features
