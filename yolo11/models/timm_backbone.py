@@ -15,6 +15,9 @@ model that takes only its fixed input size is refused by name.
 from __future__ import annotations
 
 import math
+import os
+import traceback
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -117,9 +120,12 @@ class TimmBackbone(nn.Module):
             with torch.no_grad():
                 features = self(torch.zeros(1, 3, *PROBE_SIZE))
         except Exception as error:  # timm's fixed-size asserts, window sizes, position embeddings: any of them
+            frames = traceback.extract_tb(error.__traceback__)  # a bare assert says nothing else: name timm's line
+            where = next((f for f in reversed(frames) if f"{os.sep}timm{os.sep}" in f.filename), frames[-1])
+            reason = str(error)[:200] or f"{Path(where.filename).name}:{where.lineno}: {where.line}"
             raise BackboneError(
                 f"timm model {name!r} fails on a {PROBE_SIZE[0]}x{PROBE_SIZE[1]} input ({type(error).__name__}: "
-                f"{str(error)[:200]}); a detector needs a backbone that takes any size, multiples of 32"
+                f"{reason}); a detector needs a backbone that takes any size, multiples of 32"
             ) from None
         finally:
             self.body.train(training)
