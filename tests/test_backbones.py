@@ -82,6 +82,20 @@ def test_a_backbone_of_one_input_size_is_refused_by_name(backbone, reason):
         yolo11.create_model("yolo11n", backbone=backbone)
 
 
+def test_timm_backbone_sees_the_input_its_weights_were_pretrained_on():
+    """ImageNet's mean and std for a pretrained-style model, whatever the weights loaded (a saved run rebuilds
+    without them); none in the state dict, so weights files keep their keys."""
+    torch.manual_seed(0)
+    backbone = yolo11.create_model("yolo11n", num_classes=2, backbone="resnet18").backbone.eval()
+    images = torch.rand(1, 3, 64, 96)
+    mean = torch.tensor([0.485, 0.456, 0.406]).view(1, 3, 1, 1)
+    std = torch.tensor([0.229, 0.224, 0.225]).view(1, 3, 1, 1)
+    with torch.no_grad():
+        for ours, direct in zip(backbone(images), backbone.body((images - mean) / std), strict=True):
+            torch.testing.assert_close(ours, direct)
+    assert "mean" not in backbone.state_dict() and "inv_std" not in backbone.state_dict()
+
+
 def test_select_levels_picks_the_deepest_level_per_reduction():
     assert select_levels([2, 4, 8, 16, 32]) == (2, 3, 4)
     assert select_levels([4, 8, 8, 16, 32, 32]) == (2, 3, 5)

@@ -9,7 +9,8 @@ A detector sees many input sizes (square training batches, rectangular validatio
 prediction), so the backbone is built for them and tried once on a small rectangular input: a model that accepts
 ``dynamic_img_size`` (Swin, the ViT family) gets it; features laid out NHWC (Swin, MambaOut) are read as NCHW;
 features of another size than the input's over 8/16/32 (Inception's unpadded convolutions) are resized to it; a
-model that takes only its fixed input size is refused by name.
+model that takes only its fixed input size is refused by name. Images (RGB in ``[0, 1]``) are normalised by the
+mean and std of the model's pretrained configuration, as timm's own transforms would.
 """
 
 from __future__ import annotations
@@ -107,6 +108,15 @@ class TimmBackbone(nn.Module):
         self.body = _create_features(name, pretrained, tuple(all_indices[i] for i in chosen), options)
         self.out_channels: tuple[int, ...] = tuple(self.body.feature_info.channels())
         self.reductions: tuple[int, ...] = tuple(self.body.feature_info.reduction())
+        # The input as the model was pretrained on it (ImageNet's mean and std for most; identity for ours), whether
+        # or not these weights are loaded: a file saved from a pretrained run rebuilds without them, and must compute
+        # the same. Not in the state dict: a property of the architecture.
+        config = getattr(self.body, "pretrained_cfg", None) or {}
+        mean, std = config.get("mean", (0.0,) * 3), config.get("std", (1.0,) * 3)
+        if len(mean) != 3 or len(std) != 3:  # a one-channel model's statistics: leave the RGB input as it is
+            mean, std = (0.0,) * 3, (1.0,) * 3
+        self.register_buffer("mean", torch.tensor(mean).view(1, 3, 1, 1), persistent=False)
+        self.register_buffer("inv_std", 1 / torch.tensor(std).view(1, 3, 1, 1), persistent=False)
         self.channels_last_output = getattr(self.body, "output_fmt", "NCHW") == "NHWC"  # timm.layers.Format: a str
         self.resize = False  # read by the probe's forward
         self.resize = self._probe_sizes(name)
@@ -138,7 +148,7 @@ class TimmBackbone(nn.Module):
         return sizes != expected
 
     def forward(self, x: torch.Tensor) -> list[torch.Tensor]:
-        features = list(self.body(x))
+        features = list(self.body((x - self.mean) * self.inv_std))
         if self.channels_last_output:
             features = [f.permute(0, 3, 1, 2) for f in features]  # a view: NCHW indexing, channels_last memory
         if self.resize:  # the head's anchor grid and the neck's concatenations need exactly ceil(side / stride)
