@@ -445,7 +445,7 @@ def test_check_class_names_lists_names_by_class_id(names, expected) -> None:
     ({0: "a", 2: "c"}, "'names' keys must be the class ids 0..1"),
     ({"0": "a", "1": "b"}, "'names' keys must be the class ids 0..1"),
     (["a", ["b", "c"]], "class name 1 is a list, not a string"),
-    (["a", None], "class name 1 is a NoneType, not a string"),
+    (["a", None], "class name 1 is empty (null, ~ or nothing); write a name, quoted if it is one of these words"),
     (["n" * 1000] * 10_000, "class names 0..8000 add up to more than MAX_NAMES_CHARS = 8000000 characters"),
 ], ids=["string", "none", "200k", "200k-dict", "key-gap", "str-keys", "nested", "null", "chars"])
 def test_check_class_names_refuses(names, message: str) -> None:
@@ -473,6 +473,20 @@ def test_data_yaml_names_are_checked(tmp_path: Path, names: str, message: str) -
     if len(names) < 100:  # predict's --names data.yaml (parsing 100k names twice takes seconds)
         with pytest.raises(ValueError, match=re.escape(message)):
             parse_names(str(path))
+
+
+def test_data_yaml_class_names_are_read_as_written(tmp_path: Path) -> None:
+    """YAML 1.1 reads unquoted yes/no/on/off as booleans: a data YAML's classes 'no' and 'off' were both 'False',
+    a duplicate refused; they are the words written (true/false and numbers still read as YAML 1.2 reads them)."""
+    from yolo11.data.sources.yolo import read_data_yaml
+    from yolo11.predictor import parse_names
+
+    path = tmp_path / "data.yaml"
+    path.write_text(f"path: {tmp_path}\ntrain: images\nval: images\n"
+                    "names: [yes, no, on, off, Y, n, true, 7, 'null']\n")
+    expected = ["yes", "no", "on", "off", "Y", "n", "True", "7", "null"]
+    assert read_data_yaml(path)["names"] == expected
+    assert parse_names(str(path)) == expected
 
 
 def test_pt_class_names_are_checked(tmp_path: Path) -> None:

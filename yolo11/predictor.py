@@ -89,7 +89,7 @@ def parse_names(names: str | Sequence[str]) -> list[str]:
     if path.suffix in (".yaml", ".yml"):
         if not path.is_file():
             raise FileNotFoundError(f"--names: no such data YAML {path}")
-        data = read_yaml(path) or {}
+        data = read_yaml(path, words_as_text=True) or {}
         if not isinstance(data, dict) or "names" not in data:
             raise ValueError(f"--names: {path} has no 'names' key")
         return check_class_names(data["names"], path)  # the gate: a list, bounded in count and size

@@ -42,6 +42,9 @@ def check_class_names(names: Any, source: str | Path) -> list[str]:
     names, a name that is not a string or a number, or more than ``MAX_NAMES_CHARS`` characters in all."""
     listed, total = [], 0
     for class_id, name in enumerate(_names_by_id(names, source)):
+        if name is None:  # `- null`, `- ~` or a bare `-` in a YAML list
+            raise FileRefusedError(source, f"class name {class_id} is empty (null, ~ or nothing); write a name, "
+                                           "quoted if it is one of these words")
         if not isinstance(name, (str, int, float)):
             raise FileRefusedError(source, f"class name {class_id} is a {type(name).__name__}, not a string")
         try:

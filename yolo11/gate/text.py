@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -115,11 +116,28 @@ class _BudgetLoader(yaml.SafeLoader):
         return node
 
 
-def read_yaml(path: str | Path, text: str | None = None) -> Any:
+class _TextWordsLoader(_BudgetLoader):
+    """YAML 1.2's booleans: only ``true``/``false``; ``yes``, ``no``, ``on``, ``off``, ``y``, ``n`` stay text."""
+
+    yaml_implicit_resolvers = {
+        first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:bool"]
+        for first, resolvers in _BudgetLoader.yaml_implicit_resolvers.items()
+    }
+
+
+for _first in "tTfF":
+    _TextWordsLoader.yaml_implicit_resolvers[_first].insert(
+        0, ("tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$")))
+
+
+def read_yaml(path: str | Path, text: str | None = None, *, words_as_text: bool = False) -> Any:
     """``yaml.safe_load`` of the file (or of ``text`` read from it) with aliases expanded under a budget; a
-    ``!!python`` tag, an alias bomb or a syntax error is refused in one line with its line number."""
+    ``!!python`` tag, an alias bomb or a syntax error is refused in one line with its line number.
+    ``words_as_text``: YAML 1.2's booleans, for data YAMLs, whose class names ``no``, ``yes``, ``on``, ``off``
+    are meant as written (YAML 1.1 reads them as False/True, so Ultralytics names such a class ``False``)."""
     path = Path(path)
-    loader = _BudgetLoader(read_text(path, MAX_YAML_BYTES) if text is None else text)
+    text = read_text(path, MAX_YAML_BYTES) if text is None else text
+    loader = (_TextWordsLoader if words_as_text else _BudgetLoader)(text)
     try:
         return loader.get_single_data()
     except yaml.YAMLError as err:

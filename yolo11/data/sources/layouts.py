@@ -110,7 +110,7 @@ def _yaml_layout(folder: Path) -> Layout | None:
 
 def _is_data_yaml(path: Path) -> bool:
     try:
-        data = read_yaml(path)
+        data = read_yaml(path, words_as_text=True)
     except (OSError, FileRefusedError):
         return False
     return isinstance(data, dict) and bool(data.get("names") or data.get("nc")) and bool(data.get("train"))

@@ -44,7 +44,7 @@ def read_data_yaml(path: Path) -> dict:
     the classes); raises ``DataSourceError`` for a file we cannot use. As Ultralytics reads it: a ``validation``
     key stands for ``val``, ``nc`` alone names the classes ``class_0``..., and ``nc`` may be written ``'10'``."""
     try:
-        data = read_yaml(path)  # the gate: safe_load, a !!python tag or a syntax error refused in one line
+        data = read_yaml(path, words_as_text=True)  # the gate: safe_load; a !!python tag, a syntax error refused
     except (OSError, FileRefusedError) as err:
         raise DataSourceError(f"cannot read the data YAML {err}") from None
     if not isinstance(data, dict):
