@@ -125,6 +125,19 @@ def test_pretrained_offline_gives_a_clear_error(monkeypatch, tmp_path):
         yolo11.create_model("yolo11n", backbone="resnet18", pretrained=True)
 
 
+def test_a_hub_model_offline_gives_a_clear_error(monkeypatch, tmp_path):
+    """An ``hf-hub:`` name reads its configuration from the Hub even without --pretrained: named, with what to do
+    (it was huggingface_hub's message alone)."""
+    import huggingface_hub.constants as hub_constants
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(hub_constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(hub_constants, "HF_HUB_CACHE", str(tmp_path))
+    message = r"could not download the configuration for timm backbone 'hf-hub:timm/resnet18.a1_in1k': .*name a model"
+    with pytest.raises(BackboneError, match=message):
+        yolo11.create_model("yolo11n", backbone="hf-hub:timm/resnet18.a1_in1k")
+
+
 def test_pretrained_with_an_unanswering_hub_fails_at_once_from_the_cache(monkeypatch, tmp_path):
     """No HF_HUB_OFFLINE, but the Hub does not answer its probe: the weights come from the cache only, at once,
     instead of huggingface_hub's minute of retries; the flag is left as it was."""

@@ -15,6 +15,7 @@ mean and std of the model's pretrained configuration, as timm's own transforms w
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import traceback
@@ -52,11 +53,14 @@ def select_levels(
 PROBE_SIZE = (160, 128)  # multiples of 32, rectangular: the shapes a validation batch has
 
 
-def _create_features(name: str, pretrained: bool, out_indices: tuple[int, ...], options: dict) -> nn.Module:
-    import timm
-
-    if not pretrained:
-        return timm.create_model(name, features_only=True, out_indices=out_indices, **options)
+@contextlib.contextmanager
+def _from_the_hub(name: str, what: str | None):
+    """Around a ``timm.create_model`` that reads ``what`` from the Hugging Face Hub (pretrained weights, an
+    ``hf-hub:`` model's configuration; ``None``: nothing): an unanswering Hub read from the cache alone, at once,
+    and a failure a ``BackboneError`` saying what to do."""
+    if what is None:
+        yield
+        return
     from huggingface_hub import constants as hub_constants
 
     from yolo11 import netprobe  # not yolo11.weights: its package init imports the models
@@ -68,14 +72,15 @@ def _create_features(name: str, pretrained: bool, out_indices: tuple[int, ...], 
     # retries, about a minute of them
     hub_constants.HF_HUB_OFFLINE = kept or unreachable
     try:
-        return timm.create_model(name, pretrained=True, features_only=True, out_indices=out_indices, **options)
+        yield
     except OSError as error:  # huggingface_hub's offline, not-cached and HTTP errors are all OSErrors
         reason = str(error).rstrip(".") + (" (HF_HUB_OFFLINE is set)" if offline else "") + (
             f" (the Hub did not answer within {netprobe.HUB_PROBE_TIMEOUT_S:.0f} s)" if unreachable else "")
+        instead = ("start from random weights (no --pretrained; pretrained=False) or from a file of ours (--weights; "
+                   "yolo11.weights.load_weights)" if what == "pretrained weights" else "name a model timm has locally")
         raise BackboneError(
-            f"could not download pretrained weights for timm backbone {name!r}: {reason}. Run once with network "
-            "access to fill the Hugging Face cache, or start from random weights (no --pretrained; "
-            "pretrained=False) or from a file of ours (--weights; yolo11.weights.load_weights)."
+            f"could not download {what} for timm backbone {name!r}: {reason}. Run once with network access to fill "
+            f"the Hugging Face cache, or {instead}."
         ) from None
     finally:
         hub_constants.HF_HUB_OFFLINE = kept
@@ -90,12 +95,14 @@ class TimmBackbone(nn.Module):
         super().__init__()
         # Probe the level layout without weights, then build once with only the levels we use.
         options = {"dynamic_img_size": True}  # any input size for the models that offer it (Swin, ViT)
+        on_the_hub = name.startswith(("hf-hub:", "hf_hub:"))  # its configuration too is read from the Hub
         try:
-            try:
-                probe = timm.create_model(name, pretrained=False, features_only=True, **options)
-            except TypeError:  # a model without the option: it takes any size already, or the probe below says not
-                options = {}
-                probe = timm.create_model(name, pretrained=False, features_only=True)
+            with _from_the_hub(name, "the configuration" if on_the_hub else None):
+                try:
+                    probe = timm.create_model(name, pretrained=False, features_only=True, **options)
+                except TypeError:  # no such option: it takes any size already, or the probe below says not
+                    options = {}
+                    probe = timm.create_model(name, pretrained=False, features_only=True)
         except RuntimeError as error:
             if not str(error).startswith("Unknown model"):
                 raise
@@ -105,7 +112,9 @@ class TimmBackbone(nn.Module):
         all_indices = tuple(probe.feature_info.out_indices)
         chosen = select_levels(probe.feature_info.reduction(), name=f"timm model {name!r}")
         del probe
-        self.body = _create_features(name, pretrained, tuple(all_indices[i] for i in chosen), options)
+        with _from_the_hub(name, "pretrained weights" if pretrained else "the configuration" if on_the_hub else None):
+            self.body = timm.create_model(name, pretrained=pretrained, features_only=True,
+                                          out_indices=tuple(all_indices[i] for i in chosen), **options)
         self.out_channels: tuple[int, ...] = tuple(self.body.feature_info.channels())
         self.reductions: tuple[int, ...] = tuple(self.body.feature_info.reduction())
         # The input as the model was pretrained on it (ImageNet's mean and std for most; identity for ours), whether
