@@ -103,6 +103,21 @@ def test_resuming_a_finished_run_says_so_and_how_to_train_longer(tmp_path, monke
     assert resume.checkpoint.resolve() == checkpoint.resolve() and config.run.epochs == 6
 
 
+def test_resuming_with_fewer_epochs_than_trained_suggests_more_than_trained(tmp_path, monkeypatch):
+    """``resume epochs=1`` on a run of 4 epochs: the suggestion is twice the 4 (it was twice the 1 typed, 2, which
+    ended the same way, then 4, then 8)."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", ["yolo11 train"])
+    make_run(tmp_path / "runs" / "train", "x", done=4, epochs=4)
+    weights = "runs/train/x/weights/last.safetensors"
+    with pytest.raises(ValueError) as error:
+        resolve(["resume", f"model={weights}", "epochs=1"])
+    assert str(error.value) == ("runs/train/x has trained 4 epochs, more than the 1 asked; nothing to resume. To train "
+                                f"longer: yolo11 train resume model={weights} epochs=8 allow_changes=true")
+    config, resume = resolve(["resume", f"model={weights}", "epochs=8", "allow_changes=true"])
+    assert resume.checkpoint is not None and config.run.epochs == 8
+
+
 def test_a_run_that_patience_stopped_is_finished_too(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "argv", ["yolo11 train"])

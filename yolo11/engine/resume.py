@@ -96,18 +96,21 @@ def finished(progress: RunProgress | None, epochs: int, patience: int) -> str | 
     if progress is None or progress.batches_in_epoch:
         return None
     done, best = progress.epochs_done, progress.best_epoch
-    if done >= epochs:
+    if done == epochs:
         return f"finished all {epochs} epochs"
+    if done > epochs:  # a typed --epochs below what the run has trained
+        return f"has trained {done} epochs, more than the {epochs} asked"
     if patience and best >= 0 and done - 1 - best >= patience:  # RunOutputs.may_stop: patience ended the run
         return (f"was stopped by --patience {patience} after epoch {done} of {epochs} (no better fitness since epoch "
                 f"{best + 1})")
     return None
 
 
-def train_longer(target: Path, how: str, epochs: int) -> str:
-    """The command that trains the run (or checkpoint) ``target``, which ended as ``how`` says, longer."""
-    if how.startswith("finished"):
-        more = {"epochs": 2 * epochs, "allow_changes": "true"}
+def train_longer(target: Path, how: str, epochs: int, epochs_done: int) -> str:
+    """The command that trains the run (or checkpoint) ``target``, which ended as ``how`` says, longer: twice the
+    epochs it has trained (not twice a typed ``epochs`` below them, which would end the same way)."""
+    if epochs_done >= epochs:
+        more = {"epochs": 2 * epochs_done, "allow_changes": "true"}
     else:  # stopped by patience: without it the run goes on to its --epochs
         more = {"patience": 0, "allow_changes": "true"}
     return f"To train longer: {resume_command(target, **more)}"
@@ -129,13 +132,13 @@ def newest_unfinished_run(output_dir: Path) -> ResumeTarget:
         if how is None:  # unfinished, or unreadable: the resume's checks then say what is wrong with it
             done = "" if progress is None else f": {progress.epochs_done}/{epochs} epochs done"
             return ResumeTarget(checkpoint, run, f"resume: {run}, the newest unfinished run in {output_dir}{done}")
-        newest_finished = newest_finished or (run, how, epochs)
+        newest_finished = newest_finished or (run, how, epochs, progress.epochs_done)
     if newest_finished is None:
         raise FileNotFoundError(f"nothing to resume: no run in {output_dir} has a checkpoint (train one first, or "
                                 "name the run: resume model=<run>/weights/last.safetensors)")
-    run, how, epochs = newest_finished
+    run, how, epochs, done = newest_finished
     raise FileNotFoundError(f"no unfinished run in {output_dir} to resume: the newest, {run}, "
-                            f"{how}. {train_longer(run, how, epochs)}")
+                            f"{how}. {train_longer(run, how, epochs, done)}")
 
 
 def resume_command(run: Path, **changes: Any) -> str:
@@ -259,10 +262,12 @@ def prepare_resume(config: TrainConfig, typed: frozenset[str] | None) -> tuple[T
     saved = saved_config(target.checkpoint) if target.checkpoint is not None else None
     config = resumed_config(config, typed, saved)
     if target.checkpoint is not None:
-        how = finished(read_progress(target.checkpoint), config.run.epochs, config.run.patience)
+        progress = read_progress(target.checkpoint)
+        how = finished(progress, config.run.epochs, config.run.patience)
         if how is not None:
             where = target.owner if target.owner is not None else target.checkpoint
-            raise ValueError(f"{where} {how}; nothing to resume. {train_longer(where, how, config.run.epochs)}")
+            more = train_longer(where, how, config.run.epochs, progress.epochs_done)
+            raise ValueError(f"{where} {how}; nothing to resume. {more}")
     run_dir = target.owner if search else resume_run_dir(target, typed, run.output_dir, run.name)
     if run_dir is not None:  # the config records where the run lives: the saved words for it where they fit
         before = (saved or {}).get("run", {})
