@@ -173,8 +173,50 @@ def test_ultralytics_args_yaml_maps_known_keys_and_lists_the_ignored_ones(tmp_pa
     out = capsys.readouterr().out
     assert "batch -> --batch-size" in out and "model: yolo11s.pt -> --model yolo11s --weights yolo11s.pt" in out
     ignored = next(line for line in out.splitlines() if "ignored" in line)
-    assert "freeze=10" in ignored and "device=cpu (devices and processes come from the Accelerate config)" in ignored
+    assert "freeze=10" in ignored and "device" not in ignored and config.run.device == "cpu"  # read as ours
     assert "box" not in ignored and "more at Ultralytics' defaults" in ignored
+
+
+@pytest.mark.parametrize("value, flag", [("0", "0"), ("[0, 1]", "0,1"), ("cuda:1", "cuda:1"), ("cpu", "cpu")])
+def test_device_is_read_as_its_text(value, flag):
+    assert parse_config([f"device={value}"]).run.device == flag
+
+
+@pytest.mark.parametrize("device, environ, message", [
+    ("0", {}, "--device 0: torch sees 0 CUDA GPU(s); use device=cpu"),
+    ("cuda:1", {}, "--device cuda:1: torch sees 0 CUDA GPU(s); use device=cpu"),
+    ("0,1", {}, "--device 0,1: one process trains on one device; 2 GPUs train as 2 processes: accelerate launch "
+                "--multi_gpu --num_processes 2 --gpu_ids 0,1 train_accelerate.py"),
+    ("cpu", {"WORLD_SIZE": "2"}, "--device cpu: a launch of 2 processes places each on its own device"),
+    ("mps", {}, "--device mps: torch sees no MPS device"),
+    ("foo", {}, "--device foo is not a device: cpu, cuda, cuda:N, N (a GPU index) or mps"),
+])
+def test_a_device_this_process_cannot_take_is_refused(monkeypatch, device, environ, message):
+    """Ultralytics stops on a GPU it does not see; the key was ignored here (device=1 would have trained on GPU 0)."""
+    import torch
+
+    from yolo11.engine.plan import LaunchError
+    from yolo11.engine.process_group import chosen_device
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
+    with pytest.raises(LaunchError) as refused:
+        chosen_device(device, environ)
+    assert str(refused.value).startswith(message)
+    assert chosen_device(None, {}) is None and chosen_device("CPU", {}) == torch.device("cpu")
+
+
+def test_train_on_a_device_it_cannot_take_is_one_error_line(monkeypatch, capsys, tmp_path):
+    import torch
+
+    from yolo11.train import main
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    code = main(["--data", "synthetic:num_images=4,num_val=2,imgsz=64", "--imgsz", "64", "--epochs", "1",
+                 "--output-dir", str(tmp_path), "device=0"])
+    error = capsys.readouterr().err.strip()
+    assert code == 2 and error == "error: --device 0: torch sees 0 CUDA GPU(s); use device=cpu"
+    assert not any(tmp_path.iterdir())  # refused before the run folder
 
 
 def test_an_ultralytics_key_of_ours_that_means_something_else_is_said(capsys):

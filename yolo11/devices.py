@@ -28,4 +28,8 @@ def select_device(device: str | int | torch.device | None) -> torch.device:
     if chosen.type == "cuda" and (not torch.cuda.is_available() or (chosen.index or 0) >= torch.cuda.device_count()):
         seen = torch.cuda.device_count() if torch.cuda.is_available() else 0
         raise ValueError(f"device={device!r}: torch sees {seen} CUDA GPU(s); use device=cpu")
+    if chosen.type == "mps" and not torch.backends.mps.is_available():
+        raise ValueError(f"device={device!r}: torch sees no MPS device (Apple silicon's GPU); use device=cpu")
+    if chosen.type not in ("cpu", "cuda", "mps"):  # xpu, meta...: neither the trainer nor the predictor runs there
+        raise ValueError(f"device={device!r}: runs take cpu, cuda, cuda:N, N (a GPU index) or mps")
     return chosen

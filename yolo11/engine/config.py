@@ -252,6 +252,9 @@ class RunConfig(_SelfValidating):
                                  "Ultralytics' val=False; 0: never, for benchmarks)")
     patience: int = _fixed(100, "stop after N epochs without a better fitness (0 disables)")
     max_steps: int | None = _local(None, "stop after this many optimizer steps (smoke runs); state is saved")
+    device: str | None = _local(None, "one process's device, as Ultralytics names it: cpu, a GPU index (0) or "
+                                      "cuda:N, mps; default: the Accelerate config's (else the first GPU). Several "
+                                      "GPUs train under accelerate launch, whose config places each process")
     report_to: str = _free("none", "trackers: wandb, tensorboard, all or none (comma lists allowed)")
     tracker_project: str = _free("yolo11-accelerate", "W&B / TensorBoard project (the run folder: --output-dir/--name)")
     sync_bn: bool = _fixed(False, "convert BatchNorm to SyncBatchNorm (multi-process CUDA runs only)")

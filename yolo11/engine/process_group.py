@@ -51,14 +51,25 @@ SHARED_DEVICE = torch.device("cuda", 0)
 _ON, _OFF = ("1", "true", "yes"), ("", "0", "false", "no")
 
 
-def launch_state() -> PartialState:
+def launch_state(device: str | None = None) -> PartialState:
     """This process's ``PartialState``. The first one makes the process group: with ``COLLECTIVE_TIMEOUT`` and,
-    under ``YOLO11_SHARE_GPU=1``, gloo with every rank on ``cuda:0``. Raises ``LaunchError``, before any group
-    exists, for a launch whose processes cannot use the GPUs as launched (``check_gpu_layout``). A state made
-    earlier in the process (a notebook's, the Python API's own call of this) is returned as it is."""
-    cpu = parse_flag_from_env("ACCELERATE_USE_CPU")
+    under ``YOLO11_SHARE_GPU=1``, gloo with every rank on ``cuda:0``; ``device`` (``--device``: one process) places
+    it. Raises ``LaunchError``, before any group exists, for a launch whose processes cannot use the GPUs as
+    launched (``check_gpu_layout``) or a ``device`` this process cannot take. A state made earlier in the process
+    (a notebook's, the Python API's own call of this) is returned as it is, if on ``device``."""
+    chosen = chosen_device(device)
+    cpu = parse_flag_from_env("ACCELERATE_USE_CPU") or (chosen is not None and chosen.type == "cpu")
     if PartialState._shared_state:  # made already: Accelerate would ignore any argument now
-        return PartialState(cpu=cpu)
+        state = PartialState(cpu=cpu)
+        if chosen is not None and state.device != chosen:
+            raise LaunchError(f"--device {device}: this Python process placed its runs on {state.device} when the "
+                              "first one started (Accelerate keeps one state per process); start a new process (a "
+                              "notebook: restart its kernel) to train on another device")
+        return state
+    if chosen is not None and chosen.type != "cpu":  # Accelerate's one-process device; torch's current one with it
+        os.environ["ACCELERATE_TORCH_DEVICE"] = str(chosen)
+        if chosen.type == "cuda":
+            torch.cuda.set_device(chosen)
     share = share_gpu_requested()
     check_gpu_layout(share, os.environ, torch.cuda.device_count())
     options: dict = {"timeout": COLLECTIVE_TIMEOUT}
@@ -70,6 +81,31 @@ def launch_state() -> PartialState:
     if share:
         share_one_gpu(state)
     return state
+
+
+def chosen_device(device: str | None, environ: Mapping[str, str] = os.environ) -> torch.device | None:
+    """The device ``--device`` names for this one process (``cuda:N`` with its index), None without one;
+    ``LaunchError`` for a device torch does not see, several GPUs, or any device under a launch of several
+    processes (its config places each one)."""
+    if device is None or not str(device).strip():
+        return None
+    from yolo11.devices import select_device
+
+    world = int(environ.get("WORLD_SIZE", "1"))
+    if world > 1:
+        raise LaunchError(f"--device {device}: a launch of {world} processes places each on its own device (the "
+                          "Accelerate config's gpu_ids, or accelerate launch --gpu_ids); leave --device out")
+    indices = str(device).replace(" ", "").split(",")
+    if len(indices) > 1:
+        raise LaunchError(f"--device {device}: one process trains on one device; {len(indices)} GPUs train as "
+                          f"{len(indices)} processes: accelerate launch --multi_gpu --num_processes {len(indices)} "
+                          f"--gpu_ids {','.join(indices)} train_accelerate.py ... (or yolo11-launch with the same "
+                          "arguments)")
+    try:
+        chosen = select_device(device)
+    except ValueError as err:
+        raise LaunchError(str(err).replace(f"device={device!r}", f"--device {device}", 1)) from None
+    return torch.device("cuda", chosen.index or 0) if chosen.type == "cuda" else chosen
 
 
 def configured_precision(environ: Mapping[str, str] = os.environ) -> str | None:

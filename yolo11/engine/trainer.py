@@ -143,7 +143,7 @@ def train(config: TrainConfig, typed: frozenset[str] | None = None) -> int:
     stop = StopSignal(raise_first=True).install()  # until training starts, a signal ends the start-up at once
     # The process group is made here, once, for the Accelerator built later (which could no longer set its options).
     try:
-        launch = launch_state()
+        launch = launch_state(config.run.device)
     except LaunchError as err:  # no process group yet to agree on who says it: the first rank does
         stop.uninstall()
         if os.environ.get("RANK", "0") == "0":

@@ -33,8 +33,7 @@ RENAMED = {"batch": "batch_size", "project": "output_dir", "nbs": "nominal_batch
 INVERSE_SWITCHES = {"save": "no_draw"}
 
 # Why a few Ultralytics keys have no counterpart here (the others: not implemented).
-REASONS = {"device": "devices and processes come from the Accelerate config",
-           "amp": "mixed precision comes from the Accelerate config (without one: bf16 autocast on a GPU)",
+REASONS = {"amp": "mixed precision comes from the Accelerate config (without one: bf16 autocast on a GPU)",
            "save_dir": "the run folder is --output-dir/--name"}
 
 # ultralytics/cfg/default.yaml of 8.4.190 (every key an args.yaml holds, plus `save_dir`): its defaults tell which
@@ -183,6 +182,9 @@ def read_ultralytics_keys(values: dict[str, Any], ours: dict[str, bool]) -> tupl
         values["batch"] = 16
         legacy_notes.append(f"batch={batch}: Ultralytics' AutoBatch is not implemented; batch 16, its choice where "
                             "it cannot measure the GPU")
+    if isinstance(values.get("device"), int | list):  # device=0 reads as an int, device=[0, 1] as a list
+        values["device"] = ",".join(map(str, values["device"])) if isinstance(values["device"], list) \
+            else str(values["device"])
     if "imgsz" in values:  # imgsz=[640, 480]
         values["imgsz"], imgsz_note = imgsz_value(values["imgsz"])
         legacy_notes += [imgsz_note] if imgsz_note else []
@@ -262,7 +264,7 @@ WRITTEN: dict[str, tuple[str, Callable[[Any], Any]]] = {
         "data", "epochs", "patience", "imgsz", "name", "exist_ok", "optimizer", "seed", "close_mosaic", "max_det",
         "plots", "channels_last", "lr0", "lrf", "momentum", "weight_decay", "warmup_epochs", "warmup_momentum",
         "warmup_bias_lr", "hsv_h", "hsv_s", "hsv_v", "degrees", "translate", "scale", "shear", "perspective",
-        "flipud", "fliplr", "mosaic", "mixup")},
+        "flipud", "fliplr", "mosaic", "mixup", "device")},
     **{ours: (theirs, lambda v: v) for theirs, ours in RENAMED.items() if ours not in ("val_nms",)},
     "val_nms": ("nms", lambda v: _OMIT if v else False),  # unset: the one-to-many head with NMS, as ours
     "workers": ("workers", _without_auto),
