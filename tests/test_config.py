@@ -448,3 +448,19 @@ def test_ultralytics_reads_our_args_yaml(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     trained = [line for line in result.stdout.splitlines() if line.startswith("TRAIN")]
     assert trained == ["TRAIN yolo11s.yaml 7", "TRAIN yolo26n.yaml 100"], result.stdout
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("device, expected", [("cpu", "cpu"), ("0", "cuda:0"), ("cuda", "cuda:0")])
+def test_device_places_the_one_process(device, expected):
+    """On a GPU machine: device=cpu trains on the CPU, device=0 on GPU 0 (torch's current device with it)."""
+    import subprocess
+    import sys
+
+    code = ("import torch\nfrom yolo11.engine.process_group import launch_state\n"
+            f"state = launch_state({device!r})\n"
+            "print(state.device, torch.cuda.current_device() if state.device.type == 'cuda' else '-')\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.split() == [expected, "0" if expected.startswith("cuda") else "-"]
