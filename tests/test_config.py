@@ -464,3 +464,11 @@ def test_device_places_the_one_process(device, expected):
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.split() == [expected, "0" if expected.startswith("cuda") else "-"]
+
+
+def test_training_without_data_says_it_takes_the_synthetic_shapes(capsys):
+    parse_config(["--epochs", "1"])
+    assert "data: the built-in synthetic shapes, the default (--data or data= names your dataset)" in \
+        capsys.readouterr().out
+    parse_config(["--data", "synthetic"])  # typed: nothing to say
+    assert "synthetic shapes" not in capsys.readouterr().out

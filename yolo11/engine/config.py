@@ -492,6 +492,9 @@ def parse_command_line(argv: list[str] | None = None) -> tuple[TrainConfig, froz
                                 for name, section in _SECTIONS.items()})
     except (TypeError, ValueError) as err:
         parser.error(str(err))
+    if "data" not in typed and not config.run.resume and os.environ.get("RANK", "0") == "0":
+        # Ultralytics warns and takes coco8 here; the default data is ours: said, so that no one trains on it unaware
+        print("data: the built-in synthetic shapes, the default (--data or data= names your dataset)", flush=True)
     return config, frozenset(typed)
 
 
