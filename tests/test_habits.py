@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +15,7 @@ import pytest
 import torch
 
 from yolo11 import YOLO, create_model
-from yolo11.api import Metrics
+from yolo11.api import Metrics, UsageError
 from yolo11.engine.config import parse_config
 from yolo11.models.summary import model_summary
 from yolo11.predictor import Detector
@@ -118,6 +119,17 @@ def test_api_predict_habits(run_folder, image, tmp_path, monkeypatch, capsys):
     assert len(model.predict(str(image), imgsz=70, conf=0.0)[0])
     monkeypatch.chdir(tmp_path)
     assert result.save() == Path("results_noise.png") and (tmp_path / "results_noise.png").is_file()
+
+
+@pytest.mark.parametrize("key, value, message", [
+    ("imgsz", "abc", "imgsz='abc' is not an integer"), ("conf", "x", "conf='x' is not a number"),
+    ("iou", None, "iou=None is not a number"), ("max_det", "a", "max_det='a' is not an integer"),
+    ("max_det", 0, "max_det must be at least 1, got 0"),
+])
+def test_api_predict_values_of_the_wrong_type_are_usage_errors(run_folder, image, key, value, message):
+    """They were TypeErrors from a comparison deep in the predictor ("'<=' not supported between ...")."""
+    with pytest.raises(UsageError, match=re.escape(f"predict: {message}")):
+        YOLO(run_folder).predict(str(image), **{key: value})
 
 
 def test_info_gives_the_numbers_of_yolo11_info():

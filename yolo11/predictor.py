@@ -15,6 +15,7 @@ is built on this class: the model is called in one place, ``Detector.detect``.
 from __future__ import annotations
 
 import json
+import numbers
 import sys
 import time
 from collections import Counter
@@ -426,6 +427,11 @@ class Detector:
             if note:
                 print(note, file=sys.stderr)
         imgsz = 640 if imgsz is None else imgsz
+        for name, value, kind in (("imgsz", imgsz, numbers.Integral), ("batch", batch, numbers.Integral),
+                                  ("max_det", max_det, numbers.Integral), ("conf", conf, numbers.Real),
+                                  ("iou", iou, numbers.Real)):
+            if isinstance(value, bool) or not isinstance(value, kind):  # '640' or None compared with ints below
+                raise ValueError(f"{name}={value!r} is not {'an integer' if kind is numbers.Integral else 'a number'}")
         if imgsz <= 0 or imgsz % MAX_STRIDE:
             raise ValueError(f"imgsz must be a positive multiple of {MAX_STRIDE}, got {imgsz}")
         if batch < 1:
@@ -437,6 +443,8 @@ class Detector:
                                                                  list(classes), dtype=torch.int64)
         if self.classes is not None and not all(0 <= k < model.num_classes for k in self.classes.tolist()):
             raise ValueError(f"classes={self.classes.tolist()}: class ids of this model are 0-{model.num_classes - 1}")
+        if max_det < 1:
+            raise ValueError(f"max_det must be at least 1, got {max_det}")
         self.max_det = max_det
         self.device = select_device(device)
         self.model = model.to(self.device).eval()
