@@ -139,6 +139,7 @@ def train(config: TrainConfig, typed: frozenset[str] | None = None) -> int:
     one line by each process that met it; 130 or 143: stopped by SIGINT or SIGTERM, the same on every rank).
     ``typed``: the flags the user set (``parse_command_line``); a resume reads the others from the checkpoint
     (None: every flag counts as set)."""
+    _CALLS.append(time.time())
     mark_startup("imports", first=True)  # the interpreter, the imports and the command line
     stop = StopSignal(raise_first=True).install()  # until training starts, a signal ends the start-up at once
     # The process group is made here, once, for the Accelerator built later (which could no longer set its options).
@@ -685,8 +686,14 @@ def stopped_by_peer(err: BaseException, launch: PartialState, stop: StopSignal) 
         return stopped.signum
 
 
+_CALLS: list[float] = []  # when each train() of this process began (a script or notebook may train twice)
+
+
 def process_start() -> float | None:
-    """When this process started (``time.time()``; its start-up then counts the imports), None where unknown."""
+    """When this run started (``time.time()``): the process's launch for the process's first run (its start-up
+    then counts the imports), the ``train`` call for a later one; None where unknown."""
+    if len(_CALLS) > 1:
+        return _CALLS[-1]
     try:
         import psutil  # an Accelerate dependency
     except ImportError:
