@@ -60,6 +60,10 @@ def test_architectures_are_built_on_first_use_and_weights_paths_checked(tmp_path
     (tmp_path / "run" / "weights").mkdir(parents=True)
     with pytest.raises(FileNotFoundError, match="without weights/best.safetensors or last.safetensors"):
         YOLO(tmp_path / "run")
+    (tmp_path / "run" / "weights" / "best.safetensors").touch()  # Ultralytics' habit names best.pt: said where ours is
+    with pytest.raises(FileNotFoundError, match=r"no such weights file: .*best\.pt; this trainer writes .*best\."
+                                                r"safetensors beside it"):
+        YOLO(tmp_path / "run" / "weights" / "best.pt")
 
 
 def test_predict_saves_where_yolo11_predict_does(tmp_path, monkeypatch):

@@ -78,6 +78,10 @@ def check_weights(ref: str) -> None:
     if _REPO_ID.fullmatch(ref) and not path.suffix:
         return
     refuse_link_loop(path)
+    beside = path.with_suffix(".safetensors")
+    if path.suffix == ".pt" and beside.is_file():  # Ultralytics' habit, runs/train/exp/weights/best.pt: ours are here
+        raise FileNotFoundError(f"no such weights file: {ref}; this trainer writes {beside} beside it (.safetensors; "
+                                "yolo11 export --format pt writes a .pt for Ultralytics)")
     raise FileNotFoundError(
         f"no such weights file or folder: {ref} (expected a local .safetensors/.pt file or save_pretrained folder, "
         f"hf://owner/repo/file, a Hub repo owner/name, or one of {', '.join(OFFICIAL_WEIGHTS)})")
