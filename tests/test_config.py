@@ -472,3 +472,10 @@ def test_training_without_data_says_it_takes_the_synthetic_shapes(capsys):
         capsys.readouterr().out
     parse_config(["--data", "synthetic"])  # typed: nothing to say
     assert "synthetic shapes" not in capsys.readouterr().out
+
+
+def test_another_architectures_yaml_is_not_taken_for_weights(capsys):
+    with pytest.raises(SystemExit):
+        parse_config(["model=yolov8n.yaml"])
+    error = capsys.readouterr().err
+    assert "got 'yolov8n.yaml'; other architectures' YAMLs" in error and "--weights" not in error

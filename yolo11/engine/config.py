@@ -129,8 +129,10 @@ class ModelConfig(_SelfValidating):
         if self.pretrained and self.backbone is None:
             raise ValueError("--pretrained applies to a timm --backbone; use --weights for YOLO11 weights")
         if self.model is not None and self.model not in MODEL_NAMES:
+            suffix = Path(self.model).suffix.lower()
             hint = (f"; to start from weights pass --weights {self.model} (the architecture then comes from the "
-                    "weights)") if Path(self.model).suffix else ""
+                    "weights)") if suffix and suffix not in (".yaml", ".yml") else (
+                "; other architectures' YAMLs (yolov8n.yaml, a model of your own) are not built here" if suffix else "")
             raise ValueError(f"--model is the architecture, one of {', '.join(MODEL_NAMES)}, got {self.model!r}"
                              f"{hint}")
         if self.partial_weights and self.weights is None:
