@@ -170,6 +170,13 @@ def test_detections_boxes_answer_ultralytics_results_boxes_views():
     for other in (r.boxes[:, :2], r.boxes.T, r.boxes * 2):
         with pytest.raises(AttributeError, match="r.boxes"):
             other.conf  # noqa: B018
+    # Ultralytics' Results names for the image, its size and file; orig_img in BGR as there
+    image = np.zeros((100, 200, 3), np.uint8)
+    image[..., 0] = 255  # red in RGB
+    r = Detections(boxes=xyxy, scores=np.array([0.9, 0.4], np.float32), class_ids=np.array([3, 1]),
+                   names={1: "a", 3: "b"}, image_size=(100, 200), image=image, source="x.jpg")
+    assert r.orig_shape == (100, 200) and r.path == "x.jpg"
+    assert r.orig_img[0, 0].tolist() == [0, 0, 255] and r.image[0, 0].tolist() == [255, 0, 0]
 
 
 def test_a_bare_boolean_key_is_true_as_ultralytics_cli_reads_it(tmp_path, monkeypatch):

@@ -336,6 +336,20 @@ class Detections:
     def xywhn(self) -> np.ndarray:
         return self.boxes.xywhn.numpy()
 
+    # Ultralytics' Results names for the image, its size and its file, which a typical snippet reads.
+    @property
+    def orig_shape(self) -> tuple[int, int]:
+        return self.image_size
+
+    @property
+    def path(self) -> str | None:
+        return self.source
+
+    @property
+    def orig_img(self) -> np.ndarray | None:
+        """The image in BGR, as Ultralytics' ``orig_img`` (``image`` is RGB)."""
+        return None if self.image is None else np.ascontiguousarray(self.image[..., ::-1])
+
     def save(self, path: str | Path | None = None, filename: str | Path | None = None) -> Path:
         """Write ``plot()`` to ``path`` (or ``filename``, Ultralytics' keyword; any format OpenCV writes, by its
         suffix; default ``results_<source's name>`` in the current folder, as Ultralytics' ``Results.save()``);
