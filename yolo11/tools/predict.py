@@ -327,8 +327,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(speed)
     labels = directory / "labels"
     count = len(list(labels.glob("*.txt"))) if args.save_txt and labels.is_dir() else 0
-    print(f"Results saved to {directory}" + (f"\n{count} label{'s' * (count != 1)} saved to {labels}"
-                                             if args.save_txt else ""))
+    saved_labels = f"\n{count} label{'s' * (count != 1)} saved to {labels}" if count else \
+        "\nno label files: nothing was detected (a file per image with detections, as Ultralytics)"
+    print(f"Results saved to {directory}" + (saved_labels if args.save_txt else ""))
     return status
 
 if __name__ == "__main__":
