@@ -285,7 +285,7 @@ def test_cli_prints_ultralytics_lines_and_writes_runs_predict_name(weights, load
     assert run_cli(weights, str(files[0]), "--no-draw", "verbose=false") == 0  # the default name: exp
     out = capsys.readouterr().out.splitlines()
     assert not any(line.startswith("image ") for line in out) and out[-1] == "Results saved to runs/predict/exp"
-    assert run_cli(weights, str(files[0]), "--no-draw", "save_txt=true", "conf=0.99") == 0  # nothing detected
+    assert run_cli(weights, str(files[0]), "--no-draw", "save_txt=true", "conf=1.0") == 0  # nothing detected
     assert capsys.readouterr().out.splitlines()[-1] == ("no label files: nothing was detected (a file per image with "
                                                         "detections, as Ultralytics)")
     assert not (tmp_path / "runs" / "predict" / "exp2" / "labels").exists()
