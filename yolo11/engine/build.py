@@ -20,7 +20,7 @@ from yolo11.data import BatchHSV, DetectionSource, LoaderConfig, build_train_str
 from yolo11.data.augment_params import augment_params_of
 from yolo11.data.loader import DetectionDataLoader
 from yolo11.engine import tracking
-from yolo11.engine.config import ModelConfig, TrainConfig
+from yolo11.engine.config import HEAD_LAYER, ModelConfig, TrainConfig, frozen_layers
 from yolo11.engine.ema import ModelEMA
 from yolo11.engine.interrupt import StopAgreement
 from yolo11.engine.loop import Accumulation, TrainStep
@@ -32,6 +32,7 @@ from yolo11.engine.progress import Progress
 from yolo11.engine.weight_trace import WeightTrace
 from yolo11.loss import DetectionLoss, End2EndLoss
 from yolo11.models import YOLO11Detector, create_model
+from yolo11.models.neck import ULTRALYTICS_LAYERS
 from yolo11.run_folders import numbered_dir
 from yolo11.weights import load_weights
 from yolo11.weights.safetensors_io import host_copies
@@ -194,7 +195,50 @@ def _preview(names: list[str] | None, count: int, limit: int = 4) -> str:
 def build_model(config: ModelConfig, class_names: list[str], data: str = "the dataset") -> YOLO11Detector:
     """The detector for ``class_names`` (the dataset's, kept on the model). With ``--weights`` the architecture
     comes from the weights (``--model`` / ``--backbone`` must agree unless ``--partial-weights``), every tensor
-    is transferred, and a different class count re-initialises the head's class branch; both are printed."""
+    is transferred, and a different class count re-initialises the head's class branch; both are printed.
+    ``--freeze`` then freezes the layers it names (``freeze_layers``)."""
+    model = _built_model(config, class_names, data)
+    if config.freeze is not None:
+        frozen = freeze_layers(model, frozen_layers(config.freeze))
+        PartialState().print(f"--freeze {config.freeze}: {frozen} tensors frozen (layers "
+                             f"{_ranges(sorted(frozen_layers(config.freeze)))})")
+    return model
+
+
+def freeze_layers(model: YOLO11Detector, layers: frozenset[int]) -> int:
+    """``requires_grad`` off for the parameters of Ultralytics' layer numbers ``layers`` (0-10 the backbone, a timm
+    backbone as one piece, 11-22 the neck, 23 the head), as Ultralytics' ``freeze``; returns how many were frozen.
+    The optimizer, DDP and the EMA then leave them as they are; their BatchNorm statistics still update in training
+    mode, as in Ultralytics."""
+    neck_layers = {name: index for index, name in ULTRALYTICS_LAYERS.items()}
+    frozen = 0
+    for name, param in model.named_parameters():
+        part, _, rest = name.partition(".")
+        if part == "backbone":
+            first = rest.removeprefix("layers.").partition(".")[0]
+            hit = int(first) in layers if first.isdigit() else bool(layers & set(range(11)))  # timm: all or none
+        elif part == "neck":
+            hit = neck_layers.get(rest.partition(".")[0]) in layers
+        else:
+            hit = HEAD_LAYER in layers
+        if hit and param.requires_grad:
+            param.requires_grad_(False)
+            frozen += 1
+    return frozen
+
+
+def _ranges(numbers: list[int]) -> str:
+    """``[0, 1, 2, 5]`` -> ``0-2, 5``."""
+    runs: list[list[int]] = []
+    for n in numbers:
+        if runs and n == runs[-1][-1] + 1:
+            runs[-1].append(n)
+        else:
+            runs.append([n])
+    return ", ".join(f"{r[0]}-{r[-1]}" if len(r) > 1 else str(r[0]) for r in runs)
+
+
+def _built_model(config: ModelConfig, class_names: list[str], data: str) -> YOLO11Detector:
     if not config.weights:
         return create_model(config.model or DEFAULT_MODEL, num_classes=len(class_names), backbone=config.backbone,
                             pretrained=config.pretrained, names=class_names)

@@ -121,6 +121,10 @@ class ModelConfig(_SelfValidating):
     weights: str | None = _fixed(None, "initial weights: a .safetensors / .pt file, a save_pretrained folder, "
                                      "hf://owner/repo/file, a Hub repo owner/name, or yolo11n.pt ... yolo11x.pt, "
                                      "yolo26n.pt ... yolo26x.pt (downloaded from the Hub)")
+    freeze: str | None = _fixed(None, "layers to freeze, as Ultralytics' freeze (its layer numbers: 0-10 the "
+                                      "backbone, 11-22 the neck, 23 the head): N freezes layers 0..N-1 (10: the "
+                                      "backbone but its C2PSA), [i, j] or i,j those layers; with a timm backbone, "
+                                      "any of 0-10 freezes all of it")
     partial_weights: bool = _fixed(False, "with --weights: transfer only the tensors whose names and shapes match "
                                         "when the architecture differs (--model, --backbone); each re-initialised "
                                         "tensor is listed. Without it only the class branch may differ")
@@ -137,6 +141,27 @@ class ModelConfig(_SelfValidating):
                              f"{hint}")
         if self.partial_weights and self.weights is None:
             raise ValueError("--partial-weights applies to --weights")
+        if self.freeze is not None:
+            frozen_layers(self.freeze)  # the error names the value
+
+
+HEAD_LAYER = 23  # Ultralytics' index of the Detect layer: freeze's numbers stop there
+
+
+def frozen_layers(spec: str) -> frozenset[int]:
+    """The Ultralytics layer numbers ``--freeze`` names: ``"10"`` is layers 0-9 (``range(10)``, as Ultralytics
+    reads an int), ``"[10]"`` or ``"3,5"`` a list of layers. ``ValueError`` naming the value otherwise."""
+    text = spec.strip()
+    listed = text.startswith("[") or "," in text
+    try:
+        numbers = [int(n) for n in text.strip("[]").split(",") if n.strip()] if listed else [int(text)]
+    except ValueError:
+        raise ValueError(f"--freeze {spec}: a layer count (10) or a list of layer numbers ([0, 1, 2] or 0,1,2)") \
+            from None
+    if any(not 0 <= n <= HEAD_LAYER + (not listed) for n in numbers):
+        raise ValueError(f"--freeze {spec}: Ultralytics' layer numbers are 0-{HEAD_LAYER} (a count up to "
+                         f"{HEAD_LAYER + 1})")
+    return frozenset(numbers) if listed else frozenset(range(numbers[0]))
 
 
 @dataclass(frozen=True)

@@ -182,6 +182,8 @@ def read_ultralytics_keys(values: dict[str, Any], ours: dict[str, bool]) -> tupl
         values["batch"] = 16
         legacy_notes.append(f"batch={batch}: Ultralytics' AutoBatch is not implemented; batch 16, its choice where "
                             "it cannot measure the GPU")
+    if isinstance(values.get("freeze"), int | list) and not isinstance(values["freeze"], bool):  # 10, [0, 1]
+        values["freeze"] = str(values["freeze"]) if values["freeze"] else None  # freeze=0 or []: nothing
     if isinstance(values.get("device"), int | list):  # device=0 reads as an int, device=[0, 1] as a list
         values["device"] = ",".join(map(str, values["device"])) if isinstance(values["device"], list) \
             else str(values["device"])
@@ -274,6 +276,8 @@ WRITTEN: dict[str, tuple[str, Callable[[Any], Any]]] = {
     "schedule": ("cos_lr", lambda v: v == "cosine"),
     "val_interval": ("val", lambda v: v > 0),
     "resume": ("resume", lambda v: False if v is None else True if v == "auto" else v),
+    "freeze": ("freeze", lambda v: None if v is None else [int(n) for n in v.strip("[]").split(",") if n.strip()]
+               if v.strip().startswith("[") or "," in v else int(v)),  # 10 (a count) or [0, 23] (layers)
 }
 
 

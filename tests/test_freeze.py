@@ -1,0 +1,80 @@
+"""``--freeze`` (Ultralytics' ``freeze``): the layers it names by Ultralytics' numbers, the same tensors frozen as
+Ultralytics freezes, and a fine-tuning run that leaves them as they were."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+from helpers.engine_helpers import TINY_FLAGS
+
+import yolo11
+from yolo11.engine.build import build_model, freeze_layers
+from yolo11.engine.config import ModelConfig, frozen_layers, parse_config
+from yolo11.weights import load_weights, save_weights
+from yolo11.weights.ultralytics import ultralytics_key
+
+
+@pytest.mark.parametrize("spec, layers", [("10", set(range(10))), ("[10]", {10}), ("0,23", {0, 23}),
+                                          ("[0, 1, 2]", {0, 1, 2}), ("24", set(range(24)))])
+def test_freeze_reads_a_count_or_a_list_as_ultralytics(spec, layers):
+    assert frozen_layers(spec) == layers
+
+
+@pytest.mark.parametrize("spec, message", [("abc", "a layer count (10) or a list"), ("[24]", "are 0-23"),
+                                           ("-1", "are 0-23")])
+def test_a_freeze_that_names_no_layers_is_refused(spec, message):
+    with pytest.raises(ValueError, match=rf"--freeze {re.escape(spec)}: .*{re.escape(message)}"):
+        ModelConfig(freeze=spec)
+
+
+@pytest.mark.parametrize("value, flag", [("10", "10"), ("[0, 23]", "[0, 23]"), ("0", None), ("[]", None)])
+def test_the_ultralytics_key_is_read_as_the_flag(value, flag):
+    assert parse_config([f"freeze={value}"]).model.freeze == flag
+
+
+@pytest.mark.parametrize("spec", ["10", "[0, 23]", "23", "3,5,19"])
+def test_the_same_tensors_are_frozen_as_in_ultralytics(spec):
+    """Ultralytics freezes every parameter whose name holds ``model.{i}.`` for the named layers, and the DFL."""
+    model = yolo11.create_model("yolo11n")
+    freeze_layers(model, frozen_layers(spec))
+    ours = {ultralytics_key(name) for name, param in model.named_parameters() if not param.requires_grad}
+    named = frozen_layers(spec)
+    expected = {ultralytics_key(name) for name, _ in model.named_parameters()}
+    expected = {key for key in expected if int(key.split(".")[1]) in named or ".dfl." in key}
+    assert ours == expected and ours
+
+
+def test_a_timm_backbone_freezes_as_one_piece():
+    model = yolo11.create_model("yolo11n", num_classes=2, backbone="resnet18")
+    frozen = freeze_layers(model, frozen_layers("3"))
+    assert frozen == sum(1 for _ in model.backbone.parameters())
+    assert all(p.requires_grad for p in model.neck.parameters())
+
+
+@pytest.mark.slow
+def test_a_run_leaves_the_frozen_layers_as_they_were(tmp_path, capsys):
+    from yolo11.engine.trainer import train
+
+    torch.manual_seed(0)
+    start = save_weights(yolo11.create_model("yolo11n", num_classes=3), tmp_path / "start.safetensors")
+    config = parse_config([*TINY_FLAGS, "--batch-size", "4", "--epochs", "1", "--output-dir", str(tmp_path),
+                           "--weights", str(start), "freeze=10"])
+    assert train(config) == 0
+    assert "--freeze 10: 99 tensors frozen (layers 0-9)" in capsys.readouterr().out
+    before = load_weights(start).state_dict()
+    after = load_weights(tmp_path / "exp" / "weights" / "last.safetensors").state_dict()
+    parameters = {name for name, _ in yolo11.create_model("yolo11n", num_classes=3).named_parameters()}
+    kept = [k for k in parameters if k.startswith(tuple(f"backbone.layers.{i}." for i in range(10)))]
+    moved = [k for k in parameters if k.startswith("neck.")]
+    # last.safetensors holds float16: the frozen tensors are their float16 selves, the others have trained
+    assert all(torch.equal(after[k].float(), before[k].half().float()) for k in kept)
+    assert any(not torch.equal(after[k].float(), before[k].half().float()) for k in moved)
+
+
+def test_build_model_freezes_after_the_weights_are_loaded(tmp_path):
+    weights = save_weights(yolo11.create_model("yolo11n", num_classes=3), tmp_path / "w.safetensors")
+    model = build_model(ModelConfig(weights=str(weights), freeze="[23]"), ["a", "b", "c"])
+    assert all(not p.requires_grad for p in model.head.parameters())
+    assert all(p.requires_grad for p in model.backbone.parameters())
