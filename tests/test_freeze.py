@@ -54,14 +54,22 @@ def test_a_timm_backbone_freezes_as_one_piece():
 
 
 @pytest.mark.slow
-def test_a_run_leaves_the_frozen_layers_as_they_were(tmp_path, capsys):
+@pytest.mark.parametrize("device", ["cpu", pytest.param("0", marks=[pytest.mark.gpu, pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="needs a CUDA device")])])
+def test_a_run_leaves_the_frozen_layers_as_they_were(tmp_path, capsys, device):
+    """On a GPU the step is graphed (CUDA graphs, the default there): the frozen tensors stay out of it too."""
+    from helpers.engine_helpers import reset_accelerate_state
+
     from yolo11.engine.trainer import train
 
     torch.manual_seed(0)
     start = save_weights(yolo11.create_model("yolo11n", num_classes=3), tmp_path / "start.safetensors")
     config = parse_config([*TINY_FLAGS, "--batch-size", "4", "--epochs", "1", "--output-dir", str(tmp_path),
-                           "--weights", str(start), "freeze=10"])
-    assert train(config) == 0
+                           "--weights", str(start), "freeze=10", f"device={device}"])
+    try:
+        assert train(config) == 0
+    finally:
+        reset_accelerate_state()
     assert "--freeze 10: 99 tensors frozen (layers 0-9)" in capsys.readouterr().out
     before = load_weights(start).state_dict()
     after = load_weights(tmp_path / "exp" / "weights" / "last.safetensors").state_dict()
