@@ -61,7 +61,7 @@ def launch_state(device: str | None = None) -> PartialState:
     cpu = parse_flag_from_env("ACCELERATE_USE_CPU") or (chosen is not None and chosen.type == "cpu")
     if PartialState._shared_state:  # made already: Accelerate would ignore any argument now
         state = PartialState(cpu=cpu)
-        if chosen is not None and state.device != chosen:
+        if chosen is not None and (state.device.type, state.device.index or 0) != (chosen.type, chosen.index or 0):
             raise LaunchError(f"--device {device}: this Python process placed its runs on {state.device} when the "
                               "first one started (Accelerate keeps one state per process); start a new process (a "
                               "notebook: restart its kernel) to train on another device")
