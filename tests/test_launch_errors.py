@@ -64,6 +64,17 @@ def test_two_processes_from_the_cpu_config_are_refused(tmp_path):
 
 
 @pytest.mark.slow
+def test_the_gpu_config_of_two_processes_on_a_cpu_machine_is_one_line(tmp_path):
+    """cpu_2proc.yaml without ACCELERATE_USE_CPU=1 on a machine without GPUs: each process sees a world of one, and
+    each said so (the same line twice); the launcher's first rank says it."""
+    if __import__("torch").cuda.is_available():
+        pytest.skip("a machine without GPUs")
+    result = job([*FLAGS, "--output-dir", str(tmp_path / "out")], config="cpu_2proc.yaml")
+    assert result.returncode == 2, describe(result)
+    one_error_line(result, "2 processes were launched (WORLD_SIZE=2) but this one sees a world of 1")
+
+
+@pytest.mark.slow
 def test_cpu_2proc_config_runs_two_processes(tmp_path):
     result = job([*FLAGS, "--batch-size", "8", "--max-steps", "1", "--output-dir", str(tmp_path)],
                  config="cpu_2proc.yaml", cpu_ddp=True)

@@ -42,6 +42,8 @@ def say_error(message: str, state, job: str) -> None:
     shared one, when every rank says it)."""
     if state.num_processes > 1 and job and not _first_to_say(message, job):
         return
+    if state.num_processes == 1 and os.environ.get("RANK", "0") != "0":  # launched ranks each in a world of one
+        return  # (check_launch's error): the launcher's first rank says it
     rank = "" if state.is_main_process else f"[rank {state.process_index}] "
     print(f"error: {rank}{message}", file=sys.stderr, flush=True)
 
