@@ -203,7 +203,7 @@ def test_errors_raise_with_the_command_line_message(trained, capsys):
         model.predict(np.zeros((32, 32, 3), np.uint8), cnf=0.3)
     with pytest.raises(FileNotFoundError, match="no such image, video or folder: missing.jpg"):
         model.predict("missing.jpg")
-    with pytest.raises(UsageError, match="--opset must be >= 17, got 3"):
+    with pytest.raises(UsageError, match="--opset must be >= 13, got 3"):
         model.export(opset=3)
     with pytest.raises(UsageError, match="val needs data="):
         YOLO("yolo11n").val()

@@ -76,6 +76,23 @@ def test_onnx_predictions_equal_the_pytorch_model(exported):
         np.testing.assert_array_equal(b.class_ids, a.class_ids)
 
 
+def test_an_opset_13_export_predicts_the_same(exported, tmp_path):
+    """Opset 13 (runtimes that read no later one; Ultralytics users ask for opset=12/13): the same detections.
+    12 is refused by name: torch writes C2PSA's unflatten from 13."""
+    weights, _ = exported
+    output = tmp_path / "13.onnx"
+    assert export.main([str(weights), "--imgsz", str(IMGSZ), "--opset", "13", "--output", str(output)]) == 0
+    settings = dict(imgsz=IMGSZ, conf=0.2, device="cpu", rect=False)
+    ours = Detector.from_pretrained(weights, **settings).predict(images())
+    theirs = Detector.from_pretrained(output, **settings).predict(images())
+    assert sum(len(r) for r in ours) >= 4
+    for a, b in zip(ours, theirs, strict=True):
+        np.testing.assert_allclose(b.boxes, a.boxes, atol=1e-4 * IMGSZ)
+        np.testing.assert_array_equal(b.class_ids, a.class_ids)
+    with pytest.raises(SystemExit):
+        export.main([str(weights), "--opset", "12", "--output", str(tmp_path / "12.onnx")])
+
+
 def test_metadata_static_size_and_detection_by_content(exported, tmp_path, capsys):
     """Ultralytics' runtime reuses a static export's imgsz (its predictor's ``setup_model``) and letterboxes to the
     square; so does ours, with a note when another size was asked. A renamed export is still ONNX (its bytes)."""

@@ -59,7 +59,7 @@ from yolo11.preflight import parse_tool_args
 from yolo11.tools import add_nms_flag, cli, threshold_value
 
 EXPORT_FORMATS = ("onnx", "pt", "safetensors")  # the tool's and YOLO.export's
-OPSET = 17  # the lowest opset accepted (yolo11.tools.onnx_export.OPSET, which loads torch)
+OPSET, MIN_OPSET = 17, 13  # the default and the lowest opset (yolo11.tools.onnx_export's, which loads torch)
 # The graph code loads torch and onnx: it is imported in main, after the arguments are checked (--help is instant).
 _GRAPH_NAMES = ("DecodedDetector", "End2EndDetector", "NmsDetector", "check_onnx",
                 "export_onnx", "onnx_metadata")
@@ -102,7 +102,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                         help="ONNX with dynamic batch, height and width (Ultralytics' dynamic=True)")
     parser.add_argument("--static-batch", action="store_true", help=argparse.SUPPRESS)  # the default since 2026-12
     parser.add_argument("--half", action="store_true", help="float16 weights (ONNX inputs and outputs stay float32)")
-    parser.add_argument("--opset", type=int, default=OPSET, help="ONNX opset (>= 17)")
+    parser.add_argument("--opset", type=int, default=OPSET, help="ONNX opset (13 or more; 17 by default)")
     parser.add_argument("--check", action="store_true", help="compare onnxruntime with PyTorch after export")
     add_nms_flag(parser, "as Ultralytics' nms: unset (default) = output0 decoded (YOLO26: its one-to-many head); "
                          "--nms / true = the graph ends in ONNX NonMaxSuppression; false = YOLO26's NMS-free "
@@ -112,8 +112,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--max-det", type=int, default=300,
                         help="--nms: detections kept per class and image; --nms false: rows of output0")
     args = parse_tool_args(parser, argv, {"model": "weights"})
-    if args.opset < OPSET:
-        parser.error(f"--opset must be >= {OPSET}, got {args.opset}")
+    if args.opset < MIN_OPSET:
+        parser.error(f"--opset must be >= {MIN_OPSET}, got {args.opset}")
     return args
 
 

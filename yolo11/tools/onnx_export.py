@@ -18,7 +18,8 @@ from torchvision.ops import nms
 from yolo11.geometry import MAX_STRIDE, xywh_to_xyxy
 from yolo11.postprocess import decode, end2end_topk
 
-OPSET = 17
+OPSET = 17  # the default
+MIN_OPSET = 13  # torch's exporter writes aten::unflatten (C2PSA's attention) from opset 13
 
 
 class DecodedDetector(nn.Module):
