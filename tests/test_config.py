@@ -150,7 +150,7 @@ cache: ram
 save_period: -1
 channels_last:
 freeze: 10
-single_cls: true
+fraction: 0.5
 device: cpu
 box: 7.5
 lr0: 0.02
@@ -174,7 +174,7 @@ def test_ultralytics_args_yaml_maps_known_keys_and_lists_the_ignored_ones(tmp_pa
     out = capsys.readouterr().out
     assert "batch -> --batch-size" in out and "model: yolo11s.pt -> --model yolo11s --weights yolo11s.pt" in out
     ignored = next(line for line in out.splitlines() if "ignored" in line)
-    assert "single_cls=True" in ignored and "device" not in ignored and "freeze" not in ignored  # read as ours:
+    assert "fraction=0.5" in ignored and "device" not in ignored and "freeze" not in ignored  # read as ours:
     assert (config.run.device, config.model.freeze) == ("cpu", "10")
     assert "box" not in ignored and "more at Ultralytics' defaults" in ignored
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 import datasets
 
@@ -47,6 +47,39 @@ def most_objects(dataset: datasets.Dataset) -> int:
     column = dataset.select_columns(["objects"]).with_format("arrow")[:].column("objects").combine_chunks()
     counts = pc.list_value_length(pc.struct_field(column, "category"))  # a struct of lists (datasets' Sequence)
     return int(pc.max(pc.fill_null(counts, 0)).as_py() or 0)
+
+
+def single_class(source: DetectionSource, name: str = "item") -> DetectionSource:
+    """``source`` with every object of class 0, ``name`` (Ultralytics' ``single_cls``). Only the Arrow column of
+    the classes is new: the images and boxes stay in the cached files, memory-mapped (``Dataset.map`` would copy
+    every image into a new file)."""
+    import numpy as np
+    import pyarrow as pa
+
+    dataset = source.dataset
+    table = dataset.data
+    chunks = []
+    for chunk in table.column("objects").chunks:
+        children = dict(zip((f.name for f in chunk.type), chunk.flatten(), strict=True))  # flatten: the slice's
+        classes = children["category"]
+        # the offsets of a sliced list index its whole values: zeros for all of them keep them valid
+        children["category"] = pa.ListArray.from_arrays(classes.offsets, pa.array(np.zeros(len(classes.values),
+                                                                                           np.int64)))
+        chunks.append(pa.StructArray.from_arrays(list(children.values()), names=list(children),
+                                                 mask=chunk.is_null() if chunk.null_count else None))
+    column = pa.chunked_array(chunks, type=chunks[0].type) if chunks else table.column("objects")
+    features = dataset.features.copy()
+    features["objects"] = detection_features([name])["objects"]
+    index = table.column_names.index("objects")
+    try:  # a memory-mapped table records the change and stays memory-mapped
+        table = table.set_column(index, "objects", column)
+    except NotImplementedError:  # datasets' concatenation of tables: the same Arrow buffers, held as one table
+        from datasets.table import InMemoryTable
+
+        table = InMemoryTable(table.table.set_column(index, "objects", column))
+    one = datasets.Dataset(table, info=datasets.DatasetInfo(features=features), split=dataset.split,
+                           indices_table=dataset._indices)
+    return replace(source, dataset=one, class_names=[name], origin=f"{source.origin}:single_cls")
 
 
 @dataclass

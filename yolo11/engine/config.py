@@ -179,6 +179,8 @@ class DataConfig(AugmentParams, _SelfValidating):
     bbox_format: str = _fixed("auto", "how --data stores boxes (Hub datasets, dataset folders, COCO json): xywh (the "
                                     "Hub and COCO convention), xyxy, or auto (COCO json: xywh; Hub/folder: read "
                                     "from the boxes, an error when they fit both)", ("auto", "xywh", "xyxy"))
+    single_cls: bool = _fixed(False, "train every class as one, 'item' (Ultralytics' single_cls): a detector of "
+                                     "objects, whatever their class; validation scores it so too")
     imgsz: int = _fixed(640, "training and validation image size in pixels (multiple of 32)")
     workers: int | None = _free(None, "data-loader worker processes per training process, at most its CPU cores; "
                                      "default auto: 8, but none on a CPU run at 320 px or more with 2 cores or "

@@ -33,6 +33,7 @@ from yolo11.data import (
     save_batch_preview,
 )
 from yolo11.data.dataset import available_memory, cache_bytes
+from yolo11.data.schema import single_class
 from yolo11.data.sources import VAL_FALLBACKS, report_same_data
 from yolo11.engine import dashboards, tracking
 from yolo11.engine.build import (
@@ -315,6 +316,11 @@ def locate_inputs(config: TrainConfig, launch: PartialState, resume: Resume | No
     val_source = load_source(data.data, split=data.val_split, fallback_splits=VAL_FALLBACKS, split_flag="--val-split",
                              **options)
     report_same_data(train_source, val_source)
+    if data.single_cls:
+        if launch.is_main_process:
+            print(f"single_cls: the {len(train_source.class_names)} classes of {data.data} trained and scored as one, "
+                  "'item'", flush=True)
+        train_source, val_source = single_class(train_source), single_class(val_source)
     if config.model.weights and not initial_weights_replaced(resume):
         resolve_weights(config.model.weights)  # downloaded now, so that missing weights fail before the folder
     if resume is not None and resume.run_dir is not None and resume.run_dir.is_dir():

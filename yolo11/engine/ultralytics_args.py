@@ -266,7 +266,7 @@ WRITTEN: dict[str, tuple[str, Callable[[Any], Any]]] = {
         "data", "epochs", "patience", "imgsz", "name", "exist_ok", "optimizer", "seed", "close_mosaic", "max_det",
         "plots", "channels_last", "lr0", "lrf", "momentum", "weight_decay", "warmup_epochs", "warmup_momentum",
         "warmup_bias_lr", "hsv_h", "hsv_s", "hsv_v", "degrees", "translate", "scale", "shear", "perspective",
-        "flipud", "fliplr", "mosaic", "mixup", "device")},
+        "flipud", "fliplr", "mosaic", "mixup", "device", "single_cls")},
     **{ours: (theirs, lambda v: v) for theirs, ours in RENAMED.items() if ours not in ("val_nms",)},
     "val_nms": ("nms", lambda v: _OMIT if v else False),  # unset: the one-to-many head with NMS, as ours
     "workers": ("workers", _without_auto),
