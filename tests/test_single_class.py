@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import datasets
 import pyarrow as pa
 import pytest
@@ -63,3 +65,26 @@ def test_a_run_trains_one_class_named_item(tmp_path, capsys):
     assert "single_cls: the 6 classes of" in out and "trained and scored as one, 'item'" in out
     model = load_weights(tmp_path / "exp" / "weights" / "last.safetensors")
     assert (model.num_classes, model.names) == (1, ["item"])
+
+
+@pytest.mark.slow
+def test_val_and_the_api_score_a_single_class_run_as_it_trained(tmp_path, capsys, monkeypatch):
+    """``yolo11 val best.safetensors`` reads single_cls from the run (it was "predicts 1 classes; --data has 80"),
+    ``single_cls=false`` says how to score it; the API's train-then-val and val() agree with the run's last
+    validation."""
+    from yolo11 import YOLO
+    from yolo11.tools import val
+
+    monkeypatch.chdir(tmp_path)
+    model = YOLO("yolo11n")
+    trained = model.train(data="coco8.yaml", imgsz=64, epochs=1, batch=4, workers=0, single_cls=True)
+    reset_accelerate_state()
+    assert model.names == {0: "item"}
+    assert model.val(workers=0).map50_95 == trained.map50_95
+    reset_accelerate_state()
+    capsys.readouterr()
+    assert val.main([str(trained.best), "workers=0"]) == 0
+    assert "single_cls True from" in capsys.readouterr().err
+    reset_accelerate_state()
+    assert val.main([str(trained.best), "workers=0", "single_cls=false"]) != 0
+    assert re.search(r"predicts 1 classes .*single_cls=True scores its classes as one", capsys.readouterr().err)

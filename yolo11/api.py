@@ -275,7 +275,7 @@ class YOLO:
                 data=data.data, split=data.val_split, images=data.images, bbox_format=data.bbox_format,
                 cache_dir=data.cache_dir, imgsz=data.imgsz, batch=run.val_batch_size or 2 * run.batch_size,
                 workers=2 if data.workers is None else data.workers, conf=run.val_conf, iou=run.val_iou,
-                max_det=run.max_det, rect=run.val_rect, nms=run.val_nms)[0]
+                max_det=run.max_det, rect=run.val_rect, nms=run.val_nms, single_cls=data.single_cls)[0]
         self.metrics = dataclasses.replace(metrics, run_dir=run_dir, best=best, last=last,
                                            best_epoch=_best_epoch(run_dir))
         return self.metrics
@@ -305,7 +305,7 @@ class YOLO:
             data=settings["data"], split=settings["split"], images=settings["images"],
             bbox_format=settings["bbox_format"], cache_dir=args.cache_dir, imgsz=settings["imgsz"], batch=args.batch,
             workers=args.workers, conf=args.conf, iou=args.iou, max_det=args.max_det, rect=args.rect,
-            backend=args.backend, nms=settings["nms"])
+            backend=args.backend, nms=settings["nms"], single_cls=settings["single_cls"])
         if calls.is_main_process():  # the files `yolo11 val` writes, where it writes them (project, name, plots...)
             metrics = dataclasses.replace(metrics, run_dir=val_tool.write_outputs(args, metrics.raw, predictions,
                                                                                  source))
@@ -314,12 +314,14 @@ class YOLO:
 
     def _validate(self, *, data: str, split: str, images: str | None, bbox_format: str, cache_dir: str | None,
                   imgsz: int, batch: int, workers: int, conf: float, iou: float, max_det: int, rect: bool,
-                  nms: bool | None, backend: str = "fast") -> tuple[Metrics, list, DetectionSource]:
+                  nms: bool | None, backend: str = "fast", single_cls: bool = False
+                  ) -> tuple[Metrics, list, DetectionSource]:
         """``yolo11.tools.val.main`` on this object's model, returning what it prints: the metrics, the gathered
         predictions and the data source."""
         from accelerate import Accelerator, DataLoaderConfiguration
 
         from yolo11.data import load_source
+        from yolo11.data.schema import single_class
         from yolo11.data.sources import VAL_FALLBACKS
         from yolo11.evaluation.table import format_table
         from yolo11.postprocess import head_line
@@ -331,6 +333,8 @@ class YOLO:
             print(note, file=sys.stderr)
         source = load_source(data, split=split, cache_dir=cache_dir, images=images, bbox_format=bbox_format,
                              fallback_splits=VAL_FALLBACKS, split_flag="split")
+        if single_cls:  # trained as one class ('item'): scored so, as `yolo11 val` does
+            source = single_class(source)
         max_det = fit_max_det(max_det, source, split, calls.is_main_process(), flag="max_det")
         with calls.process_group():
             # as the val tool: no even_batches padding (rect batches of other shapes), a fused copy of the model

@@ -6,10 +6,10 @@ Where it is recorded, by kind of weights:
 
 - our ``.safetensors`` (and ``save_pretrained`` folders): their metadata holds the model config only, so the run's
   ``config.yaml`` is read, beside the ``weights/`` folder the file lies in (``<run>/weights/best.safetensors``,
-  ``<run>/hub``): ``data.imgsz``, ``data.data``, ``data.val_split``, ``data.images``, ``data.bbox_format`` and
-  ``run.val_nms`` (the head training validated);
-- an Ultralytics ``.pt``: ``train_args`` ``imgsz`` and ``data`` (and ``split``), what Ultralytics' own ``YOLO(pt)``
-  takes from it;
+  ``<run>/hub``): ``data.imgsz``, ``data.data``, ``data.val_split``, ``data.images``, ``data.bbox_format``,
+  ``data.single_cls`` and ``run.val_nms`` (the head training validated);
+- an Ultralytics ``.pt``: ``train_args`` ``imgsz`` and ``data`` (and ``split``, ``single_cls``), what Ultralytics'
+  own ``YOLO(pt)`` takes from it;
 - an ``.onnx`` export: its metadata ``imgsz`` (the graph's input size).
 
 A value given on the command line always wins; the tools print one line naming the values taken and where from.
@@ -35,6 +35,7 @@ class TrainedWith:
     images: str | None = None  # the image folder of a COCO json --data
     bbox_format: str | None = None
     nms: bool | None = None  # False: training validated YOLO26's NMS-free one-to-one head
+    single_cls: bool | None = None  # True: trained (and validated) as one class
     origin: str = ""
 
     def pick(self, name: str, given: Any, default: Any = None) -> tuple[Any, bool]:
@@ -67,7 +68,7 @@ def read_run_config(path: Path) -> TrainedWith:
     data, run = data if isinstance(data, dict) else {}, run if isinstance(run, dict) else {}
     return _checked(TrainedWith(imgsz=data.get("imgsz"), data=data.get("data"), split=data.get("val_split"),
                                 images=data.get("images"), bbox_format=data.get("bbox_format"),
-                                nms=run.get("val_nms"), origin=str(path)))
+                                nms=run.get("val_nms"), single_cls=data.get("single_cls"), origin=str(path)))
 
 
 def read_train_args(path: Path) -> TrainedWith:
@@ -81,7 +82,7 @@ def read_train_args(path: Path) -> TrainedWith:
     if isinstance(imgsz, (list, tuple)) and imgsz:  # Ultralytics allows [h, w]; ours are square
         imgsz = max(imgsz)
     return _checked(TrainedWith(imgsz=imgsz, data=args.get("data"), split=args.get("split"),
-                                origin=f"{path}'s train_args"))
+                                single_cls=args.get("single_cls"), origin=f"{path}'s train_args"))
 
 
 def read_onnx_imgsz(path: Path) -> TrainedWith:
@@ -95,7 +96,8 @@ def read_onnx_imgsz(path: Path) -> TrainedWith:
 
 def _checked(record: TrainedWith) -> TrainedWith:
     """Values of the wrong type (a hand-edited file) count as not recorded."""
-    types = {"imgsz": int, "data": str, "split": str, "images": str, "bbox_format": str, "nms": bool}
+    types = {"imgsz": int, "data": str, "split": str, "images": str, "bbox_format": str, "nms": bool,
+             "single_cls": bool}
     values = {f.name: getattr(record, f.name) for f in fields(record)}
     for name, kind in types.items():
         value = values[name]

@@ -62,6 +62,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--images", default=None, help="image folder of a COCO json source ({split}: the split)")
     parser.add_argument("--bbox-format", default=None, choices=BBOX_FORMATS,
                         help="how a Hub dataset or folder stores boxes (auto, the default: read from the boxes)")
+    parser.add_argument("--single-cls", action=argparse.BooleanOptionalAction, default=None,
+                        help="score every class as one, 'item' (default: as the run trained)")
     parser.add_argument("--cache-dir", default=None, help="where converted datasets are cached")
     parser.add_argument("--imgsz", type=int, default=None,
                         help="letterboxed input size in pixels (default: the training size, else 640)")
@@ -203,7 +205,7 @@ def resolve_settings(args: argparse.Namespace) -> tuple[dict, str | None]:
     taken, settings = {}, {}
     for name, given, default in (("data", args.data, None), ("imgsz", args.imgsz, 640), ("nms", args.nms, None),
                                  ("split", args.split, "val"), ("images", args.images, None),
-                                 ("bbox_format", args.bbox_format, "auto")):
+                                 ("bbox_format", args.bbox_format, "auto"), ("single_cls", args.single_cls, False)):
         settings[name], recorded = record.pick(name, given, default)
         if recorded and (name in ("data", "imgsz", "nms") or settings[name] != default):
             taken[name] = settings[name]
@@ -251,6 +253,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from accelerate import Accelerator, DataLoaderConfiguration
 
     from yolo11.data import load_source
+    from yolo11.data.schema import single_class
     from yolo11.data.sources import VAL_FALLBACKS
     from yolo11.engine.process_group import launch_state, share_gpu_note
     from yolo11.evaluation.table import format_table
@@ -271,9 +274,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     source = load_source(settings["data"], split=settings["split"], cache_dir=args.cache_dir,
                          images=settings["images"], bbox_format=settings["bbox_format"],
                          fallback_splits=VAL_FALLBACKS, split_flag="--split")
+    if settings["single_cls"]:
+        source = single_class(source)
     if model.num_classes != len(source.class_names):
+        hint = "; single_cls=True scores its classes as one" if model.num_classes == 1 else ""
         raise ValueError(f"{args.weights} predicts {_classes(model.names, model.num_classes)}; --data "
-                         f"{settings['data']} has {_classes(source.class_names, len(source.class_names))}")
+                         f"{settings['data']} has {_classes(source.class_names, len(source.class_names))}{hint}")
     renamed = names_differ(model.names, source.class_names)
     if renamed and accelerator.is_main_process:
         print(f"warning: {args.weights} and --data {settings['data']} name the classes differently ({renamed}); the "
