@@ -198,10 +198,10 @@ def build_model(config: ModelConfig, class_names: list[str], data: str = "the da
     is transferred, and a different class count re-initialises the head's class branch; both are printed.
     ``--freeze`` then freezes the layers it names (``freeze_layers``)."""
     model = _built_model(config, class_names, data)
-    if config.freeze is not None:
-        frozen = freeze_layers(model, frozen_layers(config.freeze))
-        PartialState().print(f"--freeze {config.freeze}: {frozen} tensors frozen (layers "
-                             f"{_ranges(sorted(frozen_layers(config.freeze)))})")
+    layers = frozen_layers(config.freeze) if config.freeze is not None else frozenset()
+    if layers:  # --freeze 0 or []: none, as Ultralytics' freeze=0
+        frozen = freeze_layers(model, layers)
+        PartialState().print(f"--freeze {config.freeze}: {frozen} tensors frozen (layers {_ranges(sorted(layers))})")
     return model
 
 
