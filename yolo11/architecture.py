@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 STRIDES = (8, 16, 32)  # P3, P4, P5: the detection levels of every model, native or timm backbone
 MAX_STRIDE = STRIDES[-1]  # network input sides must be multiples of it
+HEAD_LAYER = 23  # Ultralytics' layer number of the Detect head (0-10 the backbone, 11-22 the neck)
 
 
 @dataclass(frozen=True)

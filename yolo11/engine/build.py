@@ -16,11 +16,12 @@ from accelerate.utils import (
 )
 from torch import nn
 
+from yolo11.architecture import HEAD_LAYER
 from yolo11.data import BatchHSV, DetectionSource, LoaderConfig, build_train_stream
 from yolo11.data.augment_params import augment_params_of
 from yolo11.data.loader import DetectionDataLoader
 from yolo11.engine import tracking
-from yolo11.engine.config import HEAD_LAYER, ModelConfig, TrainConfig, frozen_layers
+from yolo11.engine.config import ModelConfig, TrainConfig, frozen_layers
 from yolo11.engine.ema import ModelEMA
 from yolo11.engine.interrupt import StopAgreement
 from yolo11.engine.loop import Accumulation, TrainStep

@@ -24,6 +24,7 @@ from typing import Any
 
 import yaml
 
+from yolo11.architecture import HEAD_LAYER
 from yolo11.arguments import ArgumentParser  # usage errors in one line
 from yolo11.data.augment_params import AugmentParams
 from yolo11.engine.ultralytics_args import FLAG_ALIASES, bare_switches, read_ultralytics_keys, ultralytics_switches
@@ -143,9 +144,6 @@ class ModelConfig(_SelfValidating):
             raise ValueError("--partial-weights applies to --weights")
         if self.freeze is not None:
             frozen_layers(self.freeze)  # the error names the value
-
-
-HEAD_LAYER = 23  # Ultralytics' index of the Detect layer: freeze's numbers stop there
 
 
 def frozen_layers(spec: str) -> frozenset[int]:

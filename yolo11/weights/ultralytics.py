@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from yolo11.architecture import FAMILIES, SCALES
+from yolo11.architecture import FAMILIES, HEAD_LAYER, SCALES
 from yolo11.gate import (
     FileRefusedError,
     check_class_names,
@@ -30,7 +30,6 @@ from yolo11.models.neck import ULTRALYTICS_LAYERS
 from yolo11.weights.safe_pickle import StubModule, Unpickler
 from yolo11.weights.torch_zip import read_torch_file
 
-HEAD_LAYER = 23
 _KEY = re.compile(r"model\.(\d+)\.(.+)")
 
 
