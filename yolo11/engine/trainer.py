@@ -188,7 +188,7 @@ def _train(config: TrainConfig, typed: frozenset[str] | None, launch: PartialSta
         job = job_token(launch)  # names this job's error markers: a line several processes meet alike is said once
         stop.enter("startup", launch.process_index)
         check_launch(launch)
-        warning = cpu_fallback_warning(launch.device.type)
+        warning = cpu_fallback_warning(launch.device.type) if config.run.device is None else None  # chosen
         if warning and launch.is_main_process:
             print(warning, file=sys.stderr, flush=True)
         sharing = share_gpu_note(launch)
