@@ -165,3 +165,84 @@ def test_hub_class_names_are_checked_as_every_class_list() -> None:
     with pytest.raises(DataSourceError, match="my/data"):
         check_classes(Classes(["car", "x" * 8_000_001]), np.array([0]), "objects.category", "my/data")
     check_classes(Classes(["car", "bus"]), np.array([0, 1]), "objects.category", "my/data")  # a valid list passes
+
+
+def _rows_as(dataset: datasets.Dataset, folder: Path, **changes) -> str:
+    """``dataset`` with the columns of its rows changed (``changes``: column -> one value per row), saved."""
+    rows = dataset.to_list()
+    for column, values in changes.items():
+        for row, value in zip(rows, values, strict=True):
+            row[column] = value
+    features = FEATURES.copy()
+    if "image" in changes:
+        features["image"] = datasets.Image(decode=False)
+    datasets.Dataset.from_list(rows, features=features).save_to_disk(os.fspath(folder))
+    return os.fspath(folder)
+
+
+def test_rows_without_an_image_or_a_size_or_of_too_many_objects_are_skipped_by_name(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A null image (with its size given: it failed mid-run; without: a traceback at load), a path to no file, a
+    null width (its header is read instead: it was a TypeError) and a row of 300,000 boxes (9 GB in training;
+    the file sources' bound is 10,000 objects an image)."""
+    from yolo11.data.sources.checks import MAX_BOXES_PER_IMAGE
+
+    base = hub_split([[[5, 5, 10, 10]]] * 4 + [[[1, 1, 2, 2]] * (MAX_BOXES_PER_IMAGE + 1)])
+    image = {"bytes": PNG, "path": None}
+    folder = _rows_as(base, tmp_path / "d", image=[None, image, image, image, image], width=[80, 80, None, 80, 80])
+    with caplog.at_level(logging.WARNING, logger="yolo11.data"):
+        source = load_source(folder, split="train", bbox_format="xywh")
+    assert source.dataset["width"] == [80, 80, 80]  # the null width read from its header
+    log = caplog.text
+    assert "row 0: no image" in log
+    assert f"row 4: {MAX_BOXES_PER_IMAGE + 1:,} objects, more than the {MAX_BOXES_PER_IMAGE:,}" in log
+
+
+def test_an_image_path_to_no_file_is_skipped_at_load_not_mid_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                caplog: pytest.LogCaptureFixture) -> None:
+    """Paths relative to a dataset repository, read from another working folder: with width and height given no
+    image was opened at load, and training stopped on '16 consecutive images failed to decode'."""
+    (tmp_path / "here.png").write_bytes(PNG)
+    rows = [{"image": path, "width": 80, "height": 60, "objects": {"bbox": [[5, 5, 10, 10]], "category": [0]}}
+            for path in ("here.png", "images/gone.png")]
+    datasets.Dataset.from_list(rows).save_to_disk(os.fspath(tmp_path / "d"))
+    monkeypatch.chdir(tmp_path)
+    with caplog.at_level(logging.WARNING, logger="yolo11.data"):
+        source = load_source(os.fspath(tmp_path / "d"), split="train", bbox_format="xywh")
+    assert len(source.dataset) == 1
+    assert "row 1: no such file images/gone.png (a path relative to the dataset folder?" in caplog.text
+
+
+def test_a_null_box_among_boxes_is_an_error_naming_its_row(tmp_path: Path) -> None:
+    """Arrow's flatten drops a null box: every later box shifted to another object; it was 'cannot convert float
+    NaN to integer'."""
+    folder = _rows_as(hub_split([[[5, 5, 10, 10]], [[5, 5, 10, 10], [1, 1, 2, 2]]]), tmp_path / "d",
+                      objects=[{"id": [0], "area": [0], "bbox": [[5, 5, 10, 10]], "category": [0]},
+                               {"id": [0, 1], "area": [0, 0], "bbox": [None, [1, 1, 2, 2]], "category": [0, 0]}])
+    with pytest.raises(DataSourceError, match=r"row 1: objects.bbox holds a null box \(None\) among its boxes"):
+        load_source(folder, split="train")
+
+
+def test_boxes_follow_the_rows_size_onto_a_resized_image_and_another_aspect_is_replaced(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A Hub row's width and height are its boxes' frame. Its image shrunk since (a thumbnail of the same aspect):
+    the boxes are scaled onto it (they were placed as if in the image's pixels: twice as far). Of another aspect
+    (another image, or one its EXIF orientation turns): replaced by the next sample, named."""
+    from yolo11.data.augment_params import AugmentParams
+    from yolo11.data.dataset import DetectionDataset
+
+    half = cv2.imencode(".png", np.zeros((30, 40, 3), np.uint8))[1].tobytes()  # the 80x60 image at half size
+    turned = cv2.imencode(".png", np.zeros((80, 60, 3), np.uint8))[1].tobytes()
+    base = hub_split([[[40, 30, 20, 15]], [[0, 0, 80, 60]], [[10, 10, 8, 6]]])
+    folder = _rows_as(base, tmp_path / "d", image=[{"bytes": half, "path": "half.png"},
+                                                   {"bytes": turned, "path": "turned.png"},
+                                                   {"bytes": PNG, "path": "same.png"}])
+    dataset = DetectionDataset(load_source(folder, split="train").dataset, 64, augment=False, params=AugmentParams())
+    image, target, used = dataset._load(0)
+    assert image.shape[:2] == (48, 64) and used == 0
+    np.testing.assert_allclose(target["boxes"], [[32, 24, 48, 36]])  # (40, 30, 60, 45) in 80x60 -> 64x48
+    with caplog.at_level(logging.WARNING, logger="yolo11.data"):
+        _, _, used = dataset._load(1)
+    assert used == 2
+    assert "image turned.png is 60x80 (EXIF orientation applied) where its row says 80x60, of another aspect" \
+        in caplog.text

@@ -91,7 +91,16 @@ def test_val_images_are_rgb_resized_and_invertible(source) -> None:
 
 
 def test_rect_val_batches(source) -> None:
-    wide = source.dataset.map(lambda row, i: {"width": 96 + 8 * i}, with_indices=True)  # pretend aspect ratios
+    def widen(row: dict, i: int) -> dict:  # images of other aspect ratios (their boxes stretched along)
+        width = 96 + 8 * i
+        image = cv2.resize(cv2.imdecode(np.frombuffer(row["image"]["bytes"], np.uint8), cv2.IMREAD_COLOR),
+                           (width, row["height"]))
+        objects = {**row["objects"], "bbox": [[x * width / row["width"], y, w * width / row["width"], h]
+                                              for x, y, w, h in row["objects"]["bbox"]]}
+        return {"width": width, "image": {"bytes": cv2.imencode(".png", image)[1].tobytes(), "path": None},
+                "objects": objects}
+
+    wide = source.dataset.map(widen, with_indices=True)
     shaped = type(source)(wide, source.class_names, "wide")
     loader = build_dataloader(shaped, "val", LoaderConfig(imgsz=64, batch_size=4, workers=0, rect=True))
     for batch in loader:

@@ -36,6 +36,7 @@ LOGGER = logging.getLogger("yolo11.data")
 # The one RAM rule of --cache-images: every process of the machine caches its copy, and all copies must fit in this
 # share of the RAM available (the run plan decides and refuses by it; a dataset built outside a run checks it too).
 CACHE_RAM_SHARE = 0.5
+ASPECT_TOLERANCE = 0.01  # a relative difference of aspect ratio still read as one aspect (rounded sizes)
 MAX_DECODE_FALLBACKS = 16
 
 
@@ -63,6 +64,8 @@ class EpochKeySampler(torch.utils.data.Sampler):
 def decode_image(image: dict) -> np.ndarray:
     """BGR uint8 ``(H, W, 3)`` from the schema's ``{"bytes", "path"}``, EXIF orientation applied (``image_io``);
     raises ``ValueError`` naming the file if undecodable."""
+    if not image or not (image.get("bytes") or image.get("path")):
+        raise ValueError("no image (the row's image is empty)")
     if image.get("bytes"):
         decoded = decode_bgr(image["bytes"])
         if decoded is None:
@@ -180,13 +183,16 @@ class DetectionDataset(torch.utils.data.Dataset):
         image; each is logged once per process (not every epoch) and the run goes on.
         """
         cached = self.cache.get(index) if self.cache is not None else None
-        if cached is not None:
-            resized, (h0, w0) = cached
-            return resized, self._target(index, resized.shape[:2], (h0, w0)), index
+        if cached is not None and self._frame_error(index, cached[1]) is None:
+            resized, _ = cached
+            return resized, self._target(index, resized.shape[:2]), index
         for attempt in range(MAX_DECODE_FALLBACKS):
             i = (index + attempt) % len(self)
             try:
                 image = decode_image(self.images[i]["image"])
+                error = self._frame_error(i, image.shape[:2])
+                if error is not None:
+                    raise ValueError(error)
                 break
             except ValueError as err:
                 self.decode_failures += 1
@@ -197,12 +203,25 @@ class DetectionDataset(torch.utils.data.Dataset):
         else:
             raise RuntimeError(f"{MAX_DECODE_FALLBACKS} consecutive images from index {index} failed to decode")
         resized = resize_long_side(image, self.imgsz)
-        return resized, self._target(i, resized.shape[:2], image.shape[:2]), i
+        return resized, self._target(i, resized.shape[:2]), i
 
-    def _target(self, index: int, resized_hw: tuple[int, int], decoded_hw: tuple[int, int]) -> dict:
-        # a Hub dataset's own width/height may disagree with the decoded image: scale from the decoded size
+    def _frame_error(self, index: int, decoded_hw: tuple[int, int]) -> str | None:
+        """Why the boxes of ``index`` cannot be placed on its decoded image: a Hub dataset's width and height (the
+        frame of its boxes) of another aspect than the image's: another image, or one its EXIF orientation turns.
+        One of the same aspect (resized since it was labelled) is scaled, as COCO's converter does."""
+        h0, w0 = (int(v) for v in self.orig_sizes[index])
+        h, w = decoded_hw
+        if (h, w) == (h0, w0) or abs(h * w0 - w * h0) <= ASPECT_TOLERANCE * h0 * w:
+            return None
+        path = (self.images[index]["image"] or {}).get("path") or "(stored bytes)"
+        return (f"image {path} is {w}x{h} (EXIF orientation applied) where its row says {w0}x{h0}, of another aspect: "
+                "its boxes cannot be placed on it")
+
+    def _target(self, index: int, resized_hw: tuple[int, int]) -> dict:
+        # boxes are in the frame of the row's width and height: scaled from it (an image resized since labelling)
         sl = slice(self.offsets[index], self.offsets[index + 1])
-        gains = np.array([resized_hw[1] / decoded_hw[1], resized_hw[0] / decoded_hw[0]] * 2, np.float32)
+        h0, w0 = self.orig_sizes[index]
+        gains = np.array([resized_hw[1] / w0, resized_hw[0] / h0] * 2, np.float32)
         return {"boxes": self.boxes[sl] * gains, "labels": self.labels[sl]}
 
     def _train_sample(self, epoch: int, index: int, rng: np.random.Generator) -> tuple[np.ndarray, dict, int]:

@@ -57,12 +57,17 @@ def box_array(dataset: datasets.Dataset, objects_name: str, bbox_name: str, wher
     if not is_list_type(boxes.type):
         raise DataSourceError(f"{where}: {field} must hold a list of boxes per image ([[x, y, w, h], ...]), found "
                               f"{boxes.type} per box")
+    rows = np.repeat(np.arange(len(counts)), counts)
+    null = pc.is_null(boxes).to_numpy(zero_copy_only=False)
+    if null.any():  # flatten would drop it and shift every later box to another object
+        raise DataSourceError(f"{where}: row {rows[np.flatnonzero(null)[0]]}: {field} holds a null box (None) among "
+                              "its boxes; remove it, or give its 4 numbers")
     lengths = pc.list_value_length(boxes).to_numpy(zero_copy_only=False)
     if len(lengths) and (lengths != 4).any():
         raise DataSourceError(f"{where}: {field} must hold 4 numbers per box, found a box of "
                               f"{int(lengths[lengths != 4][0])}")
     values = boxes.flatten().to_numpy(zero_copy_only=False).astype(np.float64).reshape(-1, 4)
-    return values, np.repeat(np.arange(len(counts)), counts)
+    return values, rows
 
 
 def misfits(boxes: np.ndarray, sizes: np.ndarray) -> dict[str, int]:

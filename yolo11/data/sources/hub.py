@@ -19,7 +19,7 @@ from PIL import Image
 
 from yolo11.data.schema import LOGGER, BadSampleSummary, DataSourceError, detection_features
 from yolo11.data.sources.box_format import box_array, object_field, resolve_bbox_format
-from yolo11.data.sources.checks import as_id, check_boxes, oriented_size
+from yolo11.data.sources.checks import MAX_BOXES_PER_IMAGE, as_id, check_boxes, oriented_size
 from yolo11.data.sources.hub_classes import find_classes, is_text
 from yolo11.data.sources.hub_columns import ObjectColumns, find_columns, object_features
 from yolo11.data.sources.splits import choose_split
@@ -145,15 +145,34 @@ def other_splits(loaded: datasets.Dataset | datasets.DatasetDict, chosen: str) -
 
 
 def image_sizes(dataset: datasets.Dataset) -> tuple[np.ndarray, dict[int, str]]:
-    """``((rows, 2) width and height of every image, {row: why its image cannot be read})``: the columns when
-    there are, else the image headers (with the EXIF orientation applied, as OpenCV decodes them); an unreadable
-    image's size is 0."""
-    if "width" in dataset.column_names and "height" in dataset.column_names:
-        return np.stack([np.asarray(dataset["width"], np.int64), np.asarray(dataset["height"], np.int64)], 1), {}
+    """``((rows, 2) width and height of every image, {row: why its image cannot be read})``: the columns where
+    they are given, else the image headers (with the EXIF orientation applied, as OpenCV decodes them); an
+    unreadable image's size is 0. A row without an image, or whose image is a path to no file, is unreadable
+    whether or not its size is given (the loader would meet it mid-run)."""
     sizes, unreadable = np.zeros((len(dataset), 2), np.int64), {}
+    header_rows = np.arange(len(dataset))
+    if "width" in dataset.column_names and "height" in dataset.column_names:
+        given = [pc.fill_null(dataset.data.column(c), 0).to_numpy(zero_copy_only=False) for c in ("width", "height")]
+        sizes = np.stack(given, 1).astype(np.int64)
+        header_rows = np.flatnonzero((sizes <= 0).any(1))  # a missing size: read from the image's header
     images = dataset.select_columns(["image"]).cast_column("image", datasets.Image(decode=False))
-    for index, row in enumerate(images):  # row by row: the column at once would hold every image in memory
-        image = row["image"]
+    if len(header_rows) < len(dataset):  # sizes given: the images are not opened, but must be there (Arrow only)
+        column = images.data.column("image")
+        no_bytes = pc.is_null(pc.struct_field(column, "bytes")).to_numpy(zero_copy_only=False) | \
+            pc.is_null(column).to_numpy(zero_copy_only=False)
+        paths = pc.struct_field(column, "path").to_pylist()
+        for index in np.flatnonzero(no_bytes).tolist():
+            path = paths[index]
+            if not path:
+                unreadable[index] = f"row {index}: no image"
+            elif not os.path.isfile(path):
+                unreadable[index] = (f"row {index}: no such file {path} (a path relative to the dataset folder? "
+                                     "paths are read from the working folder: give absolute ones or embed the images)")
+    for index in header_rows.tolist():  # row by row: the column at once would hold every image in memory
+        image = images[index]["image"]
+        if not image or not (image.get("bytes") or image.get("path")):
+            unreadable[index] = f"row {index}: no image"
+            continue
         try:
             # a path is checked to be a regular file first: PIL would block for ever on a FIFO named as an image
             source = io.BytesIO(image["bytes"]) if image.get("bytes") else check_regular_file(image["path"])
@@ -303,6 +322,9 @@ def normalise(dataset: datasets.Dataset, where: str, bbox_format: str = "auto", 
     features = detection_features(classes.names)
     sizes, unreadable = image_sizes(dataset)
     objects = object_arrays(dataset, columns, where)
+    for row in np.flatnonzero(np.diff(objects.offsets) > MAX_BOXES_PER_IMAGE).tolist():  # the file sources' bound
+        unreadable[row] = (f"row {row}: {int(objects.offsets[row + 1] - objects.offsets[row]):,} objects, more than "
+                           f"the {MAX_BOXES_PER_IMAGE:,} one image may have")
     readable = ~np.isin(objects.rows, list(unreadable))
     field = columns.path(columns.bbox)
     bbox_format, box_note = resolve_bbox_format(bbox_format, objects.boxes[readable], sizes[objects.rows[readable]],
