@@ -46,6 +46,28 @@ def test_the_same_tensors_are_frozen_as_in_ultralytics(spec):
     assert ours == expected and ours
 
 
+def test_frozen_batchnorm_stays_in_eval_mode_and_keeps_its_keys():
+    model = yolo11.create_model("yolo11n")
+    keys = list(model.state_dict())
+    freeze_layers(model, frozen_layers("2"))
+    model.train()
+    frozen_bn = [m for n, m in model.named_modules() if isinstance(m, torch.nn.BatchNorm2d)
+                 and n.startswith(("backbone.layers.0.", "backbone.layers.1."))]
+    others = [m for n, m in model.named_modules() if isinstance(m, torch.nn.BatchNorm2d)
+              and n.startswith("backbone.layers.2.")]
+    assert frozen_bn and not any(m.training for m in frozen_bn) and all(m.training for m in others)
+    assert list(model.state_dict()) == keys
+    copy = __import__("copy").deepcopy(model).train()  # the EMA's and validation's copies
+    assert not any(m.training for n, m in copy.named_modules() if n.startswith("backbone.layers.0.") and
+                   isinstance(m, torch.nn.BatchNorm2d))
+
+
+def test_a_freeze_of_every_trainable_layer_is_refused():
+    """Ultralytics refuses it; the run failed at its first backward ('does not require grad')."""
+    with pytest.raises(ValueError, match="--freeze layers 0-23 are every layer with trainable tensors"):
+        freeze_layers(yolo11.create_model("yolo11n"), frozen_layers("24"))
+
+
 def test_a_timm_backbone_freezes_as_one_piece():
     model = yolo11.create_model("yolo11n", num_classes=2, backbone="resnet18")
     frozen = freeze_layers(model, frozen_layers("3"))
@@ -74,7 +96,10 @@ def test_a_run_leaves_the_frozen_layers_as_they_were(tmp_path, capsys, device):
     before = load_weights(start).state_dict()
     after = load_weights(tmp_path / "exp" / "weights" / "last.safetensors").state_dict()
     parameters = {name for name, _ in yolo11.create_model("yolo11n", num_classes=3).named_parameters()}
-    kept = [k for k in parameters if k.startswith(tuple(f"backbone.layers.{i}." for i in range(10)))]
+    # the frozen layers' BatchNorm statistics too (Ultralytics keeps them in eval mode); every float tensor
+    kept = [k for k in after if k.startswith(tuple(f"backbone.layers.{i}." for i in range(10)))
+            and after[k].is_floating_point()]
+    assert any(k.endswith("running_mean") for k in kept)
     moved = [k for k in parameters if k.startswith("neck.")]
     # last.safetensors holds float16: the frozen tensors are their float16 selves, the others have trained
     assert all(torch.equal(after[k].float(), before[k].half().float()) for k in kept)
@@ -86,3 +111,22 @@ def test_build_model_freezes_after_the_weights_are_loaded(tmp_path):
     model = build_model(ModelConfig(weights=str(weights), freeze="[23]"), ["a", "b", "c"])
     assert all(not p.requires_grad for p in model.head.parameters())
     assert all(p.requires_grad for p in model.backbone.parameters())
+
+
+@pytest.mark.parametrize("key, before, after", [("freeze", "10", None), ("single_cls", True, False)])
+def test_a_resume_cannot_change_freeze_or_single_cls_even_when_changes_are_allowed(tmp_path, key, before, after):
+    """With --allow-changes the resume went on to fail on the optimizer's groups ('54 vs 76') or the head's shape."""
+    import json
+
+    from yolo11.engine.checkpoint import CheckpointError, check_resume_config
+
+    section = "model" if key == "freeze" else "data"
+    checkpoint = tmp_path / "run" / "checkpoints" / "checkpoint-00000001"
+    checkpoint.mkdir(parents=True)
+    current = parse_config([]).to_dict()
+    saved = {**current, section: {**current[section], key: before}}
+    (checkpoint / "config.json").write_text(json.dumps(saved))
+    current[section][key] = after
+    with pytest.raises(CheckpointError, match=rf"--{key.replace('_', '-')}: .* in the checkpoint, .* now: it cannot "
+                                              rf"change on resume .*--weights {re.escape(str(tmp_path / 'run'))}"):
+        check_resume_config(checkpoint, current, allow_changes=True)

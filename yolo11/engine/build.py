@@ -209,23 +209,43 @@ def build_model(config: ModelConfig, class_names: list[str], data: str = "the da
 def freeze_layers(model: YOLO11Detector, layers: frozenset[int]) -> int:
     """``requires_grad`` off for the parameters of Ultralytics' layer numbers ``layers`` (0-10 the backbone, a timm
     backbone as one piece, 11-22 the neck, 23 the head), as Ultralytics' ``freeze``; returns how many were frozen.
-    The optimizer, DDP and the EMA then leave them as they are; their BatchNorm statistics still update in training
-    mode, as in Ultralytics."""
+    The optimizer, DDP and the EMA then leave them as they are, and their BatchNorm layers keep their running
+    statistics (evaluation mode whatever ``model.train()`` says), as Ultralytics 8.4.190 freezes them. A freeze
+    that leaves nothing to train is a ``ValueError`` (a run would fail at its first backward)."""
     neck_layers = {name: index for index, name in ULTRALYTICS_LAYERS.items()}
-    frozen = 0
-    for name, param in model.named_parameters():
+
+    def hit(name: str) -> bool:
         part, _, rest = name.partition(".")
         if part == "backbone":
             first = rest.removeprefix("layers.").partition(".")[0]
-            hit = int(first) in layers if first.isdigit() else bool(layers & set(range(11)))  # timm: all or none
-        elif part == "neck":
-            hit = neck_layers.get(rest.partition(".")[0]) in layers
-        else:
-            hit = HEAD_LAYER in layers
-        if hit and param.requires_grad:
-            param.requires_grad_(False)
-            frozen += 1
-    return frozen
+            return int(first) in layers if first.isdigit() else bool(layers & set(range(11)))  # timm: all or none
+        if part == "neck":
+            return neck_layers.get(rest.partition(".")[0]) in layers
+        return part == "head" and HEAD_LAYER in layers
+
+    frozen = [param for name, param in model.named_parameters() if param.requires_grad and hit(name)]
+    if len(frozen) == sum(p.requires_grad for p in model.parameters()):
+        raise ValueError(f"--freeze layers {_ranges(sorted(layers))} are every layer with trainable tensors: nothing "
+                         "would train; freeze fewer (a count below 23, or a list)")
+    for param in frozen:
+        param.requires_grad_(False)
+    for name, module in model.named_modules():
+        if isinstance(module, nn.BatchNorm2d) and hit(name):
+            module.__class__ = _stats_frozen(type(module))
+            module.eval()
+    return len(frozen)
+
+
+_FROZEN_CLASSES: dict[type, type] = {}
+
+
+def _stats_frozen(cls: type) -> type:
+    """``cls`` (a BatchNorm class) whose ``train()`` keeps it in evaluation mode: its running statistics stay. A
+    subclass adds no state: the state-dict keys, checkpoints and weights files are unchanged."""
+    if cls not in _FROZEN_CLASSES:
+        _FROZEN_CLASSES[cls] = type(f"StatsFrozen{cls.__name__}", (cls,),
+                                    {"train": lambda self, mode=True: cls.train(self, False)})
+    return _FROZEN_CLASSES[cls]
 
 
 def _ranges(numbers: list[int]) -> str:

@@ -144,7 +144,11 @@ def check_resume_config(checkpoint: Path, current: dict, allow_changes: bool) ->
                 continue
             before = saved.get(section, {}).get(key, value)
             if before != value:
-                line = f"--{key.replace('_', '-')}: {_shown(before)} in the checkpoint, {_shown(value)} now"
+                line = f"--{key.replace('_', '-')}: {_shown(before, key)} in the checkpoint, {_shown(value, key)} now"
+                if key in STRUCTURAL:  # the checkpoint's tensors could not be loaded: said now, whatever is allowed
+                    weights = checkpoint.parent.parent / "weights" / "last.safetensors"  # <run>/checkpoints/<name>
+                    raise CheckpointError(f"{line}: it cannot change on resume ({STRUCTURAL[key]}); start a new run "
+                                          f"from the run's weights instead (--weights {weights})")
                 changes.append(line)
                 if rules.get(key, FIXED) == FIXED:  # a key the flags no longer declare is compared strictly
                     refused.append(line)
@@ -154,9 +158,15 @@ def check_resume_config(checkpoint: Path, current: dict, allow_changes: bool) ->
     return changes
 
 
-def _shown(value: object) -> str:
-    """A flag's value as the command line writes it: ``auto`` for one chosen at run time (stored as None)."""
-    return "auto" if value is None else repr(value)
+# Flags whose change the checkpoint's tensors cannot follow, --allow-changes or not: why, for the refusal.
+STRUCTURAL = {"freeze": "the optimizer's state holds the tensors it trains",
+              "single_cls": "the head's class branch has one output per class"}
+
+
+def _shown(value: object, key: str = "") -> str:
+    """A flag's value as the command line writes it: ``auto`` for one chosen at run time (stored as None), ``none``
+    for a --freeze that freezes nothing."""
+    return ("none" if key == "freeze" else "auto") if value is None else repr(value)
 
 
 def check_finite(accelerator: Accelerator, model: nn.Module, ema: ModelEMA | None) -> None:
