@@ -170,3 +170,24 @@ def test_timm_registration_follows_either_import_order() -> None:
             "assert backbone.feature_info.reduction() == [8, 16, 32]\n")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
+
+
+@pytest.mark.slow
+def test_a_dynamic_onnx_export_of_a_resizing_backbone_follows_the_input_size(tmp_path):
+    """Inception's features are resized to ceil(side / stride): the sizes were Python numbers, written into the
+    graph as the export's, so a --dynamic export gave the export size's anchor count at every other size."""
+    ort = pytest.importorskip("onnxruntime")
+    from yolo11.tools.onnx_export import DecodedDetector, export_onnx
+
+    torch.manual_seed(0)
+    model = yolo11.create_model("yolo11n", num_classes=2, backbone="inception_v3").eval()
+    assert model.backbone.resize
+    path = export_onnx(model, tmp_path / "m.onnx", 128, 13, dynamic=True)
+    session = ort.InferenceSession(str(path))
+    for height, width in ((128, 128), (96, 224)):
+        images = torch.rand(1, 3, height, width)
+        with torch.no_grad():
+            expected = DecodedDetector(model).eval()(images)
+        got = session.run(None, {session.get_inputs()[0].name: images.numpy()})[0]
+        assert got.shape == tuple(expected.shape)
+        torch.testing.assert_close(torch.from_numpy(got), expected, atol=1e-3, rtol=1e-3)

@@ -161,10 +161,8 @@ class TimmBackbone(nn.Module):
         if self.channels_last_output:
             features = [f.permute(0, 3, 1, 2) for f in features]  # a view: NCHW indexing, channels_last memory
         if self.resize:  # the head's anchor grid and the neck's concatenations need exactly ceil(side / stride)
-            height, width = x.shape[-2:]
-            features = [
-                F.interpolate(f, size=(math.ceil(height / r), math.ceil(width / r)), mode="bilinear",
-                              align_corners=False)
-                for f, r in zip(features, REDUCTIONS)
-            ]
+            # ceil(side / r) as the shape of a strided view, not Python arithmetic: an ONNX export traces it as the
+            # input's shape, so a --dynamic graph resizes to each input's size instead of the export's
+            features = [F.interpolate(f, size=x[..., ::r, ::r].shape[-2:], mode="bilinear", align_corners=False)
+                        for f, r in zip(features, REDUCTIONS)]
         return features
