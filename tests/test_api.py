@@ -57,6 +57,8 @@ def test_architectures_are_built_on_first_use_and_weights_paths_checked(tmp_path
     assert len(model.names) == 80 and model.names[79] == "79" and model.task == "detect"
     with pytest.raises(FileNotFoundError, match="no such weights file or folder: missing.safetensors"):
         YOLO("missing.safetensors")
+    with pytest.raises(FileNotFoundError, match=r"yolov8n.yaml: not an architecture built here \(yolo11n, "):
+        YOLO("yolov8n.yaml")
     (tmp_path / "run" / "weights").mkdir(parents=True)
     with pytest.raises(FileNotFoundError, match="without weights/best.safetensors or last.safetensors"):
         YOLO(tmp_path / "run")

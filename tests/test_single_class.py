@@ -87,4 +87,4 @@ def test_val_and_the_api_score_a_single_class_run_as_it_trained(tmp_path, capsys
     assert "single_cls True from" in capsys.readouterr().err
     reset_accelerate_state()
     assert val.main([str(trained.best), "workers=0", "single_cls=false"]) != 0
-    assert re.search(r"predicts 1 classes .*single_cls=True scores its classes as one", capsys.readouterr().err)
+    assert re.search(r"predicts 1 class \(item\).*single_cls=True scores its classes as one", capsys.readouterr().err)

@@ -174,6 +174,9 @@ class YOLO:
         if Path(ref).is_file() and is_onnx(ref):  # an export predicts and validates, as Ultralytics' YOLO("x.onnx")
             self._model, self.ckpt_path = OnnxModel(ref), ref
         else:
+            if Path(ref).suffix.lower() in (".yaml", ".yml") and not Path(ref).is_file():  # yolov8n.yaml, yolo12n.yaml
+                raise FileNotFoundError(f"{ref}: not an architecture built here ({', '.join(SCALE_NAMES)}, or their "
+                                        ".yaml names) nor a weights file")
             check_weights(ref)  # a missing path in one line, before torch loads
             # in eval mode, as Ultralytics' YOLO(...).model: a forward of model.model in train mode would move the
             # BatchNorm statistics, and every later prediction with them

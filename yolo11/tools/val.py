@@ -173,7 +173,7 @@ def names_differ(weights: list[str] | None, data: list[str]) -> str:
 
 def _classes(names: list[str] | None, count: int, limit: int = 4) -> str:
     listed = f" ({', '.join(names[:limit])}{', ...' if len(names) > limit else ''})" if names else ""
-    return f"{count} classes{listed}"
+    return f"{count} class{'es' * (count != 1)}{listed}"
 
 
 # Printed with the metrics: where the numbers come from, and why Ultralytics' val prints others for the same boxes.
