@@ -95,14 +95,14 @@ def chosen_device(device: str | None, environ: Mapping[str, str] = os.environ) -
     if world > 1:
         raise LaunchError(f"--device {device}: a launch of {world} processes places each on its own device (the "
                           "Accelerate config's gpu_ids, or accelerate launch --gpu_ids); leave --device out")
-    indices = str(device).replace(" ", "").split(",")
+    indices = [part for part in str(device).replace(" ", "").split(",") if part]  # "0," is one GPU
     if len(indices) > 1:
         raise LaunchError(f"--device {device}: one process trains on one device; {len(indices)} GPUs train as "
                           f"{len(indices)} processes: accelerate launch --multi_gpu --num_processes {len(indices)} "
                           f"--gpu_ids {','.join(indices)} train_accelerate.py ... (or yolo11-launch with the same "
                           "arguments)")
     try:
-        chosen = select_device(device)
+        chosen = select_device(indices[0] if indices else device)
     except ValueError as err:
         raise LaunchError(str(err).replace(f"device={device!r}", f"--device {device}", 1)) from None
     return torch.device("cuda", chosen.index or 0) if chosen.type == "cuda" else chosen
