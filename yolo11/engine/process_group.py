@@ -104,7 +104,8 @@ def chosen_device(device: str | None, environ: Mapping[str, str] = os.environ) -
     try:
         chosen = select_device(indices[0] if indices else device)
     except ValueError as err:
-        raise LaunchError(str(err).replace(f"device={device!r}", f"--device {device}", 1)) from None
+        named = indices[0] if indices else device
+        raise LaunchError(str(err).replace(f"device={named!r}", f"--device {device}", 1)) from None
     return torch.device("cuda", chosen.index or 0) if chosen.type == "cuda" else chosen
 
 
