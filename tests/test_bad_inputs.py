@@ -144,7 +144,8 @@ def test_image_only_pil_decodes_at_training_time_is_logged_once_and_replaced(
     loader = build_dataloader(source, "val", LoaderConfig(imgsz=64, batch_size=3, workers=0))
     with caplog.at_level(logging.WARNING, logger="yolo11.data"):
         batches = [next(iter(loader)) for _ in range(2)]
-    assert [batch["image_ids"] for batch in batches] == [[0, 2, 2]] * 2
+    # validation scores each image once: the bad one blank under its own id, not the next one twice
+    assert [batch["image_ids"] for batch in batches] == [[0, 1, 2]] * 2
     assert loader.dataset.decode_failures == 2
     assert caplog.text.count("cannot decode image /data/photos/img1.jpg (image_id 1)") == 1
 
@@ -239,8 +240,11 @@ def test_undecodable_image_in_a_worker_falls_back_deterministically(tmp_path: Pa
     loader = build_dataloader(source, "val", LoaderConfig(imgsz=64, batch_size=3, workers=0))
     with caplog.at_level(logging.WARNING, logger="yolo11.data"):
         batch = next(iter(loader))
-    assert batch["image_ids"] == [0, 2, 2]  # sample 1 replaced by sample 2
+    assert batch["image_ids"] == [0, 1, 2]  # validated: sample 1 blank, under its own id
     assert loader.dataset.decode_failures == 1 and "img1.png" in caplog.text
+    assert (batch["images"][1] == 114).all() and not (batch["images"][0] == 114).all()
+    train = build_dataloader(source, "train", LoaderConfig(imgsz=64, batch_size=3, workers=0, augment=False))
+    assert train.dataset._load(1)[2] == 2  # trained: sample 1 replaced by sample 2
 
 
 def test_a_file_name_that_is_not_utf8_trains_its_image_and_boxes(tmp_path: Path) -> None:

@@ -244,5 +244,7 @@ def test_boxes_follow_the_rows_size_onto_a_resized_image_and_another_aspect_is_r
     with caplog.at_level(logging.WARNING, logger="yolo11.data"):
         _, _, used = dataset._load(1)
     assert used == 2
+    sample = dataset[1]  # validation scores each image once: the turned one blank under its own id
+    assert sample["image_id"] == 1 and (sample["image"] == 114).all() and sample["orig_size"] == (60, 80)
     assert "image turned.png is 60x80 (EXIF orientation applied) where its row says 80x60, of another aspect" \
         in caplog.text

@@ -198,7 +198,8 @@ class DetectionDataset(torch.utils.data.Dataset):
                 self.decode_failures += 1
                 if i not in self.reported_failures:
                     self.reported_failures.add(i)
-                    LOGGER.warning("%s (image_id %d): replaced by the next decodable sample whenever it is drawn",
+                    LOGGER.warning("%s (image_id %d): whenever it is drawn, trained as the next decodable sample, "
+                                   "validated as a blank image (its objects missed)",
                                    err, self.image_ids[i])
         else:
             raise RuntimeError(f"{MAX_DECODE_FALLBACKS} consecutive images from index {index} failed to decode")
@@ -254,6 +255,11 @@ class DetectionDataset(torch.utils.data.Dataset):
         else:
             hsv_gains = None
             image, target, used = self._load(index)
+            if used != index:  # scored once per image: an unreadable one blank (its objects count as missed), not
+                # the next image predicted twice under two ids
+                image = np.full((*long_side_shape(*(int(v) for v in self.orig_sizes[index]), self.imgsz), 3), 114,
+                                np.uint8)
+                target, used = self._target(index, image.shape[:2]), index
             gain_h, gain_w = image.shape[0] / self.orig_sizes[used, 0], image.shape[1] / self.orig_sizes[used, 1]
             shape = tuple(self.shapes[index]) if self.shapes is not None else (self.imgsz, self.imgsz)
             image, target = LetterBox(shape, scaleup=False)(image, target)
