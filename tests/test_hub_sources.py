@@ -248,3 +248,23 @@ def test_boxes_follow_the_rows_size_onto_a_resized_image_and_another_aspect_is_r
     assert sample["image_id"] == 1 and (sample["image"] == 114).all() and sample["orig_size"] == (60, 80)
     assert "image turned.png is 60x80 (EXIF orientation applied) where its row says 80x60, of another aspect" \
         in caplog.text
+
+
+@pytest.mark.parametrize("classes", [[0, 1], ["cat", "dog"]])
+def test_a_split_of_backgrounds_only_takes_the_classes_of_the_others(tmp_path: Path, classes: list) -> None:
+    """An imagefolder whose validation metadata lists no object anywhere: Arrow types its lists as null, which was
+    refused ('holds null, not integer class ids or class names'); its classes are the training split's."""
+    import json
+
+    for split, boxes in (("train", [[5, 5, 10, 10], [20, 20, 10, 10]]), ("validation", [])):
+        (tmp_path / split).mkdir()
+        lines = []
+        for k in range(2):
+            cv2.imwrite(os.fspath(tmp_path / split / f"{k}.png"), np.zeros((60, 80, 3), np.uint8))
+            objects = {"bbox": boxes, "categories": classes if boxes else []}
+            lines.append(json.dumps({"file_name": f"{k}.png", "objects": objects}))
+        (tmp_path / split / "metadata.jsonl").write_text("\n".join(lines) + "\n")
+    train = load_source(os.fspath(tmp_path), split="train", bbox_format="xywh")
+    val = load_source(os.fspath(tmp_path), split="val", fallback_splits=VAL_FALLBACKS, bbox_format="xywh")
+    assert val.class_names == train.class_names == [str(c) for c in classes]
+    assert len(val.dataset) == 2 and all(not o["bbox"] for o in val.dataset["objects"])

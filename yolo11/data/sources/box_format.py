@@ -54,6 +54,8 @@ def box_array(dataset: datasets.Dataset, objects_name: str, bbox_name: str, wher
     """Every box of the dataset as ``(N, 4)`` float64 (as stored) and the row each belongs to ``(N,)``."""
     boxes, counts = object_field(dataset, objects_name, bbox_name)
     field = f"{objects_name}.{bbox_name}" if objects_name else bbox_name
+    if pa.types.is_null(boxes.type) and not len(boxes):  # every object list empty: a split of backgrounds
+        return np.zeros((0, 4), np.float64), np.zeros(0, np.int64)
     if not is_list_type(boxes.type):
         raise DataSourceError(f"{where}: {field} must hold a list of boxes per image ([[x, y, w, h], ...]), found "
                               f"{boxes.type} per box")

@@ -55,6 +55,8 @@ def stored_classes(dataset: datasets.Dataset, columns: ObjectColumns, where: str
     or an object array of names where the field holds text; a missing one is an error naming the field."""
     values, _ = object_field(dataset, columns.objects, columns.category)
     field = columns.path(columns.category)
+    if pa.types.is_null(values.type) and not len(values):  # every object list empty: a split of backgrounds
+        return np.zeros(0, np.int64)
     if not pa.types.is_integer(values.type) and not is_text(values.type):
         raise DataSourceError(f"{where}: {field} holds {values.type}, not integer class ids or class names")
     if values.null_count:
@@ -70,6 +72,9 @@ def find_classes(dataset: datasets.Dataset, columns: ObjectColumns, label: objec
     given by the caller win. ``other_splits``: the dataset's other splits, whose classes count too where the names
     are guessed. Raises ``DataSourceError`` when a stored class has no name (``check_classes``)."""
     stored = stored_classes(dataset, columns, where)
+    others = [other for split in other_splits if (other := split_classes(split, where)) is not None]
+    if not len(stored) and any(len(other) for other in others):  # no object here: the classes as the others store
+        stored = stored.astype(next(other.dtype for other in others if len(other)))
     field, text = columns.path(columns.category), stored.dtype == object
     if names is not None:
         names = [str(n) for n in names]
@@ -77,9 +82,7 @@ def find_classes(dataset: datasets.Dataset, columns: ObjectColumns, label: objec
     elif isinstance(label, datasets.ClassLabel):
         classes = Classes(list(label.names))
     else:
-        every = np.concatenate([stored, *(other for split in other_splits
-                                          if (other := split_classes(split, where)) is not None
-                                          and other.dtype == stored.dtype)])
+        every = np.concatenate([stored, *(other for other in others if other.dtype == stored.dtype)])
         if text:
             classes = named_by_text(every, field, where)
         else:
