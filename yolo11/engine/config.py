@@ -27,7 +27,13 @@ import yaml
 from yolo11.architecture import HEAD_LAYER
 from yolo11.arguments import ArgumentParser  # usage errors in one line
 from yolo11.data.augment_params import AugmentParams
-from yolo11.engine.ultralytics_args import FLAG_ALIASES, bare_switches, read_ultralytics_keys, ultralytics_switches
+from yolo11.engine.ultralytics_args import (
+    FLAG_ALIASES,
+    bare_switches,
+    freeze_numbers,
+    read_ultralytics_keys,
+    ultralytics_switches,
+)
 from yolo11.gate import BOOL_WORDS, SCALE_NAMES, read_yaml
 from yolo11.output_errors import write_file
 from yolo11.preflight import MAX_STRIDE, check_report_to, check_weights, resolve_data, round_imgsz
@@ -149,13 +155,13 @@ class ModelConfig(_SelfValidating):
 def frozen_layers(spec: str) -> frozenset[int]:
     """The Ultralytics layer numbers ``--freeze`` names: ``"10"`` is layers 0-9 (``range(10)``, as Ultralytics
     reads an int), ``"[10]"`` or ``"3,5"`` a list of layers. ``ValueError`` naming the value otherwise."""
-    text = spec.strip()
-    listed = text.startswith("[") or "," in text
     try:
-        numbers = [int(n) for n in text.strip("[]").split(",") if n.strip()] if listed else [int(text)]
+        read = freeze_numbers(spec)
     except ValueError:
         raise ValueError(f"--freeze {spec}: a layer count (10) or a list of layer numbers ([0, 1, 2] or 0,1,2)") \
             from None
+    listed = isinstance(read, list)
+    numbers = read if listed else [read]
     if any(not 0 <= n <= HEAD_LAYER + (not listed) for n in numbers):
         raise ValueError(f"--freeze {spec}: Ultralytics' layer numbers are 0-{HEAD_LAYER} (a count up to "
                          f"{HEAD_LAYER + 1})")

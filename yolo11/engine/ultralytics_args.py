@@ -276,9 +276,17 @@ WRITTEN: dict[str, tuple[str, Callable[[Any], Any]]] = {
     "schedule": ("cos_lr", lambda v: v == "cosine"),
     "val_interval": ("val", lambda v: v > 0),
     "resume": ("resume", lambda v: False if v is None else True if v == "auto" else v),
-    "freeze": ("freeze", lambda v: None if v is None else [int(n) for n in v.strip("[]").split(",") if n.strip()]
-               if v.strip().startswith("[") or "," in v else int(v)),  # 10 (a count) or [0, 23] (layers)
+    "freeze": ("freeze", lambda v: None if v is None else freeze_numbers(v)),
 }
+
+
+def freeze_numbers(spec: str) -> int | list[int]:
+    """Ultralytics' ``freeze`` as ``--freeze`` holds it: ``"10"`` a layer count, ``"[10]"`` or ``"3,5"`` a list of
+    layer numbers; int()'s ``ValueError`` for anything else."""
+    text = spec.strip()
+    if text.startswith("[") or "," in text:
+        return [int(n) for n in text.strip("[]").split(",") if n.strip()]
+    return int(text)
 
 
 def ultralytics_train_args(config: dict[str, dict[str, Any]]) -> dict[str, Any]:
