@@ -323,21 +323,16 @@ class YOLO:
         predictions and the data source."""
         from accelerate import Accelerator, DataLoaderConfiguration
 
-        from yolo11.data import load_source
-        from yolo11.data.schema import single_class
-        from yolo11.data.sources import VAL_FALLBACKS
         from yolo11.evaluation.table import format_table
         from yolo11.postprocess import head_line
-        from yolo11.tools.val import evaluate_weights, fit_max_det, run_settings
+        from yolo11.tools.val import evaluate_weights, fit_max_det, run_settings, validation_source
 
         model = self._runnable()
         imgsz, rect, end2end, note = run_settings(model, imgsz, rect, nms)  # an export's own, as `yolo11 val`
         if note and calls.is_main_process():
             print(note, file=sys.stderr)
-        source = load_source(data, split=split, cache_dir=cache_dir, images=images, bbox_format=bbox_format,
-                             fallback_splits=VAL_FALLBACKS, split_flag="split")
-        if single_cls:  # trained as one class ('item'): scored so, as `yolo11 val` does
-            source = single_class(source)
+        source = validation_source(data, split, cache_dir=cache_dir, images=images, bbox_format=bbox_format,
+                                   single_cls=single_cls, split_flag="split")
         max_det = fit_max_det(max_det, source, split, calls.is_main_process(), flag="max_det")
         with calls.process_group():
             # as the val tool: no even_batches padding (rect batches of other shapes), a fused copy of the model

@@ -171,6 +171,19 @@ def names_differ(weights: list[str] | None, data: list[str]) -> str:
     return "" if index is None else f"class {index}: {weights[index]!r} in the weights, {data[index]!r} in the data"
 
 
+def validation_source(data: str, split: str, *, cache_dir: str | None, images: str | None, bbox_format: str,
+                      single_cls: bool, split_flag: str) -> DetectionSource:
+    """The split to validate on (``load_source`` with the validation fallbacks), every class as one where the run
+    trained so (``single_cls``): ``yolo11 val``'s and the API's."""
+    from yolo11.data import load_source
+    from yolo11.data.schema import single_class
+    from yolo11.data.sources import VAL_FALLBACKS
+
+    source = load_source(data, split=split, cache_dir=cache_dir, images=images, bbox_format=bbox_format,
+                         fallback_splits=VAL_FALLBACKS, split_flag=split_flag)
+    return single_class(source) if single_cls else source
+
+
 def _classes(names: list[str] | None, count: int, limit: int = 4) -> str:
     listed = f" ({', '.join(names[:limit])}{', ...' if len(names) > limit else ''})" if names else ""
     return f"{count} class{'es' * (count != 1)}{listed}"
@@ -252,9 +265,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     settings, record_line = resolve_settings(args)
     from accelerate import Accelerator, DataLoaderConfiguration
 
-    from yolo11.data import load_source
-    from yolo11.data.schema import single_class
-    from yolo11.data.sources import VAL_FALLBACKS
     from yolo11.engine.process_group import launch_state, share_gpu_note
     from yolo11.evaluation.table import format_table
     from yolo11.postprocess import head_line
@@ -271,11 +281,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     imgsz, rect, end2end, note = run_settings(model, settings["imgsz"], args.rect, settings["nms"])
     if note and accelerator.is_main_process:
         print(note, file=sys.stderr)
-    source = load_source(settings["data"], split=settings["split"], cache_dir=args.cache_dir,
-                         images=settings["images"], bbox_format=settings["bbox_format"],
-                         fallback_splits=VAL_FALLBACKS, split_flag="--split")
-    if settings["single_cls"]:
-        source = single_class(source)
+    source = validation_source(settings["data"], settings["split"], cache_dir=args.cache_dir,
+                               images=settings["images"], bbox_format=settings["bbox_format"],
+                               single_cls=settings["single_cls"], split_flag="--split")
     if model.num_classes != len(source.class_names):
         hint = "; single_cls=True scores its classes as one" if model.num_classes == 1 else ""
         raise ValueError(f"{args.weights} predicts {_classes(model.names, model.num_classes)}; --data "
