@@ -101,10 +101,10 @@ def chosen_device(device: str | None, environ: Mapping[str, str] = os.environ) -
                           f"{len(indices)} processes: accelerate launch --multi_gpu --num_processes {len(indices)} "
                           f"--gpu_ids {','.join(indices)} train_accelerate.py ... (or yolo11-launch with the same "
                           "arguments)")
+    named = indices[0] if indices else device
     try:
-        chosen = select_device(indices[0] if indices else device)
+        chosen = select_device(named)
     except ValueError as err:
-        named = indices[0] if indices else device
         raise LaunchError(str(err).replace(f"device={named!r}", f"--device {device}", 1)) from None
     return torch.device("cuda", chosen.index or 0) if chosen.type == "cuda" else chosen
 
